@@ -1,0 +1,1 @@
+"""Agent workloads (Chain-of-Agents) with agent-aware routing on top of cp_memory."""
