@@ -1,0 +1,168 @@
+"""Multi-turn context de-duplication (paper §6, Algorithm 3).
+
+Per conversation, the deduplicator remembers which blocks were sent in earlier turns and where (turn and
+position, hence the label the prompt showed). A block sent before is replaced by a *location annotation*
+pointing to that earlier copy, so only new blocks are prefilled:
+
+    turn 1 retrieves (1, 2, 4)  -> sends 1, 2, 4
+    turn 2 retrieves (1, 5, 2)  -> sends 5; 1 and 2 become "Please refer to [Doc 1] ... (turn 1)" etc.
+
+Beyond the paper's id match:
+* a block counts as sent only when its id **and** its text digest match, so an edited memory (same id,
+  new text) is sent again rather than pointing to stale text;
+* with ``content=True`` (default) a block whose normalized text (case and whitespace folded) equals a block
+  already sent — earlier in the conversation or earlier in this very turn — is a duplicate too, even under
+  another id (near-identical mem0 memories filling the prompt).
+
+Repeated spans *inside* longer blocks are not removed: cutting text out of a block changes its tokens and
+would make it miss the prefix cache it is meant to hit.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from .annotations import LOCATION_TEMPLATE, SAME_TURN_TEMPLATE, doc_label, location_annotation
+from .blocks import ContextBlock
+
+__all__ = ["Location", "DedupResult", "Deduplicator"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a block was sent: 1-based ``turn`` and 1-based ``position`` among that turn's kept blocks."""
+
+    block_id: Hashable
+    turn: int
+    position: int
+
+    @property
+    def label(self) -> str:
+        """The label the prompt showed for it, e.g. ``[Doc 3]``."""
+        return doc_label(self.position)
+
+
+@dataclass(frozen=True)
+class DedupResult:
+    """Outcome of one turn: kept blocks (input order) and the duplicates replaced by annotations."""
+
+    turn: int
+    blocks: tuple[ContextBlock, ...]
+    duplicates: tuple[Hashable, ...] = ()
+    locations: tuple[Location, ...] = ()
+    annotations: tuple[str, ...] = ()
+
+    @property
+    def kept_ids(self) -> tuple[Hashable, ...]:
+        return tuple(b.id for b in self.blocks)
+
+
+@dataclass
+class _Conversation:
+    turns: int = 0
+    by_id: dict[Hashable, tuple[str | None, Location]] = field(default_factory=dict)
+    by_digest: dict[str, Location] = field(default_factory=dict)
+
+
+class Deduplicator:
+    """Per-conversation record of sent blocks; bounded by an LRU over conversations. Thread-safe."""
+
+    def __init__(self, *, max_conversations: int = 10_000, content: bool = True,
+                 location_template: str = LOCATION_TEMPLATE) -> None:
+        if not isinstance(max_conversations, int) or max_conversations < 1:
+            raise ValueError(f"max_conversations must be a positive int, got {max_conversations!r}")
+        self.max_conversations = max_conversations
+        self.content = content
+        self.location_template = location_template
+        self._convs: OrderedDict[Hashable, _Conversation] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._convs)
+
+    def __contains__(self, conversation_id: Hashable) -> bool:
+        return conversation_id in self._convs
+
+    def _conversation(self, conversation_id: Hashable) -> _Conversation:
+        conv = self._convs.get(conversation_id)
+        if conv is None:
+            conv = self._convs[conversation_id] = _Conversation()
+            while len(self._convs) > self.max_conversations:
+                old, _ = self._convs.popitem(last=False)
+                logger.debug("dedup: forgot least recently used conversation %r", old)
+        else:
+            self._convs.move_to_end(conversation_id)
+        return conv
+
+    def dedup(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> DedupResult:
+        """De-duplicate one turn's blocks against the conversation's earlier turns (Algorithm 3).
+
+        ``blocks`` are :class:`ContextBlock` (id + text) or bare ids (id-only dedup). Returns the kept
+        blocks in input order and, for each duplicate, where its first copy was sent and the location
+        annotation that replaces it. The kept blocks are registered as sent in this turn.
+        """
+        if conversation_id is None:
+            raise TypeError("conversation_id must not be None")
+        hash(conversation_id)
+        if blocks is None or isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
+            raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
+        items = [b if isinstance(b, ContextBlock) else None for b in blocks]
+        with self._lock:
+            conv = self._conversation(conversation_id)
+            conv.turns += 1
+            turn = conv.turns
+            kept: list[ContextBlock] = []
+            dups: list[Hashable] = []
+            locs: list[Location] = []
+            notes: list[str] = []
+            for raw, blk in zip(blocks, items):
+                bid = blk.id if blk is not None else raw
+                digest = blk.digest if blk is not None else None
+                if blk is None:
+                    try:
+                        hash(bid)
+                    except TypeError as exc:
+                        raise TypeError(f"block id {bid!r} is unhashable") from exc
+                    blk = ContextBlock(id=bid, text="")
+                loc = self._sent_location(conv, bid, digest)
+                if loc is not None:
+                    dups.append(bid)
+                    locs.append(loc)
+                    template = SAME_TURN_TEMPLATE if loc.turn == turn else self.location_template
+                    notes.append(location_annotation(bid, label=loc.label, turn=loc.turn, template=template))
+                    continue
+                kept.append(blk)
+                here = Location(block_id=bid, turn=turn, position=len(kept))
+                conv.by_id[bid] = (digest, here)
+                if self.content and digest is not None and blk.text.strip():
+                    conv.by_digest.setdefault(digest, here)
+            return DedupResult(turn=turn, blocks=tuple(kept), duplicates=tuple(dups),
+                               locations=tuple(locs), annotations=tuple(notes))
+
+    def _sent_location(self, conv: _Conversation, bid: Hashable, digest: str | None) -> Location | None:
+        hit = conv.by_id.get(bid)
+        if hit is not None:
+            sent_digest, loc = hit
+            if sent_digest is None or digest is None or sent_digest == digest:
+                return loc
+            # same id, new text: an edited memory must be sent again, never point to stale text
+            return None
+        if self.content and digest is not None:
+            return conv.by_digest.get(digest)
+        return None
+
+    def sent(self, conversation_id: Hashable) -> dict[Hashable, Location]:
+        """Blocks sent so far in a conversation and where (a copy)."""
+        with self._lock:
+            conv = self._convs.get(conversation_id)
+            return {} if conv is None else {b: loc for b, (_, loc) in conv.by_id.items()}
+
+    def forget(self, conversation_id: Hashable) -> bool:
+        """Drop a conversation's record; False if it was unknown."""
+        with self._lock:
+            return self._convs.pop(conversation_id, None) is not None
