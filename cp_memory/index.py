@@ -1,0 +1,465 @@
+"""ContextIndex: the per-user (or per-engine) context index of the paper (§4), online and offline.
+
+    index = ContextIndex()                      # cold start
+    p = index.insert(["m3", "m1", "m7"])        # align one request against everything indexed so far
+    p.order, p.prefix_len, p.search_path        # what to render, how much is reusable, where it sits
+    index.evict(p.request_id)                   # the engine dropped this request's KV cache
+
+The index mirrors what the engine's prefix cache holds for the block sections of prompts. Each live
+request is a leaf (request id ↔ engine request id). ``capacity_tokens`` makes the index model the engine's
+cache size: it keeps a token count over the trie and evicts least recently used leaves — as SGLang's
+RadixCache does — so it never aligns a request to a prefix the engine has already dropped.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import threading
+import uuid
+import zlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .alignment import TAIL_ORDERS, Match, longest_prefix, order_tail, superset_prefix
+from .blocks import check_block_ids
+from .clustering import DEFAULT_LINKAGE, cluster_orders
+from .distance import DEFAULT_ALPHA
+from .scheduling import schedule as schedule_paths
+from .tree import Node, path_of, prefix_of, radix_insert, remove_leaf
+
+__all__ = ["ContextIndex", "Placement", "BatchPlan"]
+
+logger = logging.getLogger(__name__)
+
+_SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one request was placed.
+
+    ``order`` is the aligned block order to render: the request's blocks, plus ``extra`` blocks it did not
+    retrieve when superset alignment adopted a longer cached prefix (``set(order) == set(blocks) |
+    set(extra)``). ``prefix_len`` leading blocks of ``order`` were already indexed (reusable cache).
+    ``duplicates`` are ids repeated inside the request (the first occurrence is kept).
+    """
+
+    order: tuple
+    search_path: tuple[int, ...]
+    prefix_len: int
+    request_id: Hashable
+    extra: tuple = ()
+    duplicates: tuple = ()
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Offline build result (Algorithm 4 + 5): per input context its order, search path and request id,
+    and ``schedule``, the execution order as indices into the input."""
+
+    orders: tuple[tuple, ...]
+    search_paths: tuple[tuple[int, ...], ...]
+    request_ids: tuple[Hashable, ...]
+    schedule: tuple[int, ...]
+    duplicates: tuple[tuple, ...] = ()
+
+
+def _dedup_ids(blocks: list[Hashable]) -> tuple[list[Hashable], tuple]:
+    seen: set = set()
+    keep, dups = [], []
+    for b in blocks:
+        if b in seen:
+            dups.append(b)
+        else:
+            seen.add(b)
+            keep.append(b)
+    return keep, tuple(dups)
+
+
+class ContextIndex:
+    """Context index tree with online insert, offline build, eviction sync and a cache-size model.
+
+    Args:
+        alpha: Eq. 1 positional weight, used by the batch build's clustering (default 0.001).
+        extra_budget: superset alignment, as a fraction of the request size (0 = off). A request may adopt
+            a cached prefix holding up to ``int(extra_budget * len(blocks))`` blocks it did not retrieve.
+        capacity_tokens: engine cache size to model (None = unbounded). Block sizes come from
+            ``token_lens`` given to :meth:`insert`, else ``token_len(block_id)``, else 1 per block.
+        token_len: callable block id -> token count.
+        tail_order: ``"frequency"`` (default) or ``"retrieval"``; see :mod:`cp_memory.alignment`.
+        linkage: scipy linkage method for :meth:`build`.
+    """
+
+    def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0,
+                 capacity_tokens: int | None = None, token_len: Callable[[Hashable], int] | None = None,
+                 tail_order: str = "frequency", linkage: str = DEFAULT_LINKAGE) -> None:
+        if not isinstance(alpha, (int, float)) or alpha < 0:
+            raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
+        if not isinstance(extra_budget, (int, float)) or not 0 <= extra_budget <= 1:
+            raise ValueError(f"extra_budget must be a fraction in [0, 1], got {extra_budget!r}")
+        if capacity_tokens is not None and (not isinstance(capacity_tokens, int) or capacity_tokens <= 0):
+            raise ValueError(f"capacity_tokens must be a positive int or None, got {capacity_tokens!r}")
+        if token_len is not None and not callable(token_len):
+            raise TypeError("token_len must be callable (block id -> token count)")
+        if tail_order not in TAIL_ORDERS:
+            raise ValueError(f"tail_order must be one of {TAIL_ORDERS}, got {tail_order!r}")
+        self.alpha = float(alpha)
+        self.extra_budget = float(extra_budget)
+        self.capacity_tokens = capacity_tokens
+        self.token_len = token_len
+        self.tail_order = tail_order
+        self.linkage = linkage
+        self._lock = threading.RLock()
+        self._root = Node((), None, 0)
+        self._requests: dict[Hashable, Node] = {}
+        self._freq: dict[Hashable, int] = {}
+        self._tick = 0
+        self._tokens = 0
+        self._heap: list[tuple[int, int, Node]] = []
+        self._heap_seq = itertools.count()
+        self._nodes = 1
+        self.evicted_by_capacity = 0
+
+    # ------------------------------------------------------------------ introspection
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __contains__(self, request_id: Hashable) -> bool:
+        return request_id in self._requests
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens the modelled cache holds (block sections only), counted once per trie node."""
+        return self._tokens
+
+    @property
+    def node_count(self) -> int:
+        return self._nodes
+
+    def request_ids(self) -> list[Hashable]:
+        with self._lock:
+            return list(self._requests)
+
+    def order_of(self, request_id: Hashable) -> tuple | None:
+        """The aligned order of a live request, or None."""
+        with self._lock:
+            node = self._requests.get(request_id)
+            return None if node is None else prefix_of(node)
+
+    def frequency(self, block_id: Hashable) -> int:
+        """How many live requests contain ``block_id``."""
+        return self._freq.get(block_id, 0)
+
+    # ------------------------------------------------------------------ online mode
+    def insert(self, blocks: Sequence[Hashable], request_id: Hashable | None = None, *,
+               token_lens: Sequence[int] | None = None) -> Placement:
+        """Align one request against the live index, insert it as a leaf and return its placement."""
+        ids = check_block_ids(blocks)
+        if token_lens is not None:
+            token_lens = list(token_lens)
+            if len(token_lens) != len(ids):
+                raise ValueError(f"token_lens has {len(token_lens)} entries for {len(ids)} blocks")
+            bad = [t for t in token_lens if not isinstance(t, int) or t < 0]
+            if bad:
+                raise ValueError(f"token_lens must be non-negative ints, got {bad[0]!r}")
+        ids_kept, dups = _dedup_ids(ids)
+        if dups and token_lens is not None:
+            first: dict[Hashable, int] = {}
+            for b, t in zip(ids, token_lens):
+                first.setdefault(b, t)
+            token_lens = [first[b] for b in ids_kept]
+        with self._lock:
+            rid = self._check_request_id(request_id)
+            if not ids_kept:
+                return Placement((), (), 0, rid, (), dups)
+            rank = {b: i for i, b in enumerate(ids_kept)}
+            match = longest_prefix(self._root, rank)
+            budget = int(self.extra_budget * len(ids_kept))
+            if budget > 0 and self._root.children:
+                wider = superset_prefix(self._root, rank, budget)
+                if wider.key() > match.key():
+                    match = wider
+            prefix = self._prefix(match)
+            in_prefix = set(prefix)
+            extra = tuple(b for b in prefix if b not in rank)
+            rest = [b for b in ids_kept if b not in in_prefix]
+            tail = order_tail(rest, rank, self._freq, self.tail_order)
+            order = prefix + tuple(tail)
+            toks = None
+            if self.capacity_tokens is not None:
+                lens = dict(zip(ids_kept, token_lens)) if token_lens is not None else {}
+                toks = [self._block_tokens(b, lens) for b in order]
+            node = self._attach(order, toks, rid)
+            return Placement(order, path_of(node), len(prefix), rid, extra, dups)
+
+    def _prefix(self, match: Match) -> tuple:
+        prefix = prefix_of(match.node)
+        if match.child is not None and match.m:
+            prefix += match.child.seg[:match.m]
+        return prefix
+
+    def _block_tokens(self, block: Hashable, lens: dict) -> int:
+        if block in lens:
+            return lens[block]
+        if self.token_len is not None:
+            n = self.token_len(block)
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"token_len({block!r}) returned {n!r}; expected a non-negative int")
+            return n
+        return 1
+
+    def _check_request_id(self, request_id: Hashable | None) -> Hashable:
+        if request_id is None:
+            return uuid.uuid4().hex
+        try:
+            hash(request_id)
+        except TypeError as exc:
+            raise TypeError(f"request_id must be hashable, got {type(request_id).__name__}") from exc
+        if request_id in self._requests:
+            raise ValueError(f"request_id {request_id!r} is already live in this index")
+        return request_id
+
+    def _attach(self, order: Sequence[Hashable], toks: Sequence[int] | None, rid: Hashable) -> Node:
+        """Insert ``order`` into the trie as request ``rid``; bookkeeping for LRU, counts and capacity."""
+        node, created, splits = radix_insert(self._root, order, toks)
+        self._nodes += len(created) + splits
+        for c in created:
+            self._tokens += c.tokens
+        if node.requests is None:
+            node.requests = set()
+        node.requests.add(rid)
+        self._requests[rid] = node
+        self._tick += 1
+        n = node
+        while n is not None:
+            n.subtree += 1
+            n.last_access = self._tick
+            n = n.parent
+        freq = self._freq
+        for b in order:
+            freq[b] = freq.get(b, 0) + 1
+        if self.capacity_tokens is not None:
+            if not node.children:
+                self._push_lru(node)
+            self._enforce_capacity(node)
+        return node
+
+    # ------------------------------------------------------------------ capacity model (LRU over leaves)
+    def _push_lru(self, node: Node) -> None:
+        heapq.heappush(self._heap, (node.last_access, next(self._heap_seq), node))
+        if len(self._heap) > 4 * len(self._requests) + 1024:
+            live = [(n.last_access, next(self._heap_seq), n) for _, _, n in self._heap
+                    if n.alive and not n.children and n.last_access == _]
+            heapq.heapify(live)
+            self._heap = live
+
+    def _enforce_capacity(self, protect: Node) -> None:
+        cap = self.capacity_tokens
+        assert cap is not None
+        protected = set()
+        n = protect
+        while n is not None:
+            protected.add(id(n))
+            n = n.parent
+        skipped = []
+        while self._tokens > cap and self._heap:
+            stamp, seq, node = heapq.heappop(self._heap)
+            if not node.alive or node.children or node.last_access != stamp or node.parent is None:
+                continue
+            if id(node) in protected:
+                skipped.append((stamp, seq, node))
+                continue
+            self._drop_leaf(node)
+            self.evicted_by_capacity += 1
+        for item in skipped:
+            heapq.heappush(self._heap, item)
+
+    def _drop_leaf(self, node: Node) -> None:
+        """Remove a childless trie node with all requests ending there; prune empty ancestors."""
+        for rid in list(node.requests or ()):
+            self._forget_request(rid, node)
+        self._prune(node)
+
+    def _forget_request(self, rid: Hashable, node: Node) -> None:
+        del self._requests[rid]
+        node.requests.discard(rid)  # type: ignore[union-attr]
+        freq = self._freq
+        n = node
+        while n is not None:
+            n.subtree -= 1
+            for b in n.seg:
+                c = freq.get(b, 0) - 1
+                if c > 0:
+                    freq[b] = c
+                else:
+                    freq.pop(b, None)
+            n = n.parent
+
+    def _prune(self, node: Node) -> None:
+        while node.parent is not None and not node.children and not node.requests:
+            self._tokens -= node.tokens
+            self._nodes -= 1
+            parent = remove_leaf(node)
+            if self.capacity_tokens is not None and parent.parent is not None and not parent.children:
+                self._push_lru(parent)
+            node = parent
+
+    # ------------------------------------------------------------------ eviction sync
+    def evict(self, request_id: Hashable) -> bool:
+        """The engine evicted ``request_id``: remove its leaf and prune empty ancestors. Unknown id -> False."""
+        try:
+            hash(request_id)
+        except TypeError:
+            return False
+        with self._lock:
+            node = self._requests.get(request_id)
+            if node is None:
+                return False
+            self._forget_request(request_id, node)
+            self._prune(node)
+            return True
+
+    def clear(self) -> None:
+        """Forget everything (the engine flushed its cache)."""
+        with self._lock:
+            self._root = Node((), None, 0)
+            self._requests.clear()
+            self._freq.clear()
+            self._heap.clear()
+            self._tokens = 0
+            self._nodes = 1
+
+    # ------------------------------------------------------------------ offline mode
+    def build(self, contexts: Sequence[Sequence[Hashable]], request_ids: Sequence[Hashable] | None = None,
+              *, token_lens: Sequence[Sequence[int]] | None = None) -> BatchPlan:
+        """Offline mode: cluster a batch (Algorithm 4), insert the aligned contexts, schedule them
+        (Algorithm 5). Later :meth:`insert` calls continue from the built tree."""
+        if contexts is None or isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
+            raise TypeError(f"contexts must be a list of block-id lists, got {type(contexts).__name__}")
+        lists = [check_block_ids(c, f"contexts[{i}]") for i, c in enumerate(contexts)]
+        if request_ids is not None:
+            request_ids = list(request_ids)
+            if len(request_ids) != len(lists):
+                raise ValueError(f"got {len(request_ids)} request_ids for {len(lists)} contexts")
+            if len(set(request_ids)) != len(request_ids):
+                raise ValueError("request_ids must be distinct")
+        if token_lens is not None and len(token_lens) != len(lists):
+            raise ValueError(f"got {len(token_lens)} token_lens lists for {len(lists)} contexts")
+        deduped = [_dedup_ids(c) for c in lists]
+        kept = [k for k, _ in deduped]
+        orders = cluster_orders(kept, alpha=self.alpha, method=self.linkage, tail_order=self.tail_order)
+        with self._lock:
+            rids = []
+            nodes: list[Node | None] = []
+            for i, order in enumerate(orders):
+                rid = self._check_request_id(request_ids[i] if request_ids is not None else None)
+                rids.append(rid)
+                if not order:
+                    nodes.append(None)
+                    continue
+                toks = None
+                if self.capacity_tokens is not None:
+                    lens = dict(zip(lists[i], token_lens[i])) if token_lens is not None else {}
+                    toks = [self._block_tokens(b, lens) for b in order]
+                nodes.append(self._attach(order, toks, rid))
+            paths = tuple(path_of(n) if n is not None and n.alive else () for n in nodes)
+        return BatchPlan(tuple(orders), paths, tuple(rids), tuple(schedule_paths(paths)),
+                         tuple(d for _, d in deduped))
+
+    # ------------------------------------------------------------------ persistence
+    def snapshot(self) -> bytes:
+        """Serialise the index (tree, request ids, LRU stamps, options) to compact bytes (zlib'd JSON).
+
+        Block and request ids must be str, int, float, bool, bytes or tuples of those.
+        """
+        with self._lock:
+            nodes = []
+            index_of = {id(self._root): 0}
+            stack = [self._root]
+            order = []
+            while stack:
+                n = stack.pop()
+                order.append(n)
+                for c in sorted(n.children.values(), key=lambda c: c.slot, reverse=True):
+                    stack.append(c)
+            for i, n in enumerate(order):
+                index_of[id(n)] = i
+            for n in order:
+                nodes.append([
+                    -1 if n.parent is None else index_of[id(n.parent)], n.slot, n.next_slot,
+                    [_enc(b) for b in n.seg], None if n.toks is None else list(n.toks),
+                    None if not n.requests else [_enc(r) for r in n.requests], n.last_access,
+                ])
+            doc = {
+                "version": _SNAPSHOT_VERSION,
+                "options": {"alpha": self.alpha, "extra_budget": self.extra_budget,
+                            "capacity_tokens": self.capacity_tokens, "tail_order": self.tail_order,
+                            "linkage": self.linkage},
+                "tick": self._tick,
+                "nodes": nodes,
+            }
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 6)
+
+    @classmethod
+    def restore(cls, data: bytes, *, token_len: Callable[[Hashable], int] | None = None) -> ContextIndex:
+        """Rebuild an index from :meth:`snapshot` bytes. Raises ``ValueError`` for corrupt data."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"restore needs bytes from snapshot(), got {type(data).__name__}")
+        try:
+            doc = json.loads(zlib.decompress(bytes(data)).decode("utf-8"))
+            if doc.get("version") != _SNAPSHOT_VERSION:
+                raise ValueError(f"unsupported snapshot version {doc.get('version')!r}")
+            index = cls(token_len=token_len, **doc["options"])
+            built: list[Node] = []
+            for parent_i, slot, next_slot, seg, toks, reqs, last in doc["nodes"]:
+                if parent_i < 0:
+                    node = index._root
+                else:
+                    parent = built[parent_i]
+                    node = Node(tuple(_dec(b) for b in seg), parent, slot, None if toks is None else tuple(toks))
+                    parent.children[node.seg[0]] = node
+                    index._nodes += 1
+                    index._tokens += node.tokens
+                node.next_slot = next_slot
+                node.last_access = last
+                if reqs:
+                    node.requests = {_dec(r) for r in reqs}
+                    block_list = prefix_of(node)
+                    for r in node.requests:
+                        index._requests[r] = node
+                        for b in block_list:
+                            index._freq[b] = index._freq.get(b, 0) + 1
+                    n = node
+                    while n is not None:
+                        n.subtree += len(node.requests)
+                        n = n.parent
+                built.append(node)
+            index._tick = doc["tick"]
+            if index.capacity_tokens is not None:
+                for node in built[1:]:
+                    if not node.children:
+                        index._push_lru(node)
+        except (ValueError, KeyError, TypeError, IndexError, zlib.error, UnicodeDecodeError) as exc:
+            raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
+        return index
+
+
+def _enc(x: Any) -> Any:
+    if isinstance(x, (str, bool, int, float)):
+        return x
+    if isinstance(x, tuple):
+        return [_enc(v) for v in x]
+    if isinstance(x, bytes):
+        return {"b": x.hex()}
+    raise TypeError(f"cannot snapshot id {x!r} of type {type(x).__name__}; use str, int or tuples of them")
+
+
+def _dec(x: Any) -> Any:
+    if isinstance(x, list):
+        return tuple(_dec(v) for v in x)
+    if isinstance(x, dict):
+        return bytes.fromhex(x["b"])
+    return x
