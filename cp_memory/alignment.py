@@ -62,29 +62,47 @@ def _candidates(node: Node, req: Mapping[Hashable, int]):
 
 
 def longest_prefix(root: Node, req: Mapping[Hashable, int]) -> Match:
-    """Exhaustive search for the longest prefix, made only of ``req``'s blocks, of any path in the trie."""
-    best = Match(root)
-    best_key = best.key()
+    """Exhaustive search for the longest prefix, made only of ``req``'s blocks, of any path in the trie.
+
+    Visits exactly the nodes whose path consists of request blocks (hot path: kept flat and inlined).
+    """
+    best_node, best_child, best_m = root, None, 0
+    best_key = (0, True, root.subtree)
+    nreq = len(req)
     stack = [root]
+    pop, push = stack.pop, stack.append
     while stack:
-        node = stack.pop()
-        for child in _candidates(node, req):
+        node = pop()
+        children = node.children
+        if len(children) == 1:
+            for b, c in children.items():
+                cands = (c,) if b in req else ()
+        elif len(children) <= nreq:
+            cands = [c for b, c in children.items() if b in req]
+        else:
+            get = children.get
+            cands = [c for c in map(get, req) if c is not None]
+        base = node.depth
+        for child in cands:
             seg = child.seg
-            m = 1
             n = len(seg)
+            m = 1
             while m < n and seg[m] in req:
                 m += 1
-            hits = node.depth + m
-            if m == n:
-                cand = Match(child, None, 0, hits)
-                if child.children:
-                    stack.append(child)
-            else:
-                cand = Match(node, child, m, hits)
-            key = cand.key()
+            full = m == n
+            if full and child.children:
+                push(child)
+            hits = base + m
+            if hits < best_key[0]:
+                continue
+            key = (hits, full, child.subtree)
             if key > best_key:
-                best, best_key = cand, key
-    return best
+                best_key = key
+                if full:
+                    best_node, best_child, best_m = child, None, 0
+                else:
+                    best_node, best_child, best_m = node, child, m
+    return Match(best_node, best_child, best_m, best_key[0])
 
 
 def superset_prefix(root: Node, req: Mapping[Hashable, int], budget: int, *, max_branch: int = 64,
