@@ -1,1 +1,35 @@
-"""cp_memory: ContextPilot-style context reuse for Mem0 and agent frameworks."""
+"""cp_memory: ContextPilot-style context reuse for Mem0 and agent frameworks.
+
+The core (index, alignment, scheduling, dedup, annotations) needs only numpy and scipy. The mem0 wrapper
+(``ContextPilotMemory``), the embedded default and the engine clients load lazily, on first use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .annotations import location_annotation, order_annotation
+from .blocks import ContextBlock
+from .dedup import DedupResult, Deduplicator, Location
+from .index import BatchPlan, ContextIndex, Placement
+from .scheduling import schedule
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "ContextPilotMemory": "cp_memory.memory",
+    "AsyncContextPilotMemory": "cp_memory.memory",
+    "default_memory": "cp_memory.embedded",
+}
+
+__all__ = [
+    "ContextIndex", "Placement", "BatchPlan", "ContextBlock", "Deduplicator", "DedupResult", "Location",
+    "order_annotation", "location_annotation", "schedule", *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cp_memory' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

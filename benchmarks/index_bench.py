@@ -1,0 +1,206 @@
+"""Core speed and cache-reuse figures for cp_memory's context index (issue 2).
+
+    python -m benchmarks.index_bench speed          # online insert latency at N=1K/10K/100K, batch build
+    python -m benchmarks.index_bench locomo         # prefix-cache hit ratio on a LoCoMo memory stream
+    python -m benchmarks.index_bench                # both
+
+Hit ratios come from ``../shared/tools/prefix_cache_model.py`` (vLLM-style chained block hashes with LRU):
+machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import logging
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cp_memory.annotations import doc_label, order_annotation
+from cp_memory.index import ContextIndex
+from cp_memory.locomo import load_locomo
+
+from .retrieval import TfidfRetriever
+
+log = logging.getLogger("index_bench")
+
+SYSTEM = "You are a helpful assistant. Answer the question using the memories below.\n\n"
+
+
+def zipf_contexts(n: int, k: int = 15, vocab: int = 5000, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, vocab + 1)
+    weights /= weights.sum()
+    draws = rng.choice(vocab, size=(n, 3 * k), p=weights)
+    out = []
+    for row in draws:
+        ctx = list(dict.fromkeys(row.tolist()))[:k]
+        while len(ctx) < k:
+            b = int(rng.integers(vocab))
+            if b not in ctx:
+                ctx.append(b)
+        out.append(ctx)
+    return out
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_speed(sizes=(1_000, 10_000, 100_000), probes: int = 2_000) -> dict:
+    largest = max(sizes)
+    contexts = zipf_contexts(largest + probes, seed=1)
+    stream, probe = contexts[:largest], contexts[largest:]
+    index = ContextIndex()
+    rows = []
+    done = 0
+    for size in sorted(sizes):
+        t0 = time.perf_counter()
+        for ctx in stream[done:size]:
+            index.insert(ctx)
+        fill_s = time.perf_counter() - t0
+        done = size
+        lat = []
+        for ctx in probe:
+            a = time.perf_counter()
+            p = index.insert(ctx)
+            lat.append(time.perf_counter() - a)
+            index.evict(p.request_id)
+        rows.append({"indexed": size, "median_ms": statistics.median(lat) * 1e3,
+                     "p95_ms": float(np.percentile(lat, 95)) * 1e3, "fill_s": fill_s,
+                     "nodes": index.node_count, "max_rss_mib": rss_mib()})
+        log.info("online insert with %d indexed: median %.4f ms, p95 %.4f ms", size, rows[-1]["median_ms"],
+                 rows[-1]["p95_ms"])
+    del index
+    gc.collect()
+    build = []
+    for n in (2_000,):
+        ctxs = zipf_contexts(n, seed=2)
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            ContextIndex().build(ctxs)
+            times.append(time.perf_counter() - t0)
+        build.append({"contexts": n, "best_s": min(times), "median_s": statistics.median(times)})
+        log.info("batch build of %d contexts: best %.3f s", n, min(times))
+    return {"online": rows, "build": build}
+
+
+def load_cache_model(path: str | None):
+    candidates = [Path(path)] if path else [Path("../shared/tools/prefix_cache_model.py"),
+                                            Path(__file__).resolve().parents[2] / "shared/tools/prefix_cache_model.py"]
+    for c in candidates:
+        if c.is_file():
+            spec = importlib.util.spec_from_file_location("prefix_cache_model", c)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)  # type: ignore[union-attr]
+            return mod
+    raise FileNotFoundError("prefix_cache_model.py not found (tried " + ", ".join(map(str, candidates)) +
+                            "); pass --cache-model PATH")
+
+
+def render(order, texts: dict, original, question: str) -> str:
+    labels = {b: doc_label(i + 1) for i, b in enumerate(order)}
+    body = "".join(f"{labels[b]} {texts[b]}\n" for b in order)
+    return SYSTEM + body + "\n" + order_annotation(original, order, label=labels) + "\nQuestion: " + question
+
+
+MODES = {
+    "baseline": None,
+    "aligned (paper: retrieval-order tail)": {"tail_order": "retrieval"},
+    "aligned (frequency tail, default)": {"tail_order": "frequency"},
+    "aligned + superset 0.10": {"tail_order": "frequency", "extra_budget": 0.10},
+    "aligned + superset 0.25": {"tail_order": "frequency", "extra_budget": 0.25},
+}
+
+
+def bench_locomo(locomo: str | None, cache_model: str | None, ks=(20, 100), capacity: int = 65_536) -> dict:
+    model = load_cache_model(cache_model)
+    convs = load_locomo(locomo)
+    requests = []   # per conversation: (texts, [(question, retrieved ids)])
+    for conv in convs:
+        texts = {o.id: o.text for o in conv.observations}
+        ids = [o.id for o in conv.observations]
+        retriever = TfidfRetriever([o.text for o in conv.observations])
+        qs = [q.question for q in conv.qa if q.category != 5]
+        requests.append((texts, ids, retriever, qs))
+    results = []
+    for k in ks:
+        for mode, opts in MODES.items():
+            cache = model.PrefixCache(capacity_tokens=capacity)
+            extra_blocks = prompt_tokens = computed = 0
+            t_align = []
+            for texts, ids, retriever, qs in requests:
+                index = ContextIndex(**opts) if opts is not None else None
+                for q in qs:
+                    original = [ids[i] for i in retriever.search(q, k)]
+                    order = original
+                    if index is not None:
+                        a = time.perf_counter()
+                        p = index.insert(original)
+                        t_align.append(time.perf_counter() - a)
+                        order = list(p.order)
+                        extra_blocks += len(p.extra)
+                    cached, total = cache.serve(render(order, texts, original, q))
+                    prompt_tokens += total
+                    computed += total - cached
+            row = {"k": k, "mode": mode, "hit_ratio": cache.ratio, "prompt_tokens": prompt_tokens,
+                   "prefill_tokens": computed,
+                   "extra_blocks_per_request": extra_blocks / sum(len(r[3]) for r in requests),
+                   "align_ms_median": statistics.median(t_align) * 1e3 if t_align else 0.0}
+            results.append(row)
+            log.info("k=%d %-40s hit ratio %.3f", k, mode, cache.ratio)
+    return {"capacity_tokens": capacity, "requests": sum(len(r[3]) for r in requests), "rows": results}
+
+
+def markdown(speed: dict | None, hits: dict | None) -> str:
+    out = []
+    if speed:
+        out += ["| contexts indexed | median insert (ms) | p95 (ms) | trie nodes | max RSS (MiB) |",
+                "|---:|---:|---:|---:|---:|"]
+        out += [f"| {r['indexed']:,} | {r['median_ms']:.4f} | {r['p95_ms']:.4f} | {r['nodes']:,} | "
+                f"{r['max_rss_mib']:.0f} |" for r in speed["online"]]
+        out += ["", "| batch build | best (s) | median (s) |", "|---:|---:|---:|"]
+        out += [f"| {b['contexts']:,} contexts | {b['best_s']:.3f} | {b['median_s']:.3f} |" for b in speed["build"]]
+        out.append("")
+    if hits:
+        out += [f"LoCoMo, {hits['requests']} questions (categories 1-4), TF-IDF top-k over each conversation's "
+                f"observations, one prefix cache of {hits['capacity_tokens']:,} tokens:", "",
+                "| k | mode | prefix-cache hit ratio | tokens to prefill vs baseline | extra blocks / request "
+                "| align median (ms) |",
+                "|---:|---|---:|---:|---:|---:|"]
+        base = {r["k"]: r["prefill_tokens"] for r in hits["rows"] if r["mode"] == "baseline"}
+        out += [f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_tokens'] / base[r['k']]:.2f}x | "
+                f"{r['extra_blocks_per_request']:.2f} | {r['align_ms_median']:.3f} |" for r in hits["rows"]]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="?", choices=["speed", "locomo", "all"], default="all")
+    ap.add_argument("--locomo", help="path to locomo10.json (default ../shared/data/locomo10.json)")
+    ap.add_argument("--cache-model", help="path to prefix_cache_model.py (default ../shared/tools/...)")
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--out", default="results")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    speed = bench_speed(tuple(int(s) for s in args.sizes.split(","))) if args.what in ("speed", "all") else None
+    hits = bench_locomo(args.locomo, args.cache_model) if args.what in ("locomo", "all") else None
+    table = markdown(speed, hits)
+    sys.stdout.write(table + "\n")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"index_bench-{stamp}.json").write_text(json.dumps({"speed": speed, "locomo": hits}, indent=2))
+    (out / f"index_bench-{stamp}.md").write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cp_memory.annotations import doc_label, location_annotation, order_annotation
+from cp_memory.blocks import ContextBlock, blocks_from_mem0, normalize_text
+from cp_memory.index import ContextIndex
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=20, unique=True), st.randoms())
+def test_order_annotation_maps_back_to_the_original_ranking(original, rnd):
+    aligned = list(original)
+    rnd.shuffle(aligned)
+    labels = {b: doc_label(i + 1) for i, b in enumerate(aligned)}   # labels the prompt shows
+    text = order_annotation(original, aligned, label=labels)
+    shown = re.findall(r"\[Doc (\d+)\]", text)
+    assert [aligned[int(n) - 1] for n in shown] == original
+
+
+def test_order_annotation_with_index_placement_and_extra_blocks():
+    index = ContextIndex(extra_budget=0.5)
+    index.insert(["x", "a", "b", "c"])
+    p = index.insert(["c", "b", "a"])
+    assert p.extra == ("x",)
+    labels = {b: doc_label(i + 1) for i, b in enumerate(p.order)}
+    text = order_annotation(["c", "b", "a"], p.order, label=labels)
+    assert "[Doc 1]" not in text     # the extra block is shown but not ranked
+    assert text.count("[Doc") == 3
+
+
+def test_order_annotation_rejects_a_lost_block_and_bad_labels():
+    with pytest.raises(ValueError, match="lost"):
+        order_annotation([1, 2], [1])
+    with pytest.raises(ValueError, match="no label"):
+        order_annotation([1, 2], [2, 1], label={1: "[Doc 1]"})
+    with pytest.raises(TypeError):
+        order_annotation([1], [1], label=3)
+
+
+def test_templates_are_configurable():
+    assert order_annotation([2, 1], [1, 2], template="Rank: {ranking}") == "Rank: [Doc 2] > [Doc 1]"
+    assert location_annotation(7) == "Please refer to [Doc 7] in the previous conversation."
+    assert location_annotation(7, label="[Doc 3]", turn=2) == \
+        "Please refer to [Doc 3] in the previous conversation (turn 2)."
+    assert location_annotation(7, template="see {label}") == "see [Doc 7]"
+
+
+def test_context_block():
+    b = ContextBlock("m1", "Hello   World")
+    assert b.key == ("m1", b.digest) and len(b.digest) == 16
+    assert b.digest == ContextBlock("m2", " hello world ").digest
+    assert normalize_text(" A\n b ") == "a b"
+    with pytest.raises(TypeError):
+        ContextBlock(["x"], "t")
+    with pytest.raises(TypeError):
+        ContextBlock(None, "t")
+    with pytest.raises(ValueError):
+        ContextBlock("x", "t", tokens=-1)
+    got = blocks_from_mem0({"results": [{"id": "a", "memory": "likes tea", "score": 0.3}]})
+    assert got == [ContextBlock("a", "likes tea")]
+    with pytest.raises(ValueError, match="no 'id'"):
+        blocks_from_mem0([{"memory": "x"}])

@@ -1,0 +1,99 @@
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cp_memory.blocks import ContextBlock
+from cp_memory.dedup import Deduplicator
+
+turns = st.lists(st.lists(st.integers(0, 12), max_size=8), min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.lists(st.integers(0, 12), max_size=8)),
+                min_size=1, max_size=12))
+def test_dedup_never_reports_a_block_not_sent_earlier_in_the_same_conversation(stream):
+    dedup = Deduplicator()
+    sent: dict[str, dict[int, tuple[int, int]]] = {}
+    turn_no: dict[str, int] = {}
+    for conv, blocks in stream:
+        r = dedup.dedup(conv, [ContextBlock(b, f"text {b}") for b in blocks])
+        turn_no[conv] = turn_no.get(conv, 0) + 1
+        assert r.turn == turn_no[conv]
+        seen = sent.setdefault(conv, {})
+        kept_here: dict[int, int] = {}
+        for b in blocks:
+            if b in seen or b in kept_here:
+                continue
+            kept_here[b] = len(kept_here) + 1
+        # every duplicate was sent before: in an earlier turn of this conversation, or earlier in this turn
+        for dup, loc in zip(r.duplicates, r.locations):
+            if dup in seen:
+                assert (loc.turn, loc.position) == seen[dup]
+            else:
+                assert loc.turn == r.turn and kept_here[dup] == loc.position
+        assert [b.id for b in r.blocks] == list(kept_here)
+        assert len(r.blocks) + len(r.duplicates) == len(blocks)
+        assert len(r.annotations) == len(r.duplicates)
+        for b, pos in kept_here.items():
+            seen[b] = (r.turn, pos)
+
+
+def test_no_dedup_across_conversations():
+    d = Deduplicator()
+    d.dedup("a", [ContextBlock(1, "x")])
+    assert d.dedup("b", [ContextBlock(1, "x")]).duplicates == ()
+
+
+def test_edited_block_is_sent_again_not_pointed_to():
+    d = Deduplicator()
+    d.dedup("c", [ContextBlock("m1", "Alice lives in Paris")])
+    r = d.dedup("c", [ContextBlock("m1", "Alice lives in Berlin")])
+    assert r.duplicates == () and r.blocks[0].text == "Alice lives in Berlin"
+    r = d.dedup("c", [ContextBlock("m1", "alice  lives in   BERLIN")])   # same normalized text
+    assert r.duplicates == ("m1",) and r.locations[0].turn == 2
+
+
+def test_content_level_duplicates_under_other_ids():
+    d = Deduplicator()
+    d.dedup("c", [ContextBlock("a", "Bob likes tea.")])
+    r = d.dedup("c", [ContextBlock("b", "  bob LIKES tea. "), ContextBlock("c", "new"), ContextBlock("d", "New")])
+    assert r.duplicates == ("b", "d")
+    assert r.locations[0].turn == 1 and r.locations[1].turn == 2 and r.locations[1].position == 1
+    assert r.annotations[1] == "[Doc 1] above has the same content."
+    off = Deduplicator(content=False)
+    off.dedup("c", [ContextBlock("a", "Bob likes tea.")])
+    assert off.dedup("c", [ContextBlock("b", "Bob likes tea.")]).duplicates == ()
+
+
+def test_forget_and_lru_bound():
+    d = Deduplicator(max_conversations=2)
+    for c in ("a", "b", "c"):
+        d.dedup(c, [1])
+    assert len(d) == 2 and "a" not in d
+    assert d.forget("b") is True and d.forget("b") is False
+    assert d.dedup("b", [1]).duplicates == ()
+
+
+@pytest.mark.parametrize("bad", [None, "abc", 5])
+def test_bad_input(bad):
+    with pytest.raises(TypeError):
+        Deduplicator().dedup("c", bad)
+    with pytest.raises(TypeError):
+        Deduplicator().dedup(None, [1])
+    with pytest.raises(ValueError):
+        Deduplicator(max_conversations=0)
+
+
+def test_thread_safety():
+    d = Deduplicator()
+    def run(t):
+        for i in range(200):
+            d.dedup(f"c{t % 2}", [i % 17, (i * 3) % 17])
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert set(d.sent("c0")) <= set(range(17))
