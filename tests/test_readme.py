@@ -1,0 +1,22 @@
+"""The README's core example runs as written."""
+import contextlib
+import io
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_core_example_runs_and_prints_what_the_comments_say():
+    text = README.read_text()
+    section = text.split("## The core", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README-core", "exec"), {})
+    printed = out.getvalue().splitlines()
+    assert printed[0].startswith("('m2', 'm1', 'm9') 2")
+    assert printed[1] == ("Please read the context in the following priority order: [Doc 2] > [Doc 3] > [Doc 1] "
+                          "and answer the question.")
+    assert printed[2] == "((1, 2, 3), (1, 2, 6), (1, 4, 0)) (0, 1, 2)"
+    assert printed[3] == "Please refer to [Doc 1] in the previous conversation (turn 1)."
