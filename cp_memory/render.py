@@ -1,0 +1,138 @@
+"""Cache-stable prompt rendering for aligned memories.
+
+An engine's prefix cache only hits when the prompt bytes are identical up to the shared point, so the
+block section is a pure function of the aligned block texts:
+
+    [Doc 1] <text of the first aligned block>
+    [Doc 2] <text of the second aligned block>
+    ...
+    <blank line>
+    <location annotations, one per line>        (dedup: blocks already sent in an earlier turn)
+    <order annotation>                          (the retriever's ranking, by label)
+
+* labels are positional (``[Doc i]`` = i-th rendered block), never memory ids, scores or timestamps;
+* each block's text is stripped of surrounding whitespace and nothing else: same text -> same bytes;
+* everything that varies per request (annotations, then the question) comes **after** the blocks.
+
+:func:`build_prompt` wraps that in a completion prompt, :func:`build_messages` in chat messages
+(system, history, then one user message holding context and question). docs/mem0.md shows the layout.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .annotations import doc_label
+from .blocks import ContextBlock
+
+__all__ = [
+    "PROMPT_TEMPLATE", "USER_TEMPLATE", "render_blocks", "render_context", "context_of",
+    "build_prompt", "build_messages",
+]
+
+#: Completion prompt. ``{context}`` is :func:`render_context`'s text, ``{query}`` the question.
+PROMPT_TEMPLATE = "Context:\n{context}\n\nQuestion: {query}\nAnswer:"
+#: Content of the final user message in :func:`build_messages`.
+USER_TEMPLATE = "Context:\n{context}\n\nQuestion: {query}"
+#: Used instead of the templates when there is no context at all.
+_NO_CONTEXT_PROMPT = "Question: {query}\nAnswer:"
+_NO_CONTEXT_USER = "Question: {query}"
+
+
+def _text(block: ContextBlock | str | Mapping[str, Any]) -> str:
+    if isinstance(block, ContextBlock):
+        return block.text
+    if isinstance(block, str):
+        return block
+    if isinstance(block, Mapping):
+        if "memory" in block:
+            return str(block["memory"])
+        if "text" in block:
+            return str(block["text"])
+    raise TypeError(f"cannot render a block of type {type(block).__name__}; "
+                    "pass ContextBlock, str or a mem0 result dict")
+
+
+def render_blocks(blocks: Sequence[ContextBlock | str | Mapping[str, Any]]) -> str:
+    """The block section: ``[Doc i] text`` lines, in the given (aligned) order, no trailing newline."""
+    if isinstance(blocks, (str, bytes)):
+        raise TypeError("blocks must be a sequence of blocks, not a single string")
+    return "\n".join(f"{doc_label(i)} {_text(b).strip()}" for i, b in enumerate(blocks, start=1))
+
+
+def render_context(blocks: Sequence[ContextBlock | str | Mapping[str, Any]], *,
+                   order_annotation: str | None = None,
+                   location_annotations: Sequence[str] = ()) -> str:
+    """Blocks, then a blank line, then location annotations and the order annotation (one per line).
+
+    Byte-identical output for the same block texts in the same order; annotations never precede a block.
+    Returns ``""`` when there is nothing to show.
+    """
+    if isinstance(location_annotations, str):
+        location_annotations = (location_annotations,)
+    section = render_blocks(blocks)
+    notes = [a.strip() for a in location_annotations if a and a.strip()]
+    if order_annotation and order_annotation.strip():
+        notes.append(order_annotation.strip())
+    if not notes:
+        return section
+    tail = "\n".join(notes)
+    return f"{section}\n\n{tail}" if section else tail
+
+
+def context_of(search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> str:
+    """The context text of a search response.
+
+    A :class:`~cp_memory.memory.ContextPilotMemory` response carries it in ``context_pilot["context"]``
+    (aligned blocks + annotations). A plain mem0 response (``{"results": [...]}`` or the list) is rendered
+    in its own order with no annotations, so the helpers also work on an unwrapped Memory.
+    """
+    if isinstance(search_result, Mapping):
+        info = search_result.get("context_pilot")
+        if isinstance(info, Mapping) and isinstance(info.get("context"), str):
+            return info["context"]
+        results = search_result.get("results", [])
+    else:
+        results = search_result
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
+        raise TypeError(f"search_result must be a mem0 search response, got {type(search_result).__name__}")
+    return render_context(list(results))
+
+
+def build_prompt(query: str, search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                 template: str | None = None) -> str:
+    """A completion prompt: context (blocks, annotations) first, the question last.
+
+    ``template`` must contain ``{context}`` and ``{query}``; default :data:`PROMPT_TEMPLATE` (and, with no
+    context at all, just the question).
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be str, got {type(query).__name__}")
+    context = context_of(search_result)
+    if template is None:
+        template = PROMPT_TEMPLATE if context else _NO_CONTEXT_PROMPT
+    return template.format(context=context, query=query)
+
+
+def build_messages(query: str, search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                   system: str | None = None,
+                   history: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Chat messages: ``[system?] + history + [user: context then question]``.
+
+    The system message and the history stay byte-stable across turns, so the engine reuses them as a
+    prefix; the retrieved context goes into the new user message (multi-turn dedup's location
+    annotations point back into ``history``). Messages in ``history`` are copied, not modified.
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be str, got {type(query).__name__}")
+    messages: list[dict[str, Any]] = []
+    if system is not None:
+        messages.append({"role": "system", "content": system})
+    for i, m in enumerate(history or ()):
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise ValueError(f"history[{i}] must be a message dict with 'role' and 'content'")
+        messages.append(dict(m))
+    context = context_of(search_result)
+    content = (USER_TEMPLATE if context else _NO_CONTEXT_USER).format(context=context, query=query)
+    messages.append({"role": "user", "content": content})
+    return messages
