@@ -1,0 +1,89 @@
+"""Cache-stable rendering: pure functions, no mem0 needed."""
+from __future__ import annotations
+
+import pytest
+
+from cp_memory.blocks import ContextBlock
+from cp_memory.render import (
+    PROMPT_TEMPLATE, build_messages, build_prompt, context_of, render_blocks, render_context,
+)
+
+ORDER = "Please read the context in the following priority order: [Doc 2] > [Doc 1] and answer the question."
+LOC = "Please refer to [Doc 1] in the previous conversation (turn 1)."
+
+
+def result(blocks, *, order=ORDER, locations=()):
+    """A ContextPilotMemory-shaped response (only what the render helpers read)."""
+    texts = [b if isinstance(b, str) else b.text for b in blocks]
+    return {"results": [{"id": str(i), "memory": t, "score": 0.5} for i, t in enumerate(texts)],
+            "context_pilot": {"context": render_context(texts, order_annotation=order,
+                                                       location_annotations=locations)}}
+
+
+def test_blocks_are_labelled_by_position():
+    assert render_blocks(["alpha", ContextBlock(id="x", text="  beta \n"), {"memory": "gamma"}]) == \
+        "[Doc 1] alpha\n[Doc 2] beta\n[Doc 3] gamma"
+    assert render_blocks([]) == ""
+
+
+def test_annotations_follow_blocks_and_question_is_last():
+    ctx = render_context(["a", "b"], order_annotation=ORDER, location_annotations=[LOC])
+    assert ctx == f"[Doc 1] a\n[Doc 2] b\n\n{LOC}\n{ORDER}"
+    prompt = build_prompt("Why?", result(["a", "b"], locations=[LOC]))
+    assert prompt == f"Context:\n[Doc 1] a\n[Doc 2] b\n\n{LOC}\n{ORDER}\n\nQuestion: Why?\nAnswer:"
+    assert prompt.index("[Doc 2] b") < prompt.index(LOC) < prompt.index(ORDER) < prompt.index("Why?")
+
+
+def test_byte_identical_for_same_blocks_and_shared_prefix():
+    a = build_prompt("q1", result(["one", "two", "three"]))
+    b = build_prompt("q1", result(["one", "two", "three"]))
+    assert a == b and a.encode() == b.encode()
+    c = build_prompt("another question", result(["one", "two", "four"], order="different annotation"))
+    shared = "Context:\n[Doc 1] one\n[Doc 2] two\n"
+    assert a.startswith(shared) and c.startswith(shared)
+
+
+def test_no_volatile_fields_in_block_section():
+    res = {"results": [{"id": "m1", "memory": "text one", "score": 0.91, "created_at": "2026-01-01T00:00",
+                        "hash": "abc", "metadata": {"k": "v"}}]}
+    ctx = context_of(res)  # a plain mem0 response renders in its own order
+    assert ctx == "[Doc 1] text one"
+    for volatile in ("0.91", "2026", "abc", "m1", "metadata"):
+        assert volatile not in ctx
+    assert context_of(res["results"]) == ctx
+
+
+def test_empty_context():
+    assert render_context([]) == ""
+    assert render_context([], location_annotations=[LOC]) == LOC
+    assert build_prompt("q", {"results": []}) == "Question: q\nAnswer:"
+    assert build_messages("q", {"results": []}) == [{"role": "user", "content": "Question: q"}]
+
+
+def test_custom_template():
+    out = build_prompt("q", result(["a"], order=None), template="<ctx>{context}</ctx> Q: {query}")
+    assert out == "<ctx>[Doc 1] a</ctx> Q: q"
+    assert "{context}" in PROMPT_TEMPLATE and "{query}" in PROMPT_TEMPLATE
+
+
+def test_build_messages_layout():
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    msgs = build_messages("Why?", result(["a", "b"]), system="You are helpful.", history=history)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[0]["content"] == "You are helpful."
+    assert msgs[-1]["content"] == f"Context:\n[Doc 1] a\n[Doc 2] b\n\n{ORDER}\n\nQuestion: Why?"
+    assert msgs[1] == history[0] and msgs[1] is not history[0]
+    assert build_messages("Why?", result(["a", "b"]), system="You are helpful.", history=history) == msgs
+
+
+def test_bad_inputs():
+    with pytest.raises(TypeError):
+        render_blocks("not a list")
+    with pytest.raises(TypeError):
+        render_blocks([42])
+    with pytest.raises(TypeError):
+        build_prompt(None, {"results": []})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        context_of({"results": "nope"})
+    with pytest.raises(ValueError):
+        build_messages("q", {"results": []}, history=[{"content": "no role"}])
