@@ -1,1 +1,33 @@
-"""Agent workloads (Chain-of-Agents) with agent-aware routing on top of cp_memory."""
+"""Agent workloads (Chain-of-Agents) with agent-aware routing on top of cp_memory.
+
+    from agents import AgentRouter, ChainOfAgents
+    router = AgentRouter([EngineClient(url) for url in urls], capacity_tokens=100_000)
+    coa = ChainOfAgents(router, segment_tokens=1024)
+    result = coa.answer("Who ...?", blocks)          # blocks: cp_memory.ContextBlock (id + text)
+
+See docs/coa.md.
+"""
+from __future__ import annotations
+
+from .coa import (
+    MANAGER_TEMPLATE,
+    PRIOR_TURN_TEMPLATE,
+    WORKER_TEMPLATE,
+    CallStats,
+    ChainOfAgents,
+    ChainOfAgentsError,
+    CoAPlan,
+    CoAQuery,
+    CoAResult,
+    manager_prompt,
+    worker_prompt,
+)
+from .routing import AgentRouter, Route, RouterStats, RoutingPolicy, WorkerStats
+from .segment import Segment, Segmenter, estimate_tokens, render_segment
+
+__all__ = [
+    "AgentRouter", "CallStats", "ChainOfAgents", "ChainOfAgentsError", "CoAPlan", "CoAQuery", "CoAResult",
+    "MANAGER_TEMPLATE", "PRIOR_TURN_TEMPLATE", "Route", "RouterStats", "RoutingPolicy", "Segment",
+    "Segmenter", "WORKER_TEMPLATE", "WorkerStats", "estimate_tokens", "manager_prompt", "render_segment",
+    "worker_prompt",
+]

@@ -1,0 +1,286 @@
+"""Agent-aware routing: send a worker segment to the engine that already holds its KV cache.
+
+A pool of workers, each bound to one engine endpoint — a llama-server instance, an SGLang replica, or one
+slot of a server (an :class:`~cp_memory.engine.EngineClient` with ``extra_body={"id_slot": i}``). Each
+worker has its own :class:`~cp_memory.index.ContextIndex` modelling what its engine's prefix cache holds:
+routed segments are inserted under the engine request id, least recently used ones are dropped once
+``capacity_tokens`` is exceeded, and :meth:`AgentRouter.evict` syncs an eviction the engine reported.
+
+Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
+
+1. **load safeguard** (as SGLang's router): when ``max load - min load > balance_abs_threshold`` *and*
+   ``max load > balance_rel_threshold * min load``, go to the least-loaded worker, ignoring caches, so
+   affinity never starves or floods a worker. Load = requests in flight on the worker;
+2. **affinity**: else the worker whose cache model holds the longest prefix of the segment (in tokens,
+   at least ``min_match_tokens``) wins — a recurring document returns to the worker that processed it;
+   ties go to the less loaded worker;
+3. **least loaded**: a segment no worker holds goes to the least-loaded worker (ties: the smaller modelled
+   cache, then rotation), spreading new documents over the pool.
+
+Policy ``"round_robin"`` is the cache-blind baseline. Segments are matched by *exact ordered* prefix:
+the worker indexes store position-tagged block keys ``(i, key)`` with retrieval tail order, so a cached
+``[a, b]`` matches a segment ``[a, b, c]`` but not ``[b, a]`` — as the engine's token-level cache does.
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from cp_memory.index import ContextIndex
+
+__all__ = ["AgentRouter", "Route", "RouterStats", "RoutingPolicy", "WorkerStats"]
+
+logger = logging.getLogger(__name__)
+
+ClientT = TypeVar("ClientT")
+
+
+class RoutingPolicy(str, enum.Enum):
+    AFFINITY = "affinity"
+    ROUND_ROBIN = "round_robin"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one request goes, and why.
+
+    ``reason`` is ``"affinity"`` (cache hit in the model), ``"least_loaded"`` (new content),
+    ``"balance"`` (load safeguard overrode affinity) or ``"round_robin"``. ``matched_tokens`` is the
+    prefix the chosen worker's cache model holds (the prediction to compare with the engine's
+    ``cached_tokens``); ``segment_tokens`` the segment's size as estimated by the caller.
+    """
+
+    worker: int
+    worker_name: str
+    reason: str
+    request_id: str
+    matched_blocks: int
+    matched_tokens: int
+    segment_tokens: int
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    name: str
+    routed: int
+    affinity: int
+    least_loaded: int
+    balance: int
+    round_robin: int
+    failed: int
+    in_flight: int
+    live_requests: int
+    modelled_cache_tokens: int
+
+
+@dataclass(frozen=True)
+class RouterStats:
+    policy: str
+    workers: tuple[WorkerStats, ...]
+
+    @property
+    def routed(self) -> int:
+        return sum(w.routed for w in self.workers)
+
+
+class _Counters:
+    __slots__ = ("routed", "affinity", "least_loaded", "balance", "round_robin", "failed")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+class AgentRouter(Generic[ClientT]):
+    """A pool of workers with per-worker cache models; picks a worker per segment (see module doc).
+
+    Thread-safe, and safe to use from asyncio code (routing never blocks on I/O).
+
+    Args:
+        clients: one engine client per worker (anything the caller can send prompts to; the router
+            never calls it).
+        names: worker names for results and logs (default ``worker-0`` ...).
+        policy: ``"affinity"`` or ``"round_robin"``.
+        capacity_tokens: per-worker prefix-cache size to model, in tokens (None = unbounded).
+        balance_abs_threshold, balance_rel_threshold: the load safeguard (see module doc).
+        min_match_tokens: shortest cached prefix worth following.
+    """
+
+    def __init__(self, clients: Sequence[ClientT], *, names: Sequence[str] | None = None,
+                 policy: RoutingPolicy | str = RoutingPolicy.AFFINITY, capacity_tokens: int | None = None,
+                 balance_abs_threshold: int = 2, balance_rel_threshold: float = 1.5,
+                 min_match_tokens: int = 1) -> None:
+        clients = list(clients)
+        if not clients:
+            raise ValueError("an AgentRouter needs at least one worker client")
+        if names is None:
+            names = [f"worker-{i}" for i in range(len(clients))]
+        names = [str(n) for n in names]
+        if len(names) != len(clients):
+            raise ValueError(f"got {len(names)} names for {len(clients)} workers")
+        if len(set(names)) != len(names):
+            raise ValueError("worker names must be distinct")
+        try:
+            self.policy = RoutingPolicy(policy)
+        except ValueError:
+            raise ValueError(f"policy must be one of {[p.value for p in RoutingPolicy]}, got {policy!r}") from None
+        if not isinstance(balance_abs_threshold, int) or balance_abs_threshold < 0:
+            raise ValueError(f"balance_abs_threshold must be a non-negative int, got {balance_abs_threshold!r}")
+        if not isinstance(balance_rel_threshold, (int, float)) or balance_rel_threshold < 1:
+            raise ValueError(f"balance_rel_threshold must be >= 1, got {balance_rel_threshold!r}")
+        if not isinstance(min_match_tokens, int) or min_match_tokens < 1:
+            raise ValueError(f"min_match_tokens must be a positive int, got {min_match_tokens!r}")
+        self._clients = tuple(clients)
+        self.names = tuple(names)
+        self.capacity_tokens = capacity_tokens
+        self.balance_abs_threshold = balance_abs_threshold
+        self.balance_rel_threshold = float(balance_rel_threshold)
+        self.min_match_tokens = min_match_tokens
+        self._indexes = tuple(ContextIndex(capacity_tokens=capacity_tokens, tail_order="retrieval")
+                              for _ in clients)
+        self._load = [0] * len(clients)
+        self._counters = [_Counters() for _ in clients]
+        self._rr = itertools.count()
+        self._spread = itertools.count()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ introspection
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def client(self, worker: int) -> ClientT:
+        return self._clients[worker]
+
+    @property
+    def clients(self) -> tuple[ClientT, ...]:
+        return self._clients
+
+    def loads(self) -> tuple[int, ...]:
+        """Requests in flight per worker."""
+        with self._lock:
+            return tuple(self._load)
+
+    def index(self, worker: int) -> ContextIndex:
+        """The cache model of ``worker`` (ids are ``(position, block key)``)."""
+        return self._indexes[worker]
+
+    def stats(self) -> RouterStats:
+        with self._lock:
+            out = []
+            for i, c in enumerate(self._counters):
+                idx = self._indexes[i]
+                out.append(WorkerStats(self.names[i], c.routed, c.affinity, c.least_loaded, c.balance,
+                                       c.round_robin, c.failed, self._load[i], len(idx), idx.cached_tokens))
+            return RouterStats(self.policy.value, tuple(out))
+
+    # ------------------------------------------------------------------ routing
+    def route(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,
+              request_id: str | None = None) -> Route:
+        """Pick a worker for a request whose reusable prefix is the blocks ``keys`` (in prompt order).
+
+        Counts the request as in flight on that worker until :meth:`release`, and records the blocks in
+        the worker's cache model under ``request_id`` (generated when not given). ``keys`` may be empty
+        (a request with nothing reusable, e.g. the manager's): it goes to the least-loaded worker.
+        """
+        keys = list(keys)
+        lens = [1] * len(keys) if token_lens is None else list(token_lens)
+        if len(lens) != len(keys):
+            raise ValueError(f"got {len(lens)} token_lens for {len(keys)} keys")
+        tagged = [(i, k) for i, k in enumerate(keys)]
+        rid = request_id if request_id is not None else uuid.uuid4().hex
+        seg_tokens = sum(lens)
+        with self._lock:
+            worker, reason = self._choose(tagged, lens)
+            matched = 0
+            if tagged:
+                placement = self._indexes[worker].insert(tagged, rid, token_lens=lens)
+                matched = placement.prefix_len
+            self._load[worker] += 1
+            c = self._counters[worker]
+            c.routed += 1
+            setattr(c, reason, getattr(c, reason) + 1)
+        route = Route(worker, self.names[worker], reason, rid, matched, sum(lens[:matched]), seg_tokens)
+        logger.debug("route %s -> %s (%s, %d/%d tokens cached in model)", rid, route.worker_name, reason,
+                     route.matched_tokens, seg_tokens)
+        return route
+
+    def _choose(self, tagged: list, lens: list[int]) -> tuple[int, str]:
+        n = len(self._clients)
+        load = self._load
+        if self.policy is RoutingPolicy.ROUND_ROBIN:
+            return next(self._rr) % n, "round_robin"
+        hi, lo = max(load), min(load)
+        if hi - lo > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo:
+            return self._least_loaded(), "balance"
+        if tagged:
+            best_w, best_tokens = -1, 0
+            for w in range(n):
+                got = self._matched_tokens(w, tagged, lens)
+                if got > best_tokens or (got == best_tokens and got > 0 and load[w] < load[best_w]):
+                    best_w, best_tokens = w, got
+            if best_w >= 0 and best_tokens >= self.min_match_tokens:
+                return best_w, "affinity"
+        return self._least_loaded(), "least_loaded"
+
+    def _least_loaded(self) -> int:
+        n = len(self._clients)
+        lo = min(self._load)
+        cands = [w for w in range(n) if self._load[w] == lo]
+        if len(cands) > 1:
+            smallest = min(self._indexes[w].cached_tokens for w in cands)
+            cands = [w for w in cands if self._indexes[w].cached_tokens == smallest]
+        return cands[next(self._spread) % len(cands)]
+
+    def _matched_tokens(self, worker: int, tagged: list, lens: list[int]) -> int:
+        """Tokens of the longest exact prefix of ``tagged`` that ``worker``'s cache model holds.
+
+        Probes the index (insert with zero token lengths, then evict): nothing is evicted by capacity;
+        the matched path's recency is refreshed, a small bias towards keeping it.
+        """
+        idx = self._indexes[worker]
+        if len(idx) == 0:
+            return 0
+        probe = f"probe-{uuid.uuid4().hex}"
+        placement = idx.insert(tagged, probe, token_lens=[0] * len(tagged))
+        idx.evict(probe)
+        return sum(lens[:placement.prefix_len])
+
+    def release(self, route: Route, *, ok: bool = True) -> None:
+        """The request finished (``ok``) or failed; on failure its blocks leave the worker's cache model."""
+        with self._lock:
+            if self._load[route.worker] <= 0:
+                raise ValueError(f"route {route.request_id!r} released twice or never routed")
+            self._load[route.worker] -= 1
+            if not ok:
+                self._counters[route.worker].failed += 1
+                self._indexes[route.worker].evict(route.request_id)
+
+    @contextlib.contextmanager
+    def dispatch(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,
+                 request_id: str | None = None) -> Iterator[Route]:
+        """``with router.dispatch(keys, lens) as route: ...`` — route, then release (failed on exception)."""
+        route = self.route(keys, token_lens, request_id=request_id)
+        try:
+            yield route
+        except BaseException:
+            self.release(route, ok=False)
+            raise
+        self.release(route, ok=True)
+
+    # ------------------------------------------------------------------ eviction sync
+    def evict(self, worker: int, request_id: Hashable) -> bool:
+        """The engine of ``worker`` evicted ``request_id``; False when the model did not hold it."""
+        return self._indexes[worker].evict(request_id)
+
+    def reset(self, worker: int | None = None) -> None:
+        """The engine(s) flushed their cache: forget the cache model of ``worker`` (None = all)."""
+        targets = range(len(self._clients)) if worker is None else (worker,)
+        for w in targets:
+            self._indexes[w].clear()

@@ -1,0 +1,146 @@
+"""Fixtures for the agents tests.
+
+* :class:`FakeEngine` / :class:`AsyncFakeEngine`: tiny in-process engines implementing the engine
+  client's ``complete`` interface, with a prefix cache modelled on the served prompts (longest common
+  prefix, in characters / 4). Routing and chain logic are tested against them; they are engines, not
+  mocks of the code under test.
+* ``failing_url``: a loopback HTTP server answering 500 to everything, so a real
+  :class:`~cp_memory.engine.EngineClient` retries and then raises (failure injection).
+* ``llama_pool``: real llama-server instances on the random-weight model (``@pytest.mark.engine``);
+  skipped with the reason when the binary is absent, failed when ``CP_MEMORY_REQUIRE_ENGINE=1``.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from cp_memory.engine import CompletionResult
+
+REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
+
+_QUESTION = re.compile(r"\nQuestion: (.*)\n")
+_PREVIOUS = re.compile(r"Here is the summary of the previous source text: (.*)\nQuestion:", re.S)
+_MANAGER_CU = re.compile(r"answer based on the summary: (.*)\nQuestion:", re.S)
+
+
+def _lcp(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class FakeEngine:
+    """Deterministic engine: a worker's CU is ``<previous CU> > <question tag>#<n>`` so a chain's trace is
+    checkable; the manager answers ``answer(<question tag>)``. ``cached_tokens`` = longest common prefix
+    with any prompt served before, in characters // 4."""
+
+    def __init__(self, name: str = "fake", delay: float = 0.0) -> None:
+        self.name = name
+        self.delay = delay
+        self.prompts: list[str] = []
+        self.request_ids: list[str | None] = []
+        self._lock = threading.Lock()
+
+    def _serve(self, prompt: str, request_id: str | None) -> CompletionResult:
+        with self._lock:
+            cached = max((_lcp(prompt, p) for p in self.prompts), default=0) // 4
+            self.prompts.append(prompt)
+            self.request_ids.append(request_id)
+        m = _QUESTION.search(prompt)
+        tag = m.group(1).split()[0] if m else "?"
+        if prompt.startswith("The following are given passages."):
+            cu = _MANAGER_CU.search(prompt)
+            text = f"answer({tag}) from [{cu.group(1) if cu else ''}]"
+        else:
+            prev = _PREVIOUS.search(prompt)
+            prev_cu = prev.group(1) if prev else ""
+            n = prev_cu.count(">") + 1
+            text = f"{prev_cu} > {tag}#{n}@{self.name}"
+        return CompletionResult(text=text, ttft_s=0.001, total_s=0.002, prompt_tokens=len(prompt) // 4,
+                                cached_tokens=cached, completion_tokens=4, request_id=request_id,
+                                finish_reason="stop")
+
+    def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,
+                 request_id: str | None = None, stop: Any = None) -> CompletionResult:
+        if self.delay:
+            threading.Event().wait(self.delay)
+        return self._serve(prompt, request_id)
+
+
+class AsyncFakeEngine(FakeEngine):
+    async def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,  # type: ignore[override]
+                       request_id: str | None = None, stop: Any = None) -> CompletionResult:
+        await asyncio.sleep(self.delay)
+        return self._serve(prompt, request_id)
+
+
+@pytest.fixture()
+def failing_url() -> Iterator[tuple[str, list[str]]]:
+    """(url, paths seen) of a loopback server that answers HTTP 500 to every request."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("content-length") or 0)
+            self.rfile.read(length)
+            seen.append(self.path)
+            body = b'{"error": {"message": "injected failure"}}'
+            self.send_response(500)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def _missing(reason: str) -> None:
+    if REQUIRE_ENGINE:
+        pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def llama_pool() -> Iterator[list[Any]]:
+    """Two llama-server instances (1 slot, 1 thread each) on the random-weight model."""
+    from cp_memory.engine import LlamaServer, find_llama_server, random_model_path
+
+    try:
+        find_llama_server()
+    except FileNotFoundError as exc:
+        _missing(f"llama-server binary absent: {exc}")
+    try:
+        model = random_model_path()
+    except (FileNotFoundError, ImportError) as exc:
+        _missing(f"cannot build the random test model: {exc}")
+    servers = [LlamaServer(model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64) for _ in range(2)]
+    try:
+        for s in servers:
+            s.start()
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()

@@ -1,0 +1,212 @@
+import asyncio
+import re
+
+import pytest
+
+from agents import (
+    AgentRouter,
+    ChainOfAgents,
+    ChainOfAgentsError,
+    CoAQuery,
+    CoAResult,
+    manager_prompt,
+    worker_prompt,
+)
+from cp_memory.blocks import ContextBlock
+from cp_memory.engine import EngineClient, EngineError
+
+from .conftest import AsyncFakeEngine, FakeEngine
+
+
+def doc(i, n_words=30):
+    return ContextBlock(f"d{i}", " ".join(f"fact{i}" for _ in range(n_words)))
+
+
+def words(text):
+    return len(text.split())
+
+
+def chain(n_workers=3, budget=60, policy="affinity", engine=FakeEngine, **kw):
+    engines = [engine(f"w{i}") for i in range(n_workers)]
+    router = AgentRouter(engines, policy=policy)
+    from agents import Segmenter
+    coa = ChainOfAgents(router, segmenter=Segmenter(budget, token_len=words), **kw)
+    return coa, engines
+
+
+# ---------------------------------------------------------------------------------------------- prompts
+def test_worker_prompt_puts_the_segment_first_then_previous_cu_then_question():
+    p = worker_prompt("SEGMENT TEXT", "PREVIOUS CU", "Who?")
+    assert p.startswith("SEGMENT TEXT\nHere is the summary of the previous source text: PREVIOUS CU\n")
+    assert p.index("SEGMENT TEXT") < p.index("PREVIOUS CU") < p.index("Question: Who?")
+    assert p.endswith("So please write the summary that can include the evidence for answering the Query:")
+    assert "You need to read current source text and summary of previous source text (if any)" in p
+
+
+def test_manager_prompt_is_the_papers():
+    assert manager_prompt("CU", "Who?") == (
+        "The following are given passages. However, the source text is too long and has been summarized. "
+        "You need to answer based on the summary: CU\nQuestion: Who?\nAnswer:")
+
+
+def test_worker_template_must_start_with_the_segment():
+    router = AgentRouter([FakeEngine()])
+    with pytest.raises(ValueError, match="reusable prefix"):
+        ChainOfAgents(router, worker_template="Question: {question}\n{segment}\n{previous_cu}")
+
+
+# ---------------------------------------------------------------------------------------------- chain
+def test_chain_passes_the_cu_along_and_the_manager_answers_from_the_last_one():
+    coa, engines = chain()
+    res = coa.answer("q1 what?", [doc(i) for i in range(5)])      # 150 words, budget 60 -> 3 segments
+    assert isinstance(res, CoAResult)
+    assert len(res.segments) == 3 and len(res.cus) == 3
+    assert [c.role for c in res.calls] == ["worker"] * 3 + ["manager"]
+    for i, cu in enumerate(res.cus, start=1):                  # each CU extends the previous one
+        assert re.search(r"q1#(\d+)@w\d$", cu).group(1) == str(i)
+        if i > 1:
+            assert cu.startswith(res.cus[i - 2] + " > ")
+    assert res.answer == f"answer(q1) from [{res.cus[-1]}]"
+    # every worker prompt starts with its segment text
+    prompts = [p for e in engines for p in e.prompts if not p.startswith("The following")]
+    seg_texts = [s.text for s in res.segments]
+    assert sorted(p.split("\nHere is the summary")[0] for p in prompts) == sorted(seg_texts)
+    wc = res.worker_calls[1]
+    assert wc.worker_name == f"worker-{wc.worker}" and wc.block_ids == res.segments[1].ids
+    assert wc.segment_tokens == res.segments[1].tokens and wc.ttft_s > 0
+
+
+def test_recurring_documents_return_to_their_worker_and_hit_its_cache():
+    coa, engines = chain(n_workers=3)
+    docs = [doc(i) for i in range(6)]
+    first = coa.answer("q1 first?", docs)
+    second = coa.answer("q2 second?", list(reversed(docs)))
+    seg_worker = {c.block_ids: c.worker for c in first.worker_calls}
+    for c in second.worker_calls:
+        assert c.route == "affinity"
+        assert seg_worker[c.block_ids] == c.worker                 # same segment, same worker
+        assert c.predicted_cached_tokens == c.segment_tokens
+        assert c.cached_tokens >= c.segment_tokens                 # the fake engine saw the same prefix
+    assert first.cached_tokens < second.cached_tokens
+
+
+def test_round_robin_baseline_scatters_recurring_segments():
+    coa, _ = chain(n_workers=2, policy="round_robin")
+    docs = [doc(i) for i in range(4)]                     # 2 segments + manager = 3 calls per question
+    first = coa.answer("q1 a?", docs)
+    second = coa.answer("q2 b?", docs)
+    moved = [a.worker != b.worker for a, b in zip(first.worker_calls, second.worker_calls)]
+    assert all(moved)
+
+
+def test_concurrent_questions_do_not_mix_cus():
+    coa, _ = chain(n_workers=3, engine=lambda name: FakeEngine(name, delay=0.002))
+    shared = [doc(i) for i in range(4)]
+    queries = [CoAQuery(f"q{i} about?", tuple(shared[i % 2:] + [doc(10 + i)]), tag=i) for i in range(12)]
+    results = coa.answer_many(queries, max_concurrency=6)
+    assert all(isinstance(r, CoAResult) for r in results)
+    for i, r in enumerate(results):
+        assert r.tag == i and r.question == f"q{i} about?"
+        tags = re.findall(r"(q\d+)#", " ".join(r.cus))
+        assert set(tags) == {f"q{i}"}, tags                       # only this question's CUs
+        assert r.cus[-1].count(">") == len(r.segments)
+        assert r.answer.startswith(f"answer(q{i})")
+    assert coa.router.loads() == (0, 0, 0)
+
+
+async def test_async_chain_and_concurrent_async_questions():
+    coa, _ = chain(n_workers=2, engine=AsyncFakeEngine)
+    res = await coa.aanswer("q0 x?", [doc(i) for i in range(3)])
+    assert res.answer.startswith("answer(q0)") and len(res.cus) == len(res.segments)
+    queries = [CoAQuery(f"q{i} y?", (doc(i), doc(i + 1), doc(i + 2))) for i in range(8)]
+    results = await coa.aanswer_many(queries, max_concurrency=4)
+    for i, r in enumerate(results):
+        assert isinstance(r, CoAResult)
+        assert set(re.findall(r"(q\d+)#", " ".join(r.cus))) == {f"q{i}"}
+    assert coa.router.loads() == (0, 0)
+
+
+def test_sync_and_async_clients_are_not_mixed_up():
+    coa, _ = chain(n_workers=1, engine=AsyncFakeEngine)
+    with pytest.raises(ChainOfAgentsError, match="async client"):
+        coa.answer("q0 x?", [doc(0)])
+    coa2, _ = chain(n_workers=1)
+    with pytest.raises(ChainOfAgentsError, match="sync client"):
+        asyncio.run(coa2.aanswer("q0 x?", [doc(0)]))
+
+
+def test_dedicated_manager_client():
+    manager = FakeEngine("boss")
+    coa, engines = chain(n_workers=2, manager=manager)
+    res = coa.answer("q3 z?", [doc(1)])
+    assert res.manager_call.route == "dedicated" and res.manager_call.worker == -1
+    assert len(manager.prompts) == 1 and all(not p.startswith("The following") for e in engines
+                                             for p in e.prompts)
+
+
+# ---------------------------------------------------------------------------------------------- failures
+def test_engine_failure_retries_then_fails_only_that_question(failing_url):
+    url, seen = failing_url
+    good = FakeEngine("good")
+    bad = EngineClient(url, max_retries=2, retry_wait_s=0.001, retry_wait_max_s=0.002, timeout=5)
+    router = AgentRouter([good, bad], policy="round_robin")
+    from agents import Segmenter
+    coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=FakeEngine("boss"))
+    queries = [CoAQuery(f"q{i} ?", (doc(i),), tag=i) for i in range(4)]   # one worker call each
+    results = coa.answer_many(queries, max_concurrency=1)
+    ok = [r for r in results if isinstance(r, CoAResult)]
+    failed = [r for r in results if isinstance(r, ChainOfAgentsError)]
+    assert [r.tag for r in ok] == [0, 2] and [e.tag for e in failed] == [1, 3]
+    for e in failed:
+        assert e.worker_name == "worker-1" and e.role == "worker" and e.step == 0
+        assert isinstance(e.__cause__, EngineError)
+        assert "injected failure" in str(e) and "worker step 1/1" in str(e) and e.question in str(e)
+    assert len(seen) == 2 * 3                       # each failing call: 1 attempt + 2 retries
+    assert router.loads() == (0, 0)
+    assert router.stats().workers[1].failed == 2 and len(router.index(1)) == 0
+    bad.close()
+
+
+async def test_async_failure_is_reported_for_its_question_only():
+    class Broken(AsyncFakeEngine):
+        async def complete(self, prompt, **kw):
+            raise EngineError("engine down after 3 attempt(s)")
+
+    router = AgentRouter([AsyncFakeEngine("ok"), Broken("broken")], policy="round_robin")
+    from agents import Segmenter
+    coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=AsyncFakeEngine("boss"))
+    results = await coa.aanswer_many([CoAQuery(f"q{i} ?", (doc(i),)) for i in range(4)], max_concurrency=1)
+    assert [type(r).__name__ for r in results] == ["CoAResult", "ChainOfAgentsError"] * 2
+    assert router.loads() == (0, 0)
+
+
+# ---------------------------------------------------------------------------------------------- multi-turn
+def test_multi_turn_dedup_replaces_processed_documents_with_location_annotations():
+    coa, engines = chain(n_workers=2, budget=1000)
+    a, b, c, d = (doc(i) for i in range(4))
+    t1 = coa.answer("q1 first?", [a, b, c], conversation_id="conv")
+    assert t1.turn == 1 and t1.duplicates == () and t1.annotations == ()
+    t2 = coa.answer("q2 second?", [b, d], conversation_id="conv")
+    assert t2.turn == 2 and t2.duplicates == ("d1",)
+    assert t2.annotations == ("Please refer to [Doc d1] in the previous conversation (turn 1).",)
+    assert [s.ids for s in t2.segments] == [("d3",)]           # only the new document is sent
+    prompt = next(p for e in engines for p in e.prompts if "q2 second?" in p and p.startswith("[Doc d3]"))
+    previous = prompt.split("Here is the summary of the previous source text: ")[1].split("\nQuestion:")[0]
+    assert f"Summary of the previous conversation (turn 1): {t1.cus[-1]}" in previous
+    assert "Please refer to [Doc d1] in the previous conversation (turn 1)." in previous
+    assert b.text not in prompt
+    # everything already seen: no worker runs, the manager answers from the earlier turns' summaries
+    t3 = coa.answer("q3 third?", [a, d], conversation_id="conv")
+    assert t3.segments == () and t3.cus == () and len(t3.calls) == 1
+    assert "(turn 1)" in t3.answer and "(turn 2)" in t3.answer
+    # another conversation is independent
+    other = coa.answer("q9 other?", [a], conversation_id="other")
+    assert other.turn == 1 and other.duplicates == ()
+    assert coa.forget("conv") is True and coa.forget("conv") is False
+
+
+def test_without_conversation_nothing_is_deduplicated():
+    coa, _ = chain(n_workers=1, budget=1000)
+    coa.answer("q1 x?", [doc(0)])
+    res = coa.answer("q2 y?", [doc(0)])
+    assert res.turn is None and res.duplicates == () and len(res.segments) == 1

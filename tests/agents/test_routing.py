@@ -1,0 +1,172 @@
+import threading
+
+import pytest
+
+from agents.routing import AgentRouter, RoutingPolicy
+
+
+def router(n=3, **kw):
+    return AgentRouter([object() for _ in range(n)], **kw)
+
+
+def test_recurring_segment_returns_to_its_worker():
+    r = router(3)
+    first = r.route(["a", "b"], [100, 100])
+    assert first.reason == "least_loaded" and first.matched_tokens == 0
+    r.release(first)
+    other = r.route(["x", "y"], [100, 100])
+    r.release(other)
+    assert other.worker != first.worker          # new content spreads to a worker with an emptier cache
+    again = r.route(["a", "b"], [100, 100])
+    assert again.worker == first.worker and again.reason == "affinity"
+    assert again.matched_blocks == 2 and again.matched_tokens == 200
+    r.release(again)
+
+
+def test_affinity_follows_the_longest_exact_prefix_in_tokens():
+    r = router(3)
+    # what the engines hold: worker 0 has [a], worker 1 has [a, b] (ids are (position, key))
+    r.index(0).insert([(0, "a")], "seed0", token_lens=[10])
+    r.index(1).insert([(0, "a"), (1, "b")], "seed1", token_lens=[10, 10])
+    route = r.route(["a", "b", "c"], [10, 10, 10])
+    assert (route.worker, route.reason, route.matched_tokens) == (1, "affinity", 20)
+    r.release(route)
+    # a tie on the matched prefix goes to the less loaded worker
+    busy = r.route(["zzz"], [1])
+    assert busy.worker == 2
+    hold = r.route(["a", "b", "c"], [10, 10, 10])   # worker 1 now has it in flight
+    tie = r.route(["a", "x"], [10, 10])
+    assert tie.reason == "affinity" and tie.matched_tokens == 10 and tie.worker == 0
+    for x in (busy, hold, tie):
+        r.release(x)
+
+
+def test_exact_order_matters_for_the_cache_model():
+    r = router(1)
+    r.release(r.route(["a", "b"], [5, 5]))
+    swapped = r.route(["b", "a"], [5, 5])
+    assert swapped.matched_blocks == 0
+
+
+def test_load_safeguard_kicks_in_under_skew():
+    r = router(3, balance_abs_threshold=2, balance_rel_threshold=1.5)
+    home = r.route(["hot"], [100])
+    held = [home]
+    reasons = []
+    for _ in range(6):                      # a hot document keeps coming back while its worker is busy
+        route = r.route(["hot"], [100])
+        held.append(route)
+        reasons.append((route.worker == home.worker, route.reason))
+    assert reasons[0] == (True, "affinity") and reasons[1] == (True, "affinity")
+    assert (False, "balance") in reasons, reasons
+    loads = r.loads()
+    assert max(loads) - min(loads) <= 3
+    for route in held:
+        r.release(route)
+    assert r.loads() == (0, 0, 0)
+    stats = r.stats()
+    assert sum(w.balance for w in stats.workers) >= 1 and stats.routed == 7
+
+
+@pytest.mark.parametrize("rel, first_override", [(3.0, 5), (5.0, 7)])
+def test_load_safeguard_needs_both_the_absolute_and_the_relative_gap(rel, first_override):
+    r = router(2, balance_abs_threshold=2, balance_rel_threshold=rel)
+    other = r.route(["y"], [1])                  # one request in flight elsewhere
+    held, reasons = [other], []
+    for _ in range(first_override):
+        route = r.route(["x"], [1])
+        held.append(route)
+        reasons.append(route.reason)
+    # x#1 is new, then affinity until max-min > 2 AND max > rel * min
+    assert reasons == ["least_loaded"] + ["affinity"] * (first_override - 2) + ["balance"]
+    assert held[-1].worker == other.worker
+    for h in held:
+        r.release(h)
+
+
+def test_round_robin_baseline_ignores_caches():
+    r = router(3, policy="round_robin")
+    workers = []
+    for _ in range(6):
+        route = r.route(["same"], [10])
+        workers.append(route.worker)
+        assert route.reason == "round_robin"
+        r.release(route)
+    assert workers == [0, 1, 2, 0, 1, 2]
+    assert r.policy is RoutingPolicy.ROUND_ROBIN
+
+
+def test_capacity_evicts_least_recently_used_so_affinity_stops_claiming_it():
+    r = router(1, capacity_tokens=250)
+    r.release(r.route(["a"], [100]))
+    r.release(r.route(["b"], [100]))
+    r.release(r.route(["c"], [100]))          # over capacity: 'a' (LRU) leaves the model
+    assert r.route(["a"], [100]).matched_tokens == 0
+    assert r.stats().workers[0].modelled_cache_tokens <= 250
+
+
+def test_failed_request_leaves_the_cache_model():
+    r = router(2)
+    route = r.route(["a"], [10])
+    r.release(route, ok=False)
+    again = r.route(["a"], [10])
+    assert again.reason == "least_loaded" and again.matched_tokens == 0
+    r.release(again)
+    assert r.stats().workers[route.worker].failed == 1
+    with pytest.raises(ValueError, match="released twice"):
+        r.release(again)
+
+
+def test_dispatch_context_manager_releases_on_error():
+    r = router(2)
+    with pytest.raises(RuntimeError):
+        with r.dispatch(["a"], [10]):
+            raise RuntimeError("boom")
+    assert r.loads() == (0, 0)
+    with r.dispatch(["a"], [10]) as route:
+        assert route.reason == "least_loaded"   # the failed attempt was not kept as cached
+    assert r.loads() == (0, 0)
+
+
+def test_empty_request_goes_to_least_loaded_and_eviction_sync():
+    r = router(2)
+    busy = r.route(["a"], [10])
+    idle = r.route([], [])
+    assert idle.worker != busy.worker and idle.reason == "least_loaded"
+    r.release(busy)
+    r.release(idle)
+    assert r.evict(busy.worker, busy.request_id) is True
+    assert r.evict(busy.worker, "unknown") is False
+    r.release(r.route(["b"], [5]))
+    r.reset()
+    assert all(w.live_requests == 0 for w in r.stats().workers)
+
+
+def test_concurrent_routing_keeps_load_counts_consistent():
+    r = router(4)
+
+    def go(i):
+        for j in range(50):
+            route = r.route([f"d{(i + j) % 7}"], [10])
+            r.release(route)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert r.loads() == (0, 0, 0, 0)
+    assert r.stats().routed == 300
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        AgentRouter([])
+    with pytest.raises(ValueError):
+        router(2, policy="random")
+    with pytest.raises(ValueError):
+        router(2, names=["a"])
+    with pytest.raises(ValueError):
+        router(2, balance_rel_threshold=0.5)
+    with pytest.raises(ValueError):
+        router(1).route(["a", "b"], [1])
