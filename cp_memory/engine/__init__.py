@@ -1,0 +1,34 @@
+"""Engine side of cp_memory: a streaming client for OpenAI-compatible prefix-caching engines and
+managed engine processes (llama.cpp ``llama-server`` on CPU, SGLang on GPU).
+
+See docs/engine.md. Needs the ``engine`` extra (httpx, tenacity; gguf for the random test model).
+"""
+
+from __future__ import annotations
+
+from .client import AsyncEngineClient, CompletionResult, EngineClient, EngineError
+from .llamacpp import (
+    LlamaServer,
+    LlamaServerNotFound,
+    RandomModelSpec,
+    find_llama_server,
+    random_model_path,
+    smollm2_model_path,
+)
+from .sglang import SGLangServer, SGLangUnavailable, sglang_available
+
+__all__ = [
+    "AsyncEngineClient",
+    "CompletionResult",
+    "EngineClient",
+    "EngineError",
+    "LlamaServer",
+    "LlamaServerNotFound",
+    "RandomModelSpec",
+    "SGLangServer",
+    "SGLangUnavailable",
+    "find_llama_server",
+    "random_model_path",
+    "sglang_available",
+    "smollm2_model_path",
+]

@@ -1,0 +1,243 @@
+"""Lifecycle of an engine server subprocess: free loopback port, /health wait, stop by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+
+import httpx
+
+from .client import EngineError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ManagedServer", "ServerStartError", "available_cpus", "free_port"]
+
+
+class ServerStartError(EngineError):
+    """The engine process exited or never became healthy."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free on ``host`` a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Stop ``proc`` by its PID: SIGTERM, wait, then SIGKILL. Safe to call twice."""
+    if proc.poll() is not None:
+        return
+    logger.debug("stopping engine pid %d", proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+        return
+    except subprocess.TimeoutExpired:
+        logger.warning("engine pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, timeout)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout)
+
+
+class ManagedServer:
+    """Base class: runs ``self.command()`` on a free loopback port and waits for ``/health``.
+
+    The process is stopped by PID (never by name) on :meth:`stop`, on context-manager exit, when
+    the object is garbage collected, and at interpreter exit (``weakref.finalize``). Its output
+    goes to a log file (``log_path``) whose tail is quoted when start-up fails.
+    """
+
+    #: shown in messages
+    engine_name = "engine"
+    #: path polled until it answers 200
+    health_path = "/health"
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout: float = 120.0,
+        stop_timeout: float = 10.0,
+        log_path: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.host = host
+        self._requested_port = port
+        self.port: int | None = None
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self._log_path_arg = Path(log_path) if log_path is not None else None
+        self.log_path: Path | None = None
+        self._env = env
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+
+    # -- to implement ----------------------------------------------------------------------
+    def command(self, port: int) -> list[str]:
+        raise NotImplementedError
+
+    # -- public ----------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError(f"{self.engine_name} server is not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def workdir(self) -> Path:
+        """A private temporary directory, removed on :meth:`stop`."""
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix=f"cp_memory-{self.engine_name}-")
+        return Path(self._tmpdir.name)
+
+    def start(self) -> ManagedServer:
+        """Launch the server and block until it is healthy (or raise :class:`ServerStartError`)."""
+        if self.is_running:
+            return self
+        attempts = 1 if self._requested_port is not None else 3
+        last: ServerStartError | None = None
+        for _ in range(attempts):
+            port = self._requested_port if self._requested_port is not None else free_port(self.host)
+            try:
+                self._launch(port)
+                return self
+            except ServerStartError as exc:
+                last = exc
+                # someone grabbed the free port between bind() and the server's bind(): retry
+                if "bind" not in str(exc).lower() and "address" not in str(exc).lower():
+                    break
+        assert last is not None
+        raise last
+
+    def stop(self) -> None:
+        """Stop the process by PID (SIGTERM, then SIGKILL) and wait for it to exit."""
+        proc, self._proc = self._proc, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if proc is not None:
+            _terminate(proc, self.stop_timeout)
+            logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+        self.port = None
+
+    def restart(self) -> ManagedServer:
+        """Stop and start again on the same port: the only complete cache flush for llama.cpp."""
+        keep = self._requested_port
+        if self.port is not None:
+            self._requested_port = self.port
+        self.stop()
+        try:
+            return self.start()
+        finally:
+            self._requested_port = keep
+
+    def log_tail(self, n_bytes: int = 4000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - n_bytes))
+            return fh.read().decode(errors="replace")
+
+    def __enter__(self) -> ManagedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- internals -------------------------------------------------------------------------
+    def _launch(self, port: int) -> None:
+        cmd = self.command(port)
+        self.log_path = self._log_path_arg or (self.workdir() / "server.log")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("starting %s: %s", self.engine_name, " ".join(cmd))
+        env = None if self._env is None else {**os.environ, **self._env}
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # a terminal Ctrl-C is ours to handle, not the child's
+            )
+        self._proc = proc
+        self.port = port
+        self._finalizer = weakref.finalize(self, _terminate, proc, self.stop_timeout)
+        try:
+            self._wait_healthy(proc)
+        except BaseException:
+            self._stop_process()
+            raise
+        logger.info("%s server pid %d healthy at %s", self.engine_name, proc.pid, self.base_url)
+
+    def _stop_process(self) -> None:
+        proc, self._proc = self._proc, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if proc is not None:
+            _terminate(proc, self.stop_timeout)
+        self.port = None
+
+    def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> None:
+        url = f"http://{self.host}:{self.port}{self.health_path}"
+        deadline = time.monotonic() + self.startup_timeout
+        delay = 0.05
+        last = "no answer"
+        with httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0)) as http:
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    raise ServerStartError(
+                        f"{self.engine_name} server exited with code {code} during start-up "
+                        f"(log {self.log_path}):\n{self.log_tail()}"
+                    )
+                try:
+                    resp = http.get(url)
+                    if resp.status_code == 200:
+                        return
+                    last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                except httpx.HTTPError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                if time.monotonic() > deadline:
+                    raise ServerStartError(
+                        f"{self.engine_name} server not healthy after {self.startup_timeout:.0f}s "
+                        f"at {url} (last: {last}; log {self.log_path}):\n{self.log_tail()}"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+

@@ -1,0 +1,205 @@
+"""EngineClient / AsyncEngineClient against a loopback fake engine: no llama-server needed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cp_memory.engine import AsyncEngineClient, EngineClient, EngineError
+from cp_memory.engine._server import free_port
+
+from .conftest import FakeEngine, FakeRequest, sse
+
+SSE = {"content-type": "text/event-stream"}
+
+
+def _chunk(text: str | None = None, finish: str | None = None, **extra: object) -> dict:
+    choice = {"index": 0, "text": text or "", "finish_reason": finish}
+    return {"id": "cmpl-1", "object": "text_completion", "choices": [choice], **extra}
+
+
+def _chat_chunk(content: str | None = None, finish: str | None = None, **extra: object) -> dict:
+    delta = {} if content is None else {"content": content}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": "chat-1", "object": "chat.completion.chunk", "choices": [choice], **extra}
+
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102,
+         "prompt_tokens_details": {"cached_tokens": 90}}
+
+
+def _fast(url: str, **kw: object) -> EngineClient:
+    return EngineClient(url, max_retries=2, retry_wait_s=0.01, retry_wait_max_s=0.05, **kw)
+
+
+def test_stream_parsed_and_rid_sent(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (
+        200, SSE, sse(_chunk("Hel"), _chunk("lo"), _chunk(finish="length"),
+                      {"id": "cmpl-1", "choices": [], "usage": USAGE}))
+    with _fast(fake_engine.url, model="m") as client:
+        res = client.complete("prompt", max_tokens=3, request_id="req-42", stop="\n")
+    assert res.text == "Hello"
+    assert (res.prompt_tokens, res.cached_tokens, res.completion_tokens) == (100, 90, 2)
+    assert res.request_id == "req-42" and res.finish_reason == "length"
+    assert 0 <= res.ttft_s <= res.total_s
+    assert res.cache_hit_ratio == pytest.approx(0.9)
+    body = fake_engine.requests[0].body
+    assert fake_engine.requests[0].path == "/v1/completions"
+    assert body["rid"] == "req-42" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["model"] == "m" and body["stop"] == ["\n"] and body["max_tokens"] == 3
+    assert fake_engine.requests[0].headers.get("X-Request-Id") == "req-42"
+
+
+def test_request_id_generated_and_can_be_omitted(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (200, SSE, sse(_chunk("x", finish="stop")))
+    with _fast(fake_engine.url) as client:
+        res = client.complete("p")
+    assert res.request_id and len(res.request_id) == 32
+    assert fake_engine.requests[-1].body["rid"] == res.request_id
+    with _fast(fake_engine.url, send_request_id=False, extra_body={"ignore_eos": True}) as client:
+        client.complete("p")
+    assert "rid" not in fake_engine.requests[-1].body
+    assert fake_engine.requests[-1].body["ignore_eos"] is True
+
+
+def test_llamacpp_timings_fallback(fake_engine: FakeEngine) -> None:
+    timings = {"cache_n": 75, "prompt_n": 25, "predicted_n": 4}
+    fake_engine.responder = lambda req: (
+        200, SSE, sse(_chat_chunk("a"), _chat_chunk("b"), _chat_chunk(finish="stop", timings=timings)))
+    with _fast(fake_engine.url) as client:
+        res = client.chat([{"role": "user", "content": "hi"}])
+    assert fake_engine.requests[0].path == "/v1/chat/completions"
+    assert res.text == "ab"
+    assert (res.prompt_tokens, res.cached_tokens, res.completion_tokens) == (100, 75, 4)
+
+
+def test_no_cache_report(fake_engine: FakeEngine) -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 1}  # vLLM without the flag
+    fake_engine.responder = lambda req: (200, SSE, sse(_chunk("z", finish="stop", usage=usage)))
+    with _fast(fake_engine.url) as client:
+        res = client.complete("p")
+    assert res.prompt_tokens == 10 and res.cached_tokens is None
+
+
+@pytest.mark.parametrize(
+    "payload, content_type, match",
+    [
+        (b"data: {this is not json\n\n", "text/event-stream", "not JSON"),
+        (b"<html><body>502 Bad Gateway</body></html>\n", "text/event-stream", "without a field"),
+        (b"<html>oops</html>", "text/html", "expected an SSE stream"),
+        (b"data: [1, 2, 3]\n\n", "text/event-stream", "not a JSON object"),
+        (b"data: {\"choices\": \"nope\"}\n\n", "text/event-stream", "not a list"),
+        (b": ping\n\n", "text/event-stream", "without any completion event"),
+        (sse(_chunk("partial"), done=False), "text/event-stream", "before \\[DONE\\]"),
+    ],
+)
+def test_malformed_stream_is_a_clear_error(fake_engine: FakeEngine, payload: bytes,
+                                           content_type: str, match: str) -> None:
+    fake_engine.responder = lambda req: (200, {"content-type": content_type}, payload)
+    with _fast(fake_engine.url) as client, pytest.raises(EngineError, match=match) as info:
+        client.complete("p")
+    assert "malformed stream" in str(info.value)
+    assert len(fake_engine.requests) == 1  # a malformed answer is not retried
+
+
+def test_error_event_in_stream(fake_engine: FakeEngine) -> None:
+    err = {"error": {"code": 500, "message": "context overflow", "type": "server_error"}}
+    fake_engine.responder = lambda req: (200, SSE, sse(err))
+    with _fast(fake_engine.url) as client, pytest.raises(EngineError, match="context overflow"):
+        client.complete("p")
+
+
+def test_5xx_retried_then_engine_error(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (
+        503, {"content-type": "application/json"},
+        b'{"error": {"code": 503, "message": "Loading model"}}')
+    with _fast(fake_engine.url) as client, pytest.raises(EngineError) as info:
+        client.complete("p")
+    assert len(fake_engine.requests) == 3  # 1 + max_retries
+    assert "after 3 attempt(s)" in str(info.value) and "Loading model" in str(info.value)
+
+
+def test_5xx_then_success(fake_engine: FakeEngine) -> None:
+    def responder(req: FakeRequest) -> tuple[int, dict[str, str], bytes]:
+        if len(fake_engine.requests) == 1:
+            return 500, {"content-type": "text/plain"}, b"boom"
+        return 200, SSE, sse(_chunk("ok", finish="stop"))
+
+    fake_engine.responder = responder
+    with _fast(fake_engine.url) as client:
+        assert client.complete("p").text == "ok"
+    assert len(fake_engine.requests) == 2
+
+
+def test_4xx_not_retried(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (
+        400, {"content-type": "application/json"},
+        b'{"error": {"code": 400, "message": "the request exceeds the available context size"}}')
+    with _fast(fake_engine.url) as client, pytest.raises(EngineError, match="exceeds the available"):
+        client.complete("p")
+    assert len(fake_engine.requests) == 1
+
+
+def test_connection_refused_bounded() -> None:
+    port = free_port()  # nothing listens there
+    t0 = time.monotonic()
+    with _fast(f"http://127.0.0.1:{port}") as client, pytest.raises(EngineError) as info:
+        client.complete("p")
+    assert time.monotonic() - t0 < 10
+    msg = str(info.value)
+    assert "cannot connect" in msg and "3 attempt(s)" in msg and "Is the server running" in msg
+
+
+def test_non_streaming_json_answer_accepted(fake_engine: FakeEngine) -> None:
+    full = {"id": "x", "choices": [{"index": 0, "text": "whole", "finish_reason": "stop"}],
+            "usage": USAGE}
+    fake_engine.responder = lambda req: (200, {"content-type": "application/json"},
+                                         __import__("json").dumps(full).encode())
+    with _fast(fake_engine.url) as client:
+        res = client.complete("p")
+    assert res.text == "whole" and res.cached_tokens == 90
+
+
+def test_flush_cache_sglang_style(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (
+        (200, {"content-type": "text/plain"}, b"Cache flushed.") if req.path == "/flush_cache"
+        else (404, {}, b""))
+    with _fast(fake_engine.url) as client:
+        assert client.flush_cache() is True
+    assert fake_engine.requests[0].method == "POST"
+
+
+def test_flush_cache_refused(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (400, {"content-type": "text/plain"}, b"running requests")
+    with _fast(fake_engine.url) as client:
+        assert client.flush_cache() is False
+
+
+def test_base_url_with_v1_suffix(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (200, SSE, sse(_chunk("k", finish="stop")))
+    with _fast(fake_engine.url + "/v1/") as client:
+        assert client.complete("p").text == "k"
+    assert fake_engine.requests[0].path == "/v1/completions"
+
+
+async def test_async_stream_and_errors(fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (
+        200, SSE, sse(_chat_chunk("as"), _chat_chunk("ync", finish="stop"),
+                      {"id": "c", "choices": [], "usage": USAGE}))
+    async with AsyncEngineClient(fake_engine.url, max_retries=1, retry_wait_s=0.01) as client:
+        res = await client.chat([{"role": "user", "content": "q"}], request_id="a1")
+        assert res.text == "async" and res.cached_tokens == 90 and res.request_id == "a1"
+        assert fake_engine.requests[-1].body["rid"] == "a1"
+        fake_engine.responder = lambda req: (200, SSE, b"data: {broken\n\n")
+        with pytest.raises(EngineError, match="malformed stream"):
+            await client.complete("p")
+
+
+async def test_async_connection_refused() -> None:
+    port = free_port()
+    async with AsyncEngineClient(f"http://127.0.0.1:{port}", max_retries=2,
+                                 retry_wait_s=0.01) as client:
+        with pytest.raises(EngineError, match="cannot connect"):
+            await client.complete("p")
