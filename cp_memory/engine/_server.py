@@ -7,8 +7,11 @@ import logging
 import os
 import signal
 import socket
+import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -41,29 +44,64 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Stop ``proc`` by its PID: SIGTERM, wait, then SIGKILL. Safe to call twice."""
-    if proc.poll() is not None:
-        return
-    logger.debug("stopping engine pid %d", proc.pid)
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal the process group our child leads (its own session, so only it and its children)."""
     try:
-        proc.wait(timeout=timeout)
-        return
-    except subprocess.TimeoutExpired:
-        logger.warning("engine pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, timeout)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=timeout)
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float, stragglers: bool = False) -> None:
+    """Stop ``proc`` (and any children it spawned in its process group) by PID: SIGTERM, wait,
+    then SIGKILL; with ``stragglers``, SIGKILL what is left of the group. Safe to call twice."""
+    if proc.poll() is None:
+        logger.debug("stopping engine pid %d", proc.pid)
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("engine pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, timeout)
+            _signal_group(proc, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=timeout)
+    if stragglers:  # e.g. SGLang scheduler / detokenizer processes once the leader is gone
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _die_with_parent_prefix() -> list[str]:
+    """``setpriv --pdeathsig TERM --`` when available: the kernel then stops the server if this
+    Python process dies without running its cleanup (SIGKILL, SIGTERM without a handler).
+
+    Only from the main thread: the parent-death signal fires when the *thread* that forked the
+    child exits, and the main thread only exits with the process.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return []
+    try:
+        out = subprocess.run([setpriv, "--help"], capture_output=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if b"--pdeathsig" not in out.stdout + out.stderr:
+        return []
+    return [setpriv, "--pdeathsig", "TERM", "--"]
 
 
 class ManagedServer:
     """Base class: runs ``self.command()`` on a free loopback port and waits for ``/health``.
 
     The process is stopped by PID (never by name) on :meth:`stop`, on context-manager exit, when
-    the object is garbage collected, and at interpreter exit (``weakref.finalize``). Its output
+    the object is garbage collected, and at interpreter exit (``weakref.finalize``); it runs in its
+    own session, and the signal goes to that process group (the server and what it spawned). When
+    started from the main thread on Linux it is also launched under ``setpriv --pdeathsig TERM``,
+    so the kernel stops it if this process dies without cleaning up (SIGKILL, unhandled SIGTERM). Its output
     goes to a log file (``log_path``) whose tail is quoted when start-up fails.
     """
 
@@ -71,6 +109,8 @@ class ManagedServer:
     engine_name = "engine"
     #: path polled until it answers 200
     health_path = "/health"
+    #: after the server exits, SIGKILL whatever is left of its process group (multi-process engines)
+    kill_stragglers = False
 
     def __init__(
         self,
@@ -81,8 +121,10 @@ class ManagedServer:
         stop_timeout: float = 10.0,
         log_path: str | os.PathLike[str] | None = None,
         env: dict[str, str] | None = None,
+        die_with_parent: bool = True,
     ) -> None:
         self.host = host
+        self.die_with_parent = die_with_parent
         self._requested_port = port
         self.port: int | None = None
         self.startup_timeout = startup_timeout
@@ -145,7 +187,7 @@ class ManagedServer:
             self._finalizer.detach()
             self._finalizer = None
         if proc is not None:
-            _terminate(proc, self.stop_timeout)
+            _terminate(proc, self.stop_timeout, self.kill_stragglers)
             logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
@@ -181,13 +223,14 @@ class ManagedServer:
     # -- internals -------------------------------------------------------------------------
     def _launch(self, port: int) -> None:
         cmd = self.command(port)
+        launch = (_die_with_parent_prefix() if self.die_with_parent else []) + cmd
         self.log_path = self._log_path_arg or (self.workdir() / "server.log")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logger.info("starting %s: %s", self.engine_name, " ".join(cmd))
         env = None if self._env is None else {**os.environ, **self._env}
         with open(self.log_path, "ab") as log:
             proc = subprocess.Popen(
-                cmd,
+                launch,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -196,7 +239,8 @@ class ManagedServer:
             )
         self._proc = proc
         self.port = port
-        self._finalizer = weakref.finalize(self, _terminate, proc, self.stop_timeout)
+        self._finalizer = weakref.finalize(self, _terminate, proc, self.stop_timeout,
+                                           self.kill_stragglers)
         try:
             self._wait_healthy(proc)
         except BaseException:
@@ -210,7 +254,7 @@ class ManagedServer:
             self._finalizer.detach()
             self._finalizer = None
         if proc is not None:
-            _terminate(proc, self.stop_timeout)
+            _terminate(proc, self.stop_timeout, self.kill_stragglers)
         self.port = None
 
     def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> None:

@@ -52,6 +52,7 @@ class SGLangServer(ManagedServer):
 
     engine_name = "sglang"
     health_path = "/health"
+    kill_stragglers = True  # launch_server forks scheduler and detokenizer processes
 
     def __init__(
         self,

@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +166,34 @@ def test_lifecycle_restart_flushes_and_stop_leaves_no_process(random_model: Path
 
 
 @pytest.mark.engine
+def test_server_dies_with_a_killed_parent(random_model: Path) -> None:
+    """SIGKILL the Python process that owns the server: no cleanup code runs, the kernel's
+    parent-death signal (setpriv --pdeathsig) must still stop llama-server."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    code = (
+        "import sys, time\n"
+        "from cp_memory.engine import LlamaServer\n"
+        "s = LlamaServer(sys.argv[1], ctx_size=512).start()\n"
+        "print(s.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code, str(random_model)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+        assert not _pid_gone(pid)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while not _pid_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pid_gone(pid)
+
+
+@pytest.mark.engine
 def test_bad_model_fails_fast_with_log(llama_binary: Path, tmp_path: Path) -> None:
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"this is not a gguf file")
@@ -183,8 +215,9 @@ def test_smollm2_generates_text(llama_binary: Path) -> None:
 
         _missing(str(exc))
         raise
-    with LlamaServer(model, ctx_size=2048) as server, EngineClient(server.base_url) as client:
+    with LlamaServer(model, ctx_size=512, cache_ram_mib=0) as server, \
+            EngineClient(server.base_url) as client:
         res: Any = client.chat([{"role": "user", "content": "What is the capital of France?"}],
-                               max_tokens=12)
+                               max_tokens=6)
     assert res.text.strip(), res
     assert res.prompt_tokens and res.completion_tokens
