@@ -70,3 +70,60 @@ def test_infer_without_llm_fails_fast_with_mem0_error():
 def test_bad_torch_threads():
     with pytest.raises(ValueError):
         default_memory(torch_threads=0)
+
+
+def test_one_collection_per_user_behaves_like_one_collection():
+    from cp_memory.embedded import UserPartitionedQdrant
+
+    memory = default_memory(collection_name="parts")
+    assert isinstance(memory.vector_store, UserPartitionedQdrant)
+    a = memory.add("Ann paints birds.", user_id="ann", agent_id="helper", infer=False)["results"][0]["id"]
+    b = memory.add("Bob paints boats.", user_id="bob", agent_id="helper", infer=False)["results"][0]["id"]
+    c = memory.add("The helper agent likes tidy notes.", agent_id="helper", infer=False)["results"][0]["id"]
+    names = [col.name for col in memory.vector_store.client.get_collections().collections]
+    assert len([n for n in names if n.startswith("parts__p")]) == 3  # ann, bob, agent-only memory
+    # a user's search reads only that user's collection
+    assert [r["id"] for r in memory.search("painting", filters={"user_id": "ann"}, threshold=0.0)["results"]] == [a]
+    # agent-only filters fan out over all partitions, as one collection would answer
+    agent = memory.search("painting", filters={"agent_id": "helper"}, threshold=0.0)["results"]
+    assert sorted(r["id"] for r in agent) == sorted([a, b, c])
+    assert [s["score"] for s in agent] == sorted((s["score"] for s in agent), reverse=True)
+    assert len(memory.get_all(filters={"agent_id": "helper"})["results"]) == 3
+    # by-id operations route through the id table
+    assert memory.get(b)["memory"] == "Bob paints boats."
+    memory.update(b, text="Bob paints ships.")
+    assert memory.get(b)["memory"] == "Bob paints ships."
+    memory.delete(b)
+    assert memory.get(b) is None
+    assert memory.search("painting", filters={"user_id": "bob"})["results"] == []
+    memory.delete_all(user_id="ann")
+    assert memory.get(a) is None and memory.get(c) is not None
+    memory.reset()
+    assert memory.get(c) is None and memory.search("notes", filters={"agent_id": "helper"})["results"] == []
+    memory.add("After reset.", user_id="ann", infer=False)
+    assert len(memory.get_all(filters={"user_id": "ann"})["results"]) == 1
+
+
+def test_partitions_survive_restart(tmp_path):
+    first = default_memory(tmp_path)
+    mid = first.add("Ivo collects stamps.", user_id="ivo", infer=False)["results"][0]["id"]
+    first.close()
+    first.vector_store.client.close()
+    second = default_memory(tmp_path)
+    try:
+        assert second.get(mid)["memory"] == "Ivo collects stamps."
+        hits = second.search("hobby", filters={"agent_id": "none"}, threshold=0.0)["results"]
+        assert hits == []
+        assert [r["id"] for r in second.search("stamps", filters={"user_id": "ivo"})["results"]] == [mid]
+    finally:
+        second.close()
+        second.vector_store.client.close()
+
+
+def test_single_collection_layout_still_available():
+    memory = default_memory(collection_name="flat", partition=False)
+    from mem0.vector_stores.qdrant import Qdrant
+
+    assert type(memory.vector_store) is Qdrant
+    with pytest.raises(ValueError):
+        default_memory(qdrant={"url": "http://127.0.0.1:9", "api_key": "k"}, partition=True)
