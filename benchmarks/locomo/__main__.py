@@ -1,0 +1,4 @@
+"""``python -m benchmarks.locomo``."""
+from .cli import main
+
+raise SystemExit(main())

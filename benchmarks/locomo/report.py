@@ -1,0 +1,228 @@
+"""Summaries, the markdown table, the PNG plot and the results folder of a LoCoMo run."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .metrics import mean, percentile
+from .runner import RequestRecord
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Summary", "summarize", "markdown_table", "machine_info", "plot", "write_results",
+           "PAPER_ROWS"]
+
+#: The paper's Mem0 + LoCoMo numbers (Qwen3-4B, SGLang, H100, GPT-4.1 judge), for side-by-side tables.
+PAPER_ROWS: tuple[dict[str, Any], ...] = (
+    {"k": "20", "mode": "baseline", "ttft_s": 0.038, "judge": 0.440},
+    {"k": "20", "mode": "ContextPilot", "ttft_s": 0.031, "judge": 0.460, "speedup": 1.23},
+    {"k": "100", "mode": "baseline", "ttft_s": 0.101, "judge": 0.437},
+    {"k": "100", "mode": "ContextPilot", "ttft_s": 0.055, "judge": 0.420, "speedup": 1.83},
+)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One (k, mode) row."""
+
+    k: str
+    mode: str
+    requests: int               # all recorded requests
+    measured: int               # in the TTFT / hit statistics (first turns and errors left out)
+    errors: int
+    ttft_mean_s: float | None
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    speedup_mean: float | None  # baseline mean TTFT / this mode's (same k)
+    speedup_p50: float | None
+    hit_ratio: float | None     # engine-reported cached / prompt tokens, measured requests
+    prompt_tokens_mean: float | None
+    f1: float | None            # all answered questions (first turns included)
+    judge: float | None
+    extra_mean: float
+    duplicates_mean: float
+    build_ms_p50: float | None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
+    """Rows in first-seen k order, then mode order as given in the records' settings."""
+    keys: list[tuple[str, str]] = []
+    for r in records:
+        if (r.k, r.mode) not in keys:
+            keys.append((r.k, r.mode))
+    mode_rank = {m: i for i, m in enumerate(("baseline", "aligned", "aligned+superset", "dedup"))}
+    k_order = list(dict.fromkeys(r.k for r in records))
+    keys.sort(key=lambda km: (k_order.index(km[0]), mode_rank.get(km[1], 99), km[1]))
+    rows: list[Summary] = []
+    base: dict[str, tuple[float | None, float | None]] = {}
+    for k, mode in keys:
+        rs = [r for r in records if r.k == k and r.mode == mode]
+        meas = [r for r in rs if r.measured]
+        ttft = [r.ttft_s for r in meas if r.ttft_s is not None]
+        toks = [(r.cached_tokens, r.prompt_tokens) for r in meas
+                if r.cached_tokens is not None and r.prompt_tokens]
+        hit = sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None
+        f1 = [r.f1 for r in rs if r.f1 is not None]
+        judge = [r.judge for r in rs if r.judge is not None]
+        row = dict(k=k, mode=mode, requests=len(rs), measured=len(meas), errors=sum(r.error is not None for r in rs),
+                   ttft_mean_s=mean(ttft), ttft_p50_s=percentile(ttft, 50), ttft_p90_s=percentile(ttft, 90),
+                   hit_ratio=hit, prompt_tokens_mean=mean([float(p) for _, p in toks]) if toks else
+                   mean([float(r.prompt_tokens) for r in meas if r.prompt_tokens is not None]),
+                   f1=mean(f1), judge=mean(judge), extra_mean=mean([float(r.extra) for r in rs]) or 0.0,
+                   duplicates_mean=mean([float(r.duplicates) for r in rs]) or 0.0,
+                   build_ms_p50=percentile([r.build_ms for r in rs], 50))
+        if mode == "baseline":
+            base[k] = (row["ttft_mean_s"], row["ttft_p50_s"])
+        rows.append(Summary(**row, speedup_mean=None, speedup_p50=None))
+    out = []
+    for s in rows:
+        b_mean, b_p50 = base.get(s.k, (None, None))
+        out.append(Summary(**{**asdict(s), "speedup_mean": _ratio(b_mean, s.ttft_mean_s),
+                              "speedup_p50": _ratio(b_p50, s.ttft_p50_s)}))
+    return out
+
+
+def _f(value: float | None, fmt: str, na: str = "n/a") -> str:
+    return na if value is None else format(value, fmt)
+
+
+def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str:
+    """The per-k, per-mode table with a header saying what produced the numbers."""
+    eng = meta.get("engine", {})
+    lines = [
+        f"**LoCoMo TTFT benchmark** — engine: **{eng.get('kind', '?')}**, model: **{eng.get('model', '?')}**",
+        "",
+        f"- machine: {meta.get('machine', {}).get('summary', '?')}",
+        f"- conversations: {meta.get('conversations_label', '?')}; questions: {meta.get('questions_label', '?')} "
+        f"(categories 1-4); memories: {meta.get('memories', '?')} ({', '.join(map(str, meta.get('memories_per_user', []))) or '?'} per user)",
+        f"- {'chat (one growing conversation per run)' if meta.get('chat') else 'one-shot prompts'}; "
+        f"max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: {meta.get('flush', '?')}; "
+        f"{meta.get('warmup', 0)} warm-up request(s) and the first question of each run left out of TTFT/hit",
+    ]
+    if not eng.get("measures_ttft", True):
+        lines.append("- **no LLM ran**: hit ratios come from shared/tools/prefix_cache_model.py "
+                     "(regex tokens, 16-token blocks, LRU); TTFT, answers and F1 are n/a")
+    lines += ["", "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (p50) | "
+                  "engine hit ratio | prompt tokens | F1 | judge | extra/req | errors |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summaries:
+        lines.append(
+            f"| {s.k} | {s.mode} | {s.measured} | {_f(s.ttft_mean_s, '.4f')} | {_f(s.ttft_p50_s, '.4f')} | "
+            f"{_f(s.speedup_mean, '.2f')}{'x' if s.speedup_mean else ''} | "
+            f"{_f(s.speedup_p50, '.2f')}{'x' if s.speedup_p50 else ''} | {_f(s.hit_ratio, '.3f')} | "
+            f"{_f(s.prompt_tokens_mean, '.0f')} | {_f(s.f1, '.3f')} | {_f(s.judge, '.3f', '-')} | "
+            f"{s.extra_mean:.2f} | {s.errors} |")
+    return "\n".join(lines)
+
+
+def paper_table() -> str:
+    lines = ["| k | mode | TTFT (s) | speedup | judge (GPT-4.1) |", "|---|---|---:|---:|---:|"]
+    for r in PAPER_ROWS:
+        sp = f"{r['speedup']:.2f}x" if "speedup" in r else ""
+        lines.append(f"| {r['k']} | {r['mode']} | {r['ttft_s']:.3f} | {sp} | {r['judge']:.3f} |")
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count() or 0
+    gpu = None
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=False)
+            gpu = "; ".join(line.strip() for line in out.stdout.splitlines() if line.strip()) or None
+        except (OSError, subprocess.TimeoutExpired):
+            gpu = None
+    mem_gib = None
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        pass
+    summary = f"{cpu}, {cores} cores" + (f", {mem_gib:.0f} GiB RAM" if mem_gib else "") + (f", GPU {gpu}" if gpu
+                                                                                          else ", no GPU")
+    return {"cpu": cpu, "cores": cores, "gpu": gpu, "memory_gib": mem_gib, "python": platform.python_version(),
+            "platform": platform.platform(), "summary": summary}
+
+
+def plot(summaries: Sequence[Summary], path: Path, title: str, ttft: bool = True) -> Path | None:
+    """Grouped bars: mean TTFT (or hit ratio when TTFT is n/a) by k and mode, p50 as a black tick."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib not installed (pip install 'cp-memory[bench]'); no plot written")
+        return None
+    ks = list(dict.fromkeys(s.k for s in summaries))
+    modes = list(dict.fromkeys(s.mode for s in summaries))
+    by = {(s.k, s.mode): s for s in summaries}
+    width = 0.8 / max(1, len(modes))
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(ks), 3.8))
+    for i, mode in enumerate(modes):
+        points = []  # (x, height, p50 height, speedup)
+        for j, k in enumerate(ks):
+            s = by.get((k, mode))
+            value = None if s is None else (s.ttft_mean_s if ttft else s.hit_ratio)
+            if s is None or value is None:
+                continue
+            x = j + (i - (len(modes) - 1) / 2) * width
+            p50 = s.ttft_p50_s * 1000 if ttft and s.ttft_p50_s is not None else None
+            points.append((x, value * (1000 if ttft else 1), p50, s.speedup_mean if ttft else None))
+        ax.bar([p[0] for p in points], [p[1] for p in points], width * 0.95, label=mode)
+        for x, height, p50, speedup in points:
+            if p50 is not None:
+                ax.plot([x - width * 0.4, x + width * 0.4], [p50, p50], color="black", linewidth=1)
+            if speedup and mode != "baseline":
+                ax.annotate(f"{speedup:.2f}x", (x, height), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(ks)))
+    ax.set_xticklabels([f"k={k}" for k in ks])
+    ax.set_ylabel("mean TTFT (ms); tick = p50" if ttft else "prefix-cache hit ratio (model)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def write_results(folder: Path, records: Sequence[RequestRecord], summaries: Sequence[Summary],
+                  meta: Mapping[str, Any], table: str) -> dict[str, Path]:
+    """``results.json`` (meta, summary, every request), ``table.md``, ``ttft.png``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {"json": folder / "results.json", "table": folder / "table.md"}
+    payload = {"meta": dict(meta), "summary": [asdict(s) for s in summaries],
+               "requests": [asdict(r) for r in records]}
+    out["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
+    out["table"].write_text(table + "\n\nPaper (Mem0 + LoCoMo, Qwen3-4B, SGLang, H100):\n\n" + paper_table()
+                            + "\n", encoding="utf-8")
+    eng = meta.get("engine", {})
+    png = plot(summaries, folder / ("ttft.png" if eng.get("measures_ttft", True) else "hit_ratio.png"),
+               f"LoCoMo {meta.get('conversations_label', '')} — {eng.get('kind', '?')} / {eng.get('model', '?')}",
+               ttft=bool(eng.get("measures_ttft", True)))
+    if png is not None:
+        out["plot"] = png
+    return out

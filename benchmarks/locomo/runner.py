@@ -1,0 +1,164 @@
+"""The benchmark loop: conversations x top-k x modes, each mode on a cold engine cache.
+
+For every conversation, every k and every mode (the order of modes rotates with the conversation and
+the k, so no mode is always first):
+
+1. the engine's prefix cache is made cold (restart / ``/flush_cache``), then ``warmup`` throw-away
+   requests are sent;
+2. a fresh :class:`~benchmarks.locomo.modes.ModeBuilder` (cold ContextPilot index, same mem0 store);
+3. the conversation's questions are asked in order as successive turns — one-shot prompts, or with
+   ``chat`` one growing chat whose history holds every earlier turn — and each streamed reply's TTFT,
+   prompt tokens and engine-reported cached tokens are recorded with the answer and its F1.
+
+The first turn of every (conversation, k, mode) run is recorded but left out of the TTFT and hit-ratio
+statistics (``measured=False``): it is the same cold request in every mode, as in the paper.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cp_memory.locomo import QA, Conversation
+from cp_memory.render import build_messages, build_prompt
+
+from .engines import BenchEngine, Reply
+from .ingest import Ingested
+from .metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
+from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, ModeBuilder, mode_order
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PROMPT_TEMPLATE", "SYSTEM_PROMPT", "RunSettings", "RequestRecord", "select_questions",
+           "run_requests"]
+
+#: The completion prompt of every mode (only the context differs).
+PROMPT_TEMPLATE = ("Memories:\n{context}\n\nBased on the memories above, answer the question in as few words "
+                   "as possible.\nQuestion: {query}\nAnswer:")
+#: The system message of every mode in chat runs.
+SYSTEM_PROMPT = ("You answer questions about a user's past conversations from the memories given with each "
+                 "question. Answer in as few words as possible.")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    modes: tuple[str, ...] = MODES
+    top_k: tuple[KSpec, ...] = (KSpec(20), KSpec(100), KSpec(5, 10))
+    extra_budget: float = 0.25
+    chat: bool = False
+    max_tokens: int = 16
+    warmup: int = 2
+    threshold: float = 0.0            # mem0 search score threshold (0: always k results when it has them)
+    exclude_first_turn: bool = True
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One benchmark request (one question in one mode at one k)."""
+
+    sample_id: str
+    conversation: int        # index in LoCoMo
+    k: str                   # "20", "100", "5x10"
+    mode: str
+    run_position: int        # 0-based position of this mode among the modes run for (conversation, k)
+    flush: str               # how the engine cache was made cold before this mode
+    turn: int                # 1-based question number in the run
+    measured: bool           # counted in TTFT / hit-ratio statistics (False: first turn)
+    question: str
+    gold: str
+    category: int
+    answer: str
+    ttft_s: float | None
+    total_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    f1: float | None
+    judge: float | None
+    retrieved: int
+    blocks: int              # blocks shown (one copy)
+    extra: int
+    duplicates: int
+    index_prefix_len: int | None
+    context_chars: int
+    build_ms: float          # retrieval (cached after the first mode) + alignment + rendering
+    error: str | None = None
+
+    def with_judge(self, score: float | None) -> RequestRecord:
+        return replace(self, judge=score)
+
+
+def select_questions(conv: Conversation, limit: int | None) -> list[QA]:
+    """Categories 1-4 in LoCoMo order, the first ``limit`` (all when None)."""
+    qs = [q for q in conv.qa if q.category in QUALITY_CATEGORIES]
+    return qs[:limit] if limit else qs
+
+
+def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Sequence[tuple[int, Conversation]],
+                 users: Sequence[Ingested], questions: Sequence[Sequence[QA]], settings: RunSettings, *,
+                 progress: bool = True, on_record: Callable[[RequestRecord], None] | None = None
+                 ) -> list[RequestRecord]:
+    """Run every (conversation, k, mode) and return the records in execution order."""
+    from tqdm import tqdm
+
+    allowed = CHAT_MODES if settings.chat else MODES
+    bad = [m for m in settings.modes if m not in allowed]
+    if bad:
+        raise ValueError(f"mode(s) {bad} not available{' without --chat' if 'dedup' in bad else ''}; "
+                         f"choose from {allowed}")
+    total = sum(len(q) for q in questions) * len(settings.top_k) * len(settings.modes)
+    bar = tqdm(total=total, desc="requests", unit="req", disable=not progress)
+    records: list[RequestRecord] = []
+    mem0_kwargs = {"threshold": settings.threshold}
+    try:
+        for c_pos, ((c_idx, conv), user, qs) in enumerate(zip(conversations, users, questions)):
+            for k_pos, k in enumerate(settings.top_k):
+                for r_pos, mode in enumerate(mode_order(settings.modes, c_pos + k_pos)):
+                    bar.set_postfix_str(f"{conv.sample_id} k={k.label} {mode}")
+                    how = engine.flush()
+                    engine.warmup(settings.warmup)
+                    builder = ModeBuilder(mode, search, user_id=user.user_id, k=k,
+                                          extra_budget=settings.extra_budget,
+                                          conversation_id=f"{conv.sample_id}/k={k.label}",
+                                          mem0_kwargs=mem0_kwargs)
+                    history: list[dict[str, Any]] = []
+                    for turn, qa in enumerate(qs, start=1):
+                        rec = _one(engine, builder, conv, c_idx, k, mode, r_pos, how, turn, qa, history,
+                                   settings)
+                        records.append(rec)
+                        if on_record is not None:
+                            on_record(rec)
+                        bar.update(1)
+    finally:
+        bar.close()
+    return records
+
+
+def _one(engine: BenchEngine, builder: ModeBuilder, conv: Conversation, c_idx: int, k: KSpec, mode: str,
+         r_pos: int, how: str, turn: int, qa: QA, history: list[dict[str, Any]], settings: RunSettings
+         ) -> RequestRecord:
+    t0 = time.perf_counter()
+    built = builder.build(qa.question)
+    carrier = {"results": [], "context_pilot": {"context": built.context}}
+    if settings.chat:
+        messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
+        build_ms = (time.perf_counter() - t0) * 1e3
+        reply: Reply = engine.chat(messages, max_tokens=settings.max_tokens)
+        history.append(messages[-1])
+        history.append({"role": "assistant", "content": reply.text})
+    else:
+        prompt = build_prompt(qa.question, carrier, template=PROMPT_TEMPLATE)
+        build_ms = (time.perf_counter() - t0) * 1e3
+        reply = engine.complete(prompt, max_tokens=settings.max_tokens)
+    answer = clean_answer(reply.text)
+    f1 = locomo_f1(answer, qa.answer, qa.category) if engine.measures_ttft and reply.error is None else None
+    return RequestRecord(
+        sample_id=conv.sample_id, conversation=c_idx, k=k.label, mode=mode, run_position=r_pos, flush=how,
+        turn=turn, measured=not (settings.exclude_first_turn and turn == 1) and reply.error is None,
+        question=qa.question, gold=qa.answer, category=qa.category, answer=answer,
+        ttft_s=reply.ttft_s, total_s=reply.total_s, prompt_tokens=reply.prompt_tokens,
+        cached_tokens=reply.cached_tokens, f1=f1, judge=None, retrieved=built.retrieved,
+        blocks=len(built.block_ids), extra=built.extra, duplicates=built.duplicates,
+        index_prefix_len=built.prefix_len, context_chars=len(built.context), build_ms=build_ms,
+        error=reply.error)

