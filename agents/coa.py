@@ -42,7 +42,7 @@ from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import Deduplicator
 
 from .routing import AgentRouter, Route
-from .segment import LABEL_TEMPLATE, Segment, Segmenter, block_label
+from .segment import Segment, Segmenter, block_label
 
 __all__ = [
     "WORKER_TEMPLATE", "MANAGER_TEMPLATE", "PRIOR_TURN_TEMPLATE",
@@ -106,7 +106,8 @@ class AsyncCompletionClient(Protocol):
     """:class:`cp_memory.engine.AsyncEngineClient`'s ``complete``."""
 
     async def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
-                       request_id: str | None = ..., stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
+                       request_id: str | None = ...,
+                       stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -221,7 +222,9 @@ class ChainOfAgents:
         manager: client for the manager call; None routes it through ``router`` like a request with
             nothing to reuse (least-loaded worker).
         worker_max_tokens, manager_max_tokens: generation limits (CU length, answer length).
-        manager_stop: stop sequences of the manager's answer.
+        manager_stop: stop sequences of the manager's answer (None: stop at ``manager_max_tokens``).
+        chat: send each prompt as one user message (``client.chat``) instead of a raw completion, for
+            instruct models; the chat template's fixed header keeps the segment a shared prefix.
         temperature: sampling temperature of every call.
         dedup: a shared :class:`Deduplicator` for conversations (default: a new one).
         max_conversations: conversations whose CUs are remembered (least recently used dropped).
@@ -230,7 +233,7 @@ class ChainOfAgents:
     def __init__(self, router: AgentRouter[Any], *, segment_tokens: int = 1024,
                  segmenter: Segmenter | None = None, manager: Any | None = None,
                  worker_max_tokens: int = 128, manager_max_tokens: int = 32,
-                 manager_stop: Sequence[str] | None = ("\n",), temperature: float = 0.0,
+                 manager_stop: Sequence[str] | None = None, temperature: float = 0.0, chat: bool = False,
                  dedup: Deduplicator | None = None, max_conversations: int = 10_000,
                  worker_template: str = WORKER_TEMPLATE, manager_template: str = MANAGER_TEMPLATE) -> None:
         if not isinstance(router, AgentRouter):
@@ -250,6 +253,7 @@ class ChainOfAgents:
         self.manager_max_tokens = manager_max_tokens
         self.manager_stop = list(manager_stop) if manager_stop else None
         self.temperature = temperature
+        self.chat = chat
         self.dedup = dedup if dedup is not None else Deduplicator(max_conversations=max_conversations)
         self.max_conversations = max_conversations
         self.worker_template = worker_template
@@ -340,21 +344,26 @@ class ChainOfAgents:
             cached_tokens=res.cached_tokens, completion_tokens=res.completion_tokens, output=res.text,
         )
 
-    def _result(self, plan: CoAPlan, answer: str, cus: list[str], calls: list[CallStats], t0: float) -> CoAResult:
+    def _result(self, plan: CoAPlan, answer: str, cus: list[str], calls: list[CallStats],
+                t0: float) -> CoAResult:
         final_cu = cus[-1] if cus else plan.first_cu
         self._remember_turn(plan, final_cu)
         return CoAResult(plan.question, answer.strip(), tuple(cus), tuple(calls), plan.segments,
                          time.perf_counter() - t0, plan.conversation_id, plan.turn, plan.duplicates,
                          plan.annotations, plan.tag)
 
-    @staticmethod
-    def _check_sync(client: Any, who: str) -> None:
-        if inspect.iscoroutinefunction(getattr(client, "complete", None)):
+    def _call(self, client: Any) -> Any:
+        return client.chat if self.chat else client.complete
+
+    def _payload(self, prompt: str) -> Any:
+        return [{"role": "user", "content": prompt}] if self.chat else prompt
+
+    def _check_sync(self, client: Any, who: str) -> None:
+        if inspect.iscoroutinefunction(getattr(client, "chat" if self.chat else "complete", None)):
             raise TypeError(f"{who} has an async client; use aanswer()/aanswer_many() with async clients")
 
-    @staticmethod
-    def _check_async(client: Any, who: str) -> None:
-        if not inspect.iscoroutinefunction(getattr(client, "complete", None)):
+    def _check_async(self, client: Any, who: str) -> None:
+        if not inspect.iscoroutinefunction(getattr(client, "chat" if self.chat else "complete", None)):
             raise TypeError(f"{who} has a sync client; use answer()/answer_many() with sync clients")
 
     # ------------------------------------------------------------------ sync
@@ -371,9 +380,10 @@ class ChainOfAgents:
             client = self.router.client(route.worker)
             try:
                 self._check_sync(client, route.worker_name)
-                res = client.complete(worker_prompt(seg.text, cu, question, self.worker_template),
-                                      max_tokens=self.worker_max_tokens, temperature=self.temperature,
-                                      request_id=route.request_id)
+                res = self._call(client)(
+                    self._payload(worker_prompt(seg.text, cu, question, self.worker_template)),
+                    max_tokens=self.worker_max_tokens, temperature=self.temperature,
+                    request_id=route.request_id)
             except Exception as exc:
                 self.router.release(route, ok=False)
                 raise self._fail(plan, "worker", seg.position, route.worker_name, exc) from exc
@@ -389,10 +399,10 @@ class ChainOfAgents:
         name = mroute.worker_name if mroute is not None else "manager"
         try:
             self._check_sync(client, name)
-            res = client.complete(manager_prompt(cu, question, self.manager_template),
-                                  max_tokens=self.manager_max_tokens, temperature=self.temperature,
-                                  request_id=mroute.request_id if mroute is not None else None,
-                                  stop=self.manager_stop)
+            res = self._call(client)(
+                self._payload(manager_prompt(cu, question, self.manager_template)),
+                max_tokens=self.manager_max_tokens, temperature=self.temperature,
+                request_id=mroute.request_id if mroute is not None else None, stop=self.manager_stop)
         except Exception as exc:
             if mroute is not None:
                 self.router.release(mroute, ok=False)
@@ -435,9 +445,10 @@ class ChainOfAgents:
             client = self.router.client(route.worker)
             try:
                 self._check_async(client, route.worker_name)
-                res = await client.complete(worker_prompt(seg.text, cu, question, self.worker_template),
-                                            max_tokens=self.worker_max_tokens, temperature=self.temperature,
-                                            request_id=route.request_id)
+                res = await self._call(client)(
+                    self._payload(worker_prompt(seg.text, cu, question, self.worker_template)),
+                    max_tokens=self.worker_max_tokens, temperature=self.temperature,
+                    request_id=route.request_id)
             except Exception as exc:
                 self.router.release(route, ok=False)
                 raise self._fail(plan, "worker", seg.position, route.worker_name, exc) from exc
@@ -453,10 +464,10 @@ class ChainOfAgents:
         name = mroute.worker_name if mroute is not None else "manager"
         try:
             self._check_async(client, name)
-            res = await client.complete(manager_prompt(cu, question, self.manager_template),
-                                        max_tokens=self.manager_max_tokens, temperature=self.temperature,
-                                        request_id=mroute.request_id if mroute is not None else None,
-                                        stop=self.manager_stop)
+            res = await self._call(client)(
+                self._payload(manager_prompt(cu, question, self.manager_template)),
+                max_tokens=self.manager_max_tokens, temperature=self.temperature,
+                request_id=mroute.request_id if mroute is not None else None, stop=self.manager_stop)
         except Exception as exc:
             if mroute is not None:
                 self.router.release(mroute, ok=False)

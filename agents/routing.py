@@ -8,12 +8,15 @@ routed segments are inserted under the engine request id, least recently used on
 
 Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
 
-1. **load safeguard** (as SGLang's router): when ``max load - min load > balance_abs_threshold`` *and*
-   ``max load > balance_rel_threshold * min load``, go to the least-loaded worker, ignoring caches, so
-   affinity never starves or floods a worker. Load = requests in flight on the worker;
-2. **affinity**: else the worker whose cache model holds the longest prefix of the segment (in tokens,
-   at least ``min_match_tokens``) wins — a recurring document returns to the worker that processed it;
-   ties go to the less loaded worker;
+1. **affinity**: the worker whose cache model holds the longest prefix of the segment (in tokens, at
+   least ``min_match_tokens``) is the candidate — a recurring document returns to the worker that
+   processed it; ties go to the less loaded worker;
+2. **load safeguard** (SGLang router's rule): if the candidate's load ``hi`` and the pool's minimum ``lo``
+   satisfy ``hi - lo > balance_abs_threshold`` *and* ``hi > balance_rel_threshold * lo``, the segment
+   goes to the least-loaded worker instead, so affinity never floods one worker while others idle. Load
+   = requests in flight on the worker. SGLang tests the pool's max load rather than the candidate's
+   (``balance_scope="global"``): it then also overrides affinity for a candidate that is not the busy
+   worker, which costs a cold prefill for nothing — measured on the benchmark, see docs/coa.md;
 3. **least loaded**: a segment no worker holds goes to the least-loaded worker (ties: the smaller modelled
    cache, then rotation), spreading new documents over the pool.
 
@@ -110,13 +113,16 @@ class AgentRouter(Generic[ClientT]):
         policy: ``"affinity"`` or ``"round_robin"``.
         capacity_tokens: per-worker prefix-cache size to model, in tokens (None = unbounded).
         balance_abs_threshold, balance_rel_threshold: the load safeguard (see module doc).
+        balance_scope: ``"target"`` (default) applies the safeguard to the worker affinity picked (its
+            load against the least-loaded worker); ``"global"`` checks the pool's max and min load before
+            anything else, exactly as SGLang's router does.
         min_match_tokens: shortest cached prefix worth following.
     """
 
     def __init__(self, clients: Sequence[ClientT], *, names: Sequence[str] | None = None,
                  policy: RoutingPolicy | str = RoutingPolicy.AFFINITY, capacity_tokens: int | None = None,
                  balance_abs_threshold: int = 2, balance_rel_threshold: float = 1.5,
-                 min_match_tokens: int = 1) -> None:
+                 balance_scope: str = "target", min_match_tokens: int = 1) -> None:
         clients = list(clients)
         if not clients:
             raise ValueError("an AgentRouter needs at least one worker client")
@@ -135,6 +141,8 @@ class AgentRouter(Generic[ClientT]):
             raise ValueError(f"balance_abs_threshold must be a non-negative int, got {balance_abs_threshold!r}")
         if not isinstance(balance_rel_threshold, (int, float)) or balance_rel_threshold < 1:
             raise ValueError(f"balance_rel_threshold must be >= 1, got {balance_rel_threshold!r}")
+        if balance_scope not in ("target", "global"):
+            raise ValueError(f"balance_scope must be 'target' or 'global', got {balance_scope!r}")
         if not isinstance(min_match_tokens, int) or min_match_tokens < 1:
             raise ValueError(f"min_match_tokens must be a positive int, got {min_match_tokens!r}")
         self._clients = tuple(clients)
@@ -142,6 +150,7 @@ class AgentRouter(Generic[ClientT]):
         self.capacity_tokens = capacity_tokens
         self.balance_abs_threshold = balance_abs_threshold
         self.balance_rel_threshold = float(balance_rel_threshold)
+        self.balance_scope = balance_scope
         self.min_match_tokens = min_match_tokens
         self._indexes = tuple(ContextIndex(capacity_tokens=capacity_tokens, tail_order="retrieval")
                               for _ in clients)
@@ -216,8 +225,7 @@ class AgentRouter(Generic[ClientT]):
         load = self._load
         if self.policy is RoutingPolicy.ROUND_ROBIN:
             return next(self._rr) % n, "round_robin"
-        hi, lo = max(load), min(load)
-        if hi - lo > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo:
+        if self.balance_scope == "global" and self._imbalanced(max(load)):
             return self._least_loaded(), "balance"
         if tagged:
             best_w, best_tokens = -1, 0
@@ -226,8 +234,14 @@ class AgentRouter(Generic[ClientT]):
                 if got > best_tokens or (got == best_tokens and got > 0 and load[w] < load[best_w]):
                     best_w, best_tokens = w, got
             if best_w >= 0 and best_tokens >= self.min_match_tokens:
+                if self._imbalanced(load[best_w]):
+                    return self._least_loaded(), "balance"
                 return best_w, "affinity"
         return self._least_loaded(), "least_loaded"
+
+    def _imbalanced(self, hi: int) -> bool:
+        lo = min(self._load)
+        return hi - lo > self.balance_abs_threshold and hi > self.balance_rel_threshold * lo
 
     def _least_loaded(self) -> int:
         n = len(self._clients)

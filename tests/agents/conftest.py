@@ -76,6 +76,13 @@ class FakeEngine:
         return self._serve(prompt, request_id)
 
 
+    def chat(self, messages: list[dict[str, str]], **kw: Any) -> CompletionResult:
+        (msg,) = messages
+        assert msg["role"] == "user"
+        self.chat_calls = getattr(self, "chat_calls", 0) + 1
+        return self.complete(msg["content"], **kw)
+
+
 class AsyncFakeEngine(FakeEngine):
     async def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,  # type: ignore[override]
                        request_id: str | None = None, stop: Any = None) -> CompletionResult:

@@ -144,6 +144,13 @@ def test_dedicated_manager_client():
                                              for p in e.prompts)
 
 
+def test_chat_mode_sends_each_prompt_as_one_user_message():
+    coa, engines = chain(n_workers=1, chat=True)
+    res = coa.answer("q5 chat?", [doc(0), doc(1)])
+    assert res.answer.startswith("answer(q5)")
+    assert engines[0].chat_calls == len(res.calls)
+
+
 # ---------------------------------------------------------------------------------------------- failures
 def test_engine_failure_retries_then_fails_only_that_question(failing_url):
     url, seen = failing_url

@@ -170,3 +170,18 @@ def test_bad_arguments():
         router(2, balance_rel_threshold=0.5)
     with pytest.raises(ValueError):
         router(1).route(["a", "b"], [1])
+
+
+def test_target_scoped_safeguard_keeps_affinity_when_the_imbalance_is_elsewhere():
+    for scope, expected in (("target", ("affinity", 1)), ("global", ("balance", 2))):
+        r = router(3, balance_abs_threshold=2, balance_rel_threshold=1.5, balance_scope=scope)
+        r.index(0).insert([(0, "hot")], "seed0", token_lens=[100])    # worker 0 caches "hot"
+        r.index(1).insert([(0, "doc")], "seed1", token_lens=[100])    # worker 1 caches "doc"
+        hot = [r.route(["hot"], [100]) for _ in range(3)]
+        assert [h.worker for h in hot] == [0, 0, 0] and r.loads() == (3, 0, 0)
+        route = r.route(["doc"], [100])            # its home (worker 1) is idle; worker 0 is swamped
+        assert (route.reason, route.worker) == expected, scope
+        for h in hot + [route]:
+            r.release(h)
+    with pytest.raises(ValueError):
+        router(2, balance_scope="local")
