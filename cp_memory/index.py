@@ -175,25 +175,39 @@ class ContextIndex:
             rid = self._check_request_id(request_id)
             if not ids_kept:
                 return Placement((), (), 0, rid, (), dups)
-            rank = {b: i for i, b in enumerate(ids_kept)}
-            match = longest_prefix(self._root, rank)
-            budget = int(self.extra_budget * len(ids_kept))
-            if budget > 0 and self._root.children:
-                wider = superset_prefix(self._root, rank, budget)
-                if wider.key() > match.key():
-                    match = wider
-            prefix = self._prefix(match)
-            in_prefix = set(prefix)
-            extra = tuple(b for b in prefix if b not in rank)
-            rest = [b for b in ids_kept if b not in in_prefix]
-            tail = order_tail(rest, rank, self._freq, self.tail_order)
-            order = prefix + tuple(tail)
+            order, prefix_len, extra, _ = self._plan(ids_kept)
             toks = None
             if self.capacity_tokens is not None:
                 lens = dict(zip(ids_kept, token_lens)) if token_lens is not None else {}
                 toks = [self._block_tokens(b, lens) for b in order]
             node = self._attach(order, toks, rid)
-            return Placement(order, path_of(node), len(prefix), rid, extra, dups)
+            return Placement(order, path_of(node), prefix_len, rid, extra, dups)
+
+    def match(self, blocks: Sequence[Hashable]) -> Placement:
+        """Dry run of :meth:`insert`: the placement ``blocks`` would get now, changing nothing (no leaf,
+        no LRU refresh). ``request_id`` is None; ``search_path`` leads to the deepest matched node."""
+        ids_kept, dups = _dedup_ids(check_block_ids(blocks))
+        with self._lock:
+            if not ids_kept:
+                return Placement((), (), 0, None, (), dups)
+            order, prefix_len, extra, match = self._plan(ids_kept)
+            return Placement(order, path_of(match.node), prefix_len, None, extra, dups)
+
+    def _plan(self, ids_kept: list[Hashable]) -> tuple[tuple, int, tuple, Match]:
+        """Matched prefix + ordered tail for a request (no mutation)."""
+        rank = {b: i for i, b in enumerate(ids_kept)}
+        match = longest_prefix(self._root, rank)
+        budget = int(self.extra_budget * len(ids_kept))
+        if budget > 0 and self._root.children:
+            wider = superset_prefix(self._root, rank, budget)
+            if wider.key() > match.key():
+                match = wider
+        prefix = self._prefix(match)
+        in_prefix = set(prefix)
+        extra = tuple(b for b in prefix if b not in rank)
+        rest = [b for b in ids_kept if b not in in_prefix]
+        tail = order_tail(rest, rank, self._freq, self.tail_order)
+        return prefix + tuple(tail), len(prefix), extra, match
 
     def _prefix(self, match: Match) -> tuple:
         prefix = prefix_of(match.node)

@@ -223,3 +223,16 @@ def test_build_bad_input():
         ContextIndex().build([[1], [2]], request_ids=["x"])
     assert ContextIndex().build([]).orders == ()
     assert ContextIndex().build([[1, 2], []]).orders[1] == ()
+
+
+def test_match_is_a_dry_run_of_insert():
+    index = ContextIndex(capacity_tokens=100)
+    index.insert([1, 2, 3], "a")
+    before = (len(index), index.node_count, index.cached_tokens, index.frequency(1))
+    dry = index.match([2, 1, 9])
+    assert dry.request_id is None and dry.order == (1, 2, 9) and dry.prefix_len == 2
+    assert dry.search_path == (0,)
+    assert (len(index), index.node_count, index.cached_tokens, index.frequency(1)) == before
+    real = index.insert([2, 1, 9])
+    assert (real.order, real.prefix_len) == (dry.order, dry.prefix_len)
+    assert index.match([]).order == ()
