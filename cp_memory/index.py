@@ -185,13 +185,15 @@ class ContextIndex:
 
     def match(self, blocks: Sequence[Hashable]) -> Placement:
         """Dry run of :meth:`insert`: the placement ``blocks`` would get now, changing nothing (no leaf,
-        no LRU refresh). ``request_id`` is None; ``search_path`` leads to the deepest matched node."""
+        no LRU refresh). ``request_id`` is None; ``search_path`` leads to the node holding the end of the
+        matched prefix."""
         ids_kept, dups = _dedup_ids(check_block_ids(blocks))
         with self._lock:
             if not ids_kept:
                 return Placement((), (), 0, None, (), dups)
             order, prefix_len, extra, match = self._plan(ids_kept)
-            return Placement(order, path_of(match.node), prefix_len, None, extra, dups)
+            reached = match.child if match.child is not None and match.m else match.node
+            return Placement(order, path_of(reached), prefix_len, None, extra, dups)
 
     def _plan(self, ids_kept: list[Hashable]) -> tuple[tuple, int, tuple, Match]:
         """Matched prefix + ordered tail for a request (no mutation)."""
