@@ -398,3 +398,16 @@ def test_constructor_validates():
         ContextPilotMemory(object(), max_users=0)
     with pytest.raises(ValueError):
         ContextPilotMemory(object(), retry_attempts=0)
+
+
+def test_bounded_requests_and_forget_conversation(mem):
+    cp = ContextPilotMemory(mem, max_requests_per_user=3, capacity_tokens=10_000)
+    for q in (Q1, Q2, QB, "family", "adoption"):
+        cp.search(q, filters={"user_id": A}, top_k=4)
+    assert len(cp.index_for({"user_id": A})) == 3
+    cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="f")
+    again = cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="f")["context_pilot"]
+    assert len(again["duplicates"]) == 4 and again["blocks"] != []  # over-fetched fresh ones
+    assert cp.forget_conversation("f", filters={"user_id": A}) is True
+    fresh = cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="f")["context_pilot"]
+    assert fresh["turn"] == 1 and fresh["duplicates"] == []
