@@ -255,15 +255,13 @@ class AgentRouter(Generic[ClientT]):
     def _matched_tokens(self, worker: int, tagged: list, lens: list[int]) -> int:
         """Tokens of the longest exact prefix of ``tagged`` that ``worker``'s cache model holds.
 
-        Probes the index (insert with zero token lengths, then evict): nothing is evicted by capacity;
-        the matched path's recency is refreshed, a small bias towards keeping it.
+        A dry run (:meth:`ContextIndex.match`): nothing is inserted and no recency is refreshed on
+        workers that are not chosen.
         """
         idx = self._indexes[worker]
         if len(idx) == 0:
             return 0
-        probe = f"probe-{uuid.uuid4().hex}"
-        placement = idx.insert(tagged, probe, token_lens=[0] * len(tagged))
-        idx.evict(probe)
+        placement = idx.match(tagged)
         return sum(lens[:placement.prefix_len])
 
     def release(self, route: Route, *, ok: bool = True) -> None:

@@ -165,12 +165,9 @@ class Segmenter:
     def _align(self, remaining: list) -> tuple[list, int]:
         """Order ``remaining`` against the built segments: (aligned order, blocks in the matched prefix).
 
-        A probe request with zero token lengths is inserted and evicted at once: zero tokens never push
-        the index over a capacity, so the probe cannot evict anything.
+        A dry run (:meth:`ContextIndex.match`): the index is not changed.
         """
-        probe = f"probe-{uuid.uuid4().hex}"
-        placement = self.index.insert(remaining, probe, token_lens=[0] * len(remaining))
-        self.index.evict(probe)
+        placement = self.index.match(remaining)
         wanted = set(remaining)
         order = [k for k in placement.order if k in wanted]  # an index with superset alignment adds extras
         prefix = sum(1 for k in placement.order[:placement.prefix_len] if k in wanted)
