@@ -156,6 +156,30 @@ class Deduplicator:
             return conv.by_digest.get(digest)
         return None
 
+    def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
+        """Where each block was already sent in earlier turns (None: not sent), changing nothing.
+
+        Lets a caller pick which retrieved blocks to keep before the turn is registered with :meth:`dedup`.
+        Same rules as :meth:`dedup` against earlier turns (same-turn duplicates are not reported).
+        """
+        with self._lock:
+            conv = self._convs.get(conversation_id)
+            if conv is None:
+                return tuple(None for _ in blocks)
+            out = []
+            for b in blocks:
+                if isinstance(b, ContextBlock):
+                    out.append(self._sent_location(conv, b.id, b.digest))
+                else:
+                    out.append(self._sent_location(conv, b, None))
+            return tuple(out)
+
+    def sent_count(self, conversation_id: Hashable) -> int:
+        """How many distinct blocks a conversation has sent so far."""
+        with self._lock:
+            conv = self._convs.get(conversation_id)
+            return 0 if conv is None else len(conv.by_id)
+
     def sent(self, conversation_id: Hashable) -> dict[Hashable, Location]:
         """Blocks sent so far in a conversation and where (a copy)."""
         with self._lock:

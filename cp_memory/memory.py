@@ -204,12 +204,6 @@ class _UserState:
 
 
 @dataclass
-class _SentRecord:
-    digests: dict = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-@dataclass
 class _Plan:
     """Step 1 outcome: what to ask mem0 for."""
 
@@ -217,8 +211,6 @@ class _Plan:
     conversation: str | None
     top_k: Any
     fetch_k: Any
-    sent: Mapping[Hashable, str]      # id -> text digest of blocks sent earlier in the conversation
-    sent_digests: frozenset           # their digests (content dedup)
 
 
 @dataclass
@@ -268,7 +260,6 @@ class _Engine:
         # what each conversation was sent (id -> digest), to pick the result window *before* dedup runs:
         # the Deduplicator is authoritative, this only sizes the over-fetch and keeps sent blocks out of
         # the index insert
-        self.sent_records = _LRU(max_conversations)
 
     # ------------------------------------------------------------------ per-user index + persistence
     def _path(self, scope: str) -> Path:
@@ -339,24 +330,12 @@ class _Engine:
                 filters.get("run_id") if isinstance(filters, Mapping) else None)
             if conv is not None and str(conv).strip():
                 conversation = str(conv).strip()
-        sent: Mapping[Hashable, str] = {}
         fetch_k = top_k
         valid_k = isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0
-        if conversation is not None:
-            record = self.sent_records.get((scope, conversation))
-            if record is not None:
-                with record.lock:
-                    sent = dict(record.digests)
-            if valid_k:
-                fetch_k = top_k + min(len(sent), self.max_overfetch)
-        digests = frozenset(sent.values()) if self.content_dedup else frozenset()
-        return _Plan(scope, conversation, top_k, fetch_k, sent, digests)
-
-    def _is_sent(self, plan: _Plan, block: ContextBlock) -> bool:
-        # mirrors Deduplicator: same id AND same text, or (content dedup) same text under another id
-        if block.id in plan.sent:
-            return plan.sent[block.id] == block.digest
-        return bool(block.text.strip()) and block.digest in plan.sent_digests
+        if conversation is not None and valid_k:
+            sent = self.deduplicator.sent_count((scope, conversation))
+            fetch_k = top_k + min(sent, self.max_overfetch)
+        return _Plan(scope, conversation, top_k, fetch_k)
 
     def align(self, plan: _Plan, response: Any) -> _Aligned | None:
         """Pick the result window, build blocks, insert into the user's index. None: nothing to align."""
@@ -367,12 +346,18 @@ class _Engine:
         window: list = []
         fresh: list[ContextBlock] = []
         pre_dup: list[ContextBlock] = []
-        for r in results:
+        candidates = [ContextBlock(id=r["id"], text="" if r.get("memory") is None else str(r["memory"]))
+                      for r in results]
+        if plan.conversation is not None:
+            # the deduplicator owns what was sent; ask it (without registering) which results it would drop
+            sent_where = self.deduplicator.peek((plan.scope, plan.conversation), candidates)
+        else:
+            sent_where = (None,) * len(candidates)
+        for r, block, where in zip(results, candidates, sent_where):
             if len(fresh) >= top_k:
                 break
-            block = ContextBlock(id=r["id"], text="" if r.get("memory") is None else str(r["memory"]))
             window.append(r)
-            (pre_dup if self._is_sent(plan, block) else fresh).append(block)
+            (pre_dup if where is not None else fresh).append(block)
         blocks = {b.key: b for b in fresh}
         placement = None
         if plan.scope is not None and fresh:
@@ -409,9 +394,6 @@ class _Engine:
             result = self.deduplicator.dedup(conv_key, candidates)
             turn = result.turn
             kept = list(result.blocks)
-            record = self.sent_records.get_or_create(conv_key, _SentRecord)
-            with record.lock:
-                record.digests.update((b.id, b.digest) for b in kept)
             for bid, loc, note in zip(result.duplicates, result.locations, result.annotations):
                 if bid in extra_ids:
                     continue  # an extra block that was sent before: not retrieved, nothing to point to
@@ -585,7 +567,6 @@ class _Base:
     def forget_conversation(self, conversation_id: str, *, filters: Mapping[str, Any]) -> bool:
         """Drop a conversation's dedup record (its next search sends everything again)."""
         key = (scope_of(filters), str(conversation_id).strip())
-        self._engine.sent_records.pop(key)
         return self._engine.deduplicator.forget(key)
 
     def _drop_scopes(self, args: tuple, kwargs: dict) -> None:

@@ -97,3 +97,13 @@ def test_thread_safety():
     for t in ts:
         t.join()
     assert set(d.sent("c0")) <= set(range(17))
+
+
+def test_peek_reports_earlier_turns_without_registering():
+    d = Deduplicator()
+    d.dedup("c", [ContextBlock(1, "a"), ContextBlock(2, "b")])
+    got = d.peek("c", [ContextBlock(2, "b"), ContextBlock(3, "c"), ContextBlock(4, "A"), ContextBlock(1, "edited")])
+    assert [None if g is None else (g.turn, g.position) for g in got] == [(1, 2), None, (1, 1), None]
+    assert d.peek("other", [1]) == (None,)
+    assert d.sent_count("c") == 2 and d.sent_count("other") == 0
+    assert d.dedup("c", [ContextBlock(3, "c")]).duplicates == ()   # peek registered nothing
