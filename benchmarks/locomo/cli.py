@@ -1,6 +1,6 @@
 """``python -m benchmarks.locomo``: Mem0 + LoCoMo TTFT benchmark, baseline vs ContextPilot, fairly.
 
-    python -m benchmarks.locomo --quick                   # conv 0, 20 questions, k=20,100, llama-server + SmolLM2
+    python -m benchmarks.locomo --quick                   # conv 0, 20 questions, k=20,100, llama-server, tiny model
     python -m benchmarks.locomo --conversations all       # every conversation, k=20,100,5x10
     python -m benchmarks.locomo --engine model-cache      # no LLM: prefix-cache model hit ratios (CI, cross-check)
     python -m benchmarks.locomo --engine sglang --model Qwen/Qwen3-4B-Instruct-2507   # GPU
@@ -48,6 +48,7 @@ class BenchConfig:
     modes: tuple[str, ...] | None = None   # None: MODES (+ dedup with chat)
     extra_budget: float = 0.25
     chat: bool = False
+    chat_turns: int = 5
     memories: str = "observations"
     max_memories: int | None = None        # first N memories per conversation (test slices)
     mem0_config: str | None = None
@@ -57,7 +58,7 @@ class BenchConfig:
     llm_api_key: str | None = None
     engine: str = "llama"                  # llama | sglang | model-cache
     engine_url: str | None = None
-    model: str | None = None               # llama: GGUF path, "smollm2" or "random"; sglang/url: model name/path
+    model: str | None = None               # llama: GGUF path, "smollm2" or "tiny"; sglang/url: model name/path
     api_key: str | None = None
     ctx_size: int | None = None
     threads: int | None = None
@@ -125,8 +126,9 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
     if cfg.engine == "llama":
         from cp_memory.engine import random_model_path, smollm2_model_path
 
-        name = cfg.model or "smollm2"
-        path = smollm2_model_path() if name == "smollm2" else random_model_path() if name == "random" else Path(name)
+        name = cfg.model or ("tiny" if cfg.quick else "smollm2")
+        path = (smollm2_model_path() if name == "smollm2" else random_model_path() if name in ("tiny", "random")
+                else Path(name))
         ctx = cfg.ctx_size or (32_768 if cfg.chat else 8192)
         return LlamaEngine(path, ctx_size=ctx, threads=cfg.threads, cache_ram_mib=cfg.cache_ram_mib)
     raise ValueError(f"unknown engine {cfg.engine!r}: llama, sglang, model-cache (or --engine-url URL)")
@@ -170,7 +172,7 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
         modes = tuple(m for m in modes if m != "aligned+superset")
         logger.info("--extra-budget 0: aligned+superset left out")
     settings = RunSettings(modes=tuple(modes), top_k=tuple(top_k), extra_budget=cfg.extra_budget, chat=cfg.chat,
-                           max_tokens=cfg.max_tokens, warmup=cfg.warmup, threshold=cfg.threshold)
+                           chat_turns=cfg.chat_turns, max_tokens=cfg.max_tokens, warmup=cfg.warmup, threshold=cfg.threshold)
 
     convs = load_locomo(cfg.locomo)
     picked = select_conversations(cfg.conversations, convs)
@@ -227,6 +229,7 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
         "top_k": [k.label for k in top_k],
         "extra_budget": cfg.extra_budget,
         "chat": cfg.chat,
+        "chat_turns": cfg.chat_turns if cfg.chat else None,
         "max_tokens": cfg.max_tokens,
         "warmup": cfg.warmup,
         "threshold": cfg.threshold,
@@ -303,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="superset alignment budget for aligned+superset (fraction of k; 0 drops the mode)")
     m.add_argument("--chat", action="store_true",
                    help="ask each conversation's questions as one growing chat (adds the dedup mode)")
+    m.add_argument("--chat-turns", type=int, default=5, metavar="N",
+                   help="with --chat: questions per chat before a new chat starts, so the history fits the "
+                        "model's context (default 5; 0 = all questions in one chat)")
     m.add_argument("--max-tokens", type=int, default=16, help="generated tokens per answer (default 16)")
     m.add_argument("--warmup", type=int, default=2, help="throw-away requests after each cache flush")
 
@@ -312,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sglang: SGLang launched here (GPU, --model); model-cache: no LLM, "
                         "prefix_cache_model.py hit ratios only")
     e.add_argument("--engine-url", metavar="URL", help="use a running OpenAI-compatible server instead")
-    e.add_argument("--model", help="llama: GGUF path, smollm2 (default) or random; sglang: HF id or folder; "
+    e.add_argument("--model", help="llama: GGUF path, smollm2 (default; SmolLM2-135M-Instruct) or tiny (random "
+                                  "weights, SmolLM2 tokenizer; --quick's default); sglang: HF id or folder; "
                                   "--engine-url: served model name (default: the server's first)")
     e.add_argument("--api-key", help="API key for --engine-url")
     e.add_argument("--ctx-size", type=int, default=None,
@@ -330,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = ap.add_argument_group("run")
     o.add_argument("--quick", action="store_true",
-                   help="conversation 0, 20 questions, k=20,100 on the embedded engine: a few minutes on 2 cores")
+                   help="conversation 0, 20 questions, k=20,100 on the embedded engine with the tiny random-weight "
+                        "model (about 2 minutes on 2 cores; add --model smollm2 for real answers, ~30 min)")
     o.add_argument("--out", default="results", help="parent folder of the results folder (default results/)")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -345,7 +353,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> Benc
         conversations=args.conversations or "0",
         questions=args.questions if args.questions is not None else (QUICK_QUESTIONS if quick else None),
         top_k=args.top_k or ("20,100" if quick else "20,100,5x10"),
-        modes=modes, extra_budget=args.extra_budget, chat=args.chat, memories=args.memories,
+        modes=modes, extra_budget=args.extra_budget, chat=args.chat, chat_turns=args.chat_turns,
+        memories=args.memories,
         max_memories=args.max_memories, mem0_config=args.mem0_config, mem0_dir=args.mem0_dir,
         llm_url=args.llm_url, llm_model=args.llm_model, llm_api_key=args.llm_api_key,
         engine=args.engine, engine_url=args.engine_url, model=args.model, api_key=args.api_key,

@@ -49,6 +49,7 @@ class Reply:
     prompt_tokens: int | None
     cached_tokens: int | None
     error: str | None = None
+    server_prompt_ms: float | None = None   # prefill time the engine reports (llama.cpp), no HTTP
 
 
 def messages_text(messages: Sequence[dict[str, Any]]) -> str:
@@ -145,7 +146,8 @@ class ClientEngine(BenchEngine):
         except EngineError as exc:
             logger.warning("engine request failed: %s", exc)
             return Reply("", None, None, None, None, error=str(exc)[:500])
-        return Reply(r.text, r.ttft_s, r.total_s, r.prompt_tokens, r.cached_tokens)
+        return Reply(r.text, r.ttft_s, r.total_s, r.prompt_tokens, r.cached_tokens,
+                     server_prompt_ms=getattr(r, "server_prompt_ms", None))
 
     def complete(self, prompt: str, *, max_tokens: int) -> Reply:
         return self._call("complete", prompt, max_tokens)
@@ -258,8 +260,14 @@ class LlamaEngine(ClientEngine):
             self.server.stop()
             self.server = None
 
+    @property
+    def random_weights(self) -> bool:
+        """The generated random-weight test model: real prefill timings, meaningless answers."""
+        return self.model_path.name.startswith("random-")
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model_path": str(self.model_path), "version": self.version,
+                "random_weights": self.random_weights,
                 "ctx_size": self.ctx_size, "slots": 1, "cache_ram_mib": self.cache_ram_mib,
                 "threads": self.server.threads if self.server is not None else self.threads}
 

@@ -3,7 +3,7 @@
 ``--memories``:
 
 * ``observations`` (default) — LoCoMo's own per-session observation facts, one mem0 memory each,
-  ``infer=False`` (no LLM). Each is prefixed with its session's date (``[8 May, 2023] ...``) because a
+  ``infer=False`` (no LLM). Each is prefixed with its session's date (``[8 May 2023] ...``) because a
   fifth of the questions are temporal and the facts themselves carry no date.
 * ``turns`` — every raw dialogue turn as one memory (``[date] Speaker: text``), ``infer=False``.
 * ``extract`` — mem0's own pipeline (``infer=True``): each session is added as a message list and an
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,11 +48,20 @@ def user_id_for(conv: Conversation, source: str, max_memories: int | None = None
     return f"locomo-{conv.sample_id}-{source}{cap}"
 
 
+_DATE = re.compile(r"(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})")
+
+
+def short_date(date_time: str) -> str:
+    """``"1:56 pm on 8 May, 2023"`` -> ``"8 May 2023"`` (unchanged when it does not parse)."""
+    m = _DATE.search(date_time)
+    return f"{m.group(1)} {m.group(2)} {m.group(3)}" if m else date_time.strip()
+
+
 def _session_dates(conv: Conversation) -> dict[int, str]:
     dates: dict[int, str] = {}
     for t in conv.turns:
         if t.date_time and t.session not in dates:
-            dates[t.session] = t.date_time
+            dates[t.session] = short_date(t.date_time)
     return dates
 
 

@@ -10,9 +10,9 @@ only differences between modes are the ones being measured:
                       same memories to share a prefix with earlier requests, + the order annotation.
 ``aligned+superset``  as ``aligned`` with ``extra_budget > 0``: a cached prefix may bring in a few other
                       memories of the same user (shown, not ranked); prompts get longer.
-``dedup``             (chat only) aligned + multi-turn de-duplication: memories sent in an earlier turn
-                      of the conversation are replaced by location annotations; the prompt shows
-                      ``top_k`` memories not sent before.
+``dedup``             (chat only) aligned + multi-turn de-duplication: of the same k retrieved memories,
+                      those sent in an earlier turn of the chat are replaced by location annotations
+                      (``Please refer to [Doc 3] in the previous conversation (turn 1).``).
 
 ``NxM`` top-k (e.g. ``5x10``): the N retrieved memories are shown M times in a row (N*M blocks), each
 mode repeating its own order; labels run 1..N*M and the order annotation ranks the first copy.
@@ -157,12 +157,20 @@ class ModeBuilder:
         self.cpm: ContextPilotMemory | None = None
         if mode != "baseline":
             # a new wrapper = a cold per-user context index and an empty dedup log for this mode
+            # dedup: max_overfetch=0 -> the same k memories as every other mode, the ones already sent
+            # replaced by location annotations (the paper's multi-turn dedup). ContextPilotMemory's default
+            # over-fetch would instead top the prompt up to k memories not sent before (longer prompts).
             self.cpm = ContextPilotMemory(search, alpha=alpha, annotate=True, dedup=mode == "dedup",
-                                          extra_budget=extra_budget if mode == "aligned+superset" else 0.0)
+                                          extra_budget=extra_budget if mode == "aligned+superset" else 0.0,
+                                          max_overfetch=0)
 
     @property
     def filters(self) -> dict[str, Any]:
         return {"user_id": self.user_id}
+
+    def new_chat(self, conversation_id: str) -> None:
+        """Start another chat: dedup then only points back into turns of this one."""
+        self.conversation_id = conversation_id
 
     def build(self, question: str) -> BuiltContext:
         if self.cpm is None:

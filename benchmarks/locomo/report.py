@@ -36,7 +36,7 @@ class Summary:
     k: str
     mode: str
     requests: int               # all recorded requests
-    measured: int               # in the TTFT / hit statistics (first turns and errors left out)
+    measured: int               # in the TTFT / hit statistics: not a first turn, answered in every mode of this k
     errors: int
     ttft_mean_s: float | None
     ttft_p50_s: float | None
@@ -45,11 +45,12 @@ class Summary:
     speedup_p50: float | None
     hit_ratio: float | None     # engine-reported cached / prompt tokens, measured requests
     prompt_tokens_mean: float | None
-    f1: float | None            # all answered questions (first turns included)
+    f1: float | None            # questions answered in every mode of this k (first turns included)
     judge: float | None
     extra_mean: float
     duplicates_mean: float
     build_ms_p50: float | None
+    server_prefill_ms_mean: float | None = None   # engine-reported prefill (llama.cpp), measured requests
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -65,24 +66,36 @@ def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
     mode_rank = {m: i for i, m in enumerate(("baseline", "aligned", "aligned+superset", "dedup"))}
     k_order = list(dict.fromkeys(r.k for r in records))
     keys.sort(key=lambda km: (k_order.index(km[0]), mode_rank.get(km[1], 99), km[1]))
+    # fairness: a question counts only where every mode of that k answered it (an engine error in one
+    # mode, e.g. a context overflow, drops that question from all modes' statistics)
+    measured_in_all: dict[str, set[tuple[str, int]]] = {}
+    answered_in_all: dict[str, set[tuple[str, int]]] = {}
+    for k in k_order:
+        modes_k = [m for kk, m in keys if kk == k]
+        measured_in_all[k] = set.intersection(*[{(r.sample_id, r.turn) for r in records
+                                                 if r.k == k and r.mode == m and r.measured} for m in modes_k])
+        answered_in_all[k] = set.intersection(*[{(r.sample_id, r.turn) for r in records
+                                                 if r.k == k and r.mode == m and r.error is None} for m in modes_k])
     rows: list[Summary] = []
     base: dict[str, tuple[float | None, float | None]] = {}
     for k, mode in keys:
         rs = [r for r in records if r.k == k and r.mode == mode]
-        meas = [r for r in rs if r.measured]
+        meas = [r for r in rs if r.measured and (r.sample_id, r.turn) in measured_in_all[k]]
         ttft = [r.ttft_s for r in meas if r.ttft_s is not None]
         toks = [(r.cached_tokens, r.prompt_tokens) for r in meas
                 if r.cached_tokens is not None and r.prompt_tokens]
         hit = sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None
-        f1 = [r.f1 for r in rs if r.f1 is not None]
-        judge = [r.judge for r in rs if r.judge is not None]
+        answered = [r for r in rs if (r.sample_id, r.turn) in answered_in_all[k]]
+        f1 = [r.f1 for r in answered if r.f1 is not None]
+        judge = [r.judge for r in answered if r.judge is not None]
         row = dict(k=k, mode=mode, requests=len(rs), measured=len(meas), errors=sum(r.error is not None for r in rs),
                    ttft_mean_s=mean(ttft), ttft_p50_s=percentile(ttft, 50), ttft_p90_s=percentile(ttft, 90),
                    hit_ratio=hit, prompt_tokens_mean=mean([float(p) for _, p in toks]) if toks else
                    mean([float(r.prompt_tokens) for r in meas if r.prompt_tokens is not None]),
                    f1=mean(f1), judge=mean(judge), extra_mean=mean([float(r.extra) for r in rs]) or 0.0,
                    duplicates_mean=mean([float(r.duplicates) for r in rs]) or 0.0,
-                   build_ms_p50=percentile([r.build_ms for r in rs], 50))
+                   build_ms_p50=percentile([r.build_ms for r in rs], 50),
+                   server_prefill_ms_mean=mean([r.server_prompt_ms for r in meas if r.server_prompt_ms is not None]))
         if mode == "baseline":
             base[k] = (row["ttft_mean_s"], row["ttft_p50_s"])
         rows.append(Summary(**row, speedup_mean=None, speedup_p50=None))
@@ -107,23 +120,26 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
         f"- machine: {meta.get('machine', {}).get('summary', '?')}",
         f"- conversations: {meta.get('conversations_label', '?')}; questions: {meta.get('questions_label', '?')} "
         f"(categories 1-4); memories: {meta.get('memories', '?')} ({', '.join(map(str, meta.get('memories_per_user', []))) or '?'} per user)",
-        f"- {'chat (one growing conversation per run)' if meta.get('chat') else 'one-shot prompts'}; "
+        f"- {'chats with history (a new chat every %s questions)' % meta.get('chat_turns') if meta.get('chat') else 'one-shot prompts'}; "
         f"max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: {meta.get('flush', '?')}; "
         f"{meta.get('warmup', 0)} warm-up request(s) and the first question of each run left out of TTFT/hit",
     ]
+    if eng.get("random_weights"):
+        lines.append("- **random-weight model**: TTFT is a real llama.cpp prefill of this small architecture "
+                     "(SmolLM2 tokenizer); its answers are noise, so F1 means nothing here")
     if not eng.get("measures_ttft", True):
         lines.append("- **no LLM ran**: hit ratios come from shared/tools/prefix_cache_model.py "
                      "(regex tokens, 16-token blocks, LRU); TTFT, answers and F1 are n/a")
     lines += ["", "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (p50) | "
-                  "engine hit ratio | prompt tokens | F1 | judge | extra/req | errors |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "engine hit ratio | prompt tokens | F1 | judge | extra/req | build p50 (ms) | errors |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summaries:
         lines.append(
             f"| {s.k} | {s.mode} | {s.measured} | {_f(s.ttft_mean_s, '.4f')} | {_f(s.ttft_p50_s, '.4f')} | "
             f"{_f(s.speedup_mean, '.2f')}{'x' if s.speedup_mean else ''} | "
             f"{_f(s.speedup_p50, '.2f')}{'x' if s.speedup_p50 else ''} | {_f(s.hit_ratio, '.3f')} | "
             f"{_f(s.prompt_tokens_mean, '.0f')} | {_f(s.f1, '.3f')} | {_f(s.judge, '.3f', '-')} | "
-            f"{s.extra_mean:.2f} | {s.errors} |")
+            f"{s.extra_mean:.2f} | {_f(s.build_ms_p50, '.1f')} | {s.errors} |")
     return "\n".join(lines)
 
 

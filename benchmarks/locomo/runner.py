@@ -7,7 +7,8 @@ the k, so no mode is always first):
    requests are sent;
 2. a fresh :class:`~benchmarks.locomo.modes.ModeBuilder` (cold ContextPilot index, same mem0 store);
 3. the conversation's questions are asked in order as successive turns — one-shot prompts, or with
-   ``chat`` one growing chat whose history holds every earlier turn — and each streamed reply's TTFT,
+   ``chat`` growing chats whose history holds every earlier turn (a new chat starts every
+   ``chat_turns`` questions, so the history fits the model's context) — and each streamed reply's TTFT,
    prompt tokens and engine-reported cached tokens are recorded with the answer and its F1.
 
 The first turn of every (conversation, k, mode) run is recorded but left out of the TTFT and hit-ratio
@@ -48,6 +49,7 @@ class RunSettings:
     top_k: tuple[KSpec, ...] = (KSpec(20), KSpec(100), KSpec(5, 10))
     extra_budget: float = 0.25
     chat: bool = False
+    chat_turns: int = 5               # chat: questions per chat before a new one starts (0: one chat)
     max_tokens: int = 16
     warmup: int = 2
     threshold: float = 0.0            # mem0 search score threshold (0: always k results when it has them)
@@ -82,8 +84,9 @@ class RequestRecord:
     duplicates: int
     index_prefix_len: int | None
     context_chars: int
-    build_ms: float          # retrieval (cached after the first mode) + alignment + rendering
+    build_ms: float          # context build: memoized mem0 results + alignment/dedup + rendering
     error: str | None = None
+    server_prompt_ms: float | None = None   # engine-reported prefill time (llama.cpp), no HTTP
 
     def with_judge(self, score: float | None) -> RequestRecord:
         return replace(self, judge=score)
@@ -114,6 +117,10 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
     try:
         for c_pos, ((c_idx, conv), user, qs) in enumerate(zip(conversations, users, questions)):
             for k_pos, k in enumerate(settings.top_k):
+                # retrieve every question once up front: all modes then get the identical (memoized) mem0
+                # results, and no mode's build time includes the first, uncached search
+                for qa in qs:
+                    search.search(qa.question, top_k=k.n, filters={"user_id": user.user_id}, **mem0_kwargs)
                 for r_pos, mode in enumerate(mode_order(settings.modes, c_pos + k_pos)):
                     bar.set_postfix_str(f"{conv.sample_id} k={k.label} {mode}")
                     how = engine.flush()
@@ -124,6 +131,9 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
                                           mem0_kwargs=mem0_kwargs)
                     history: list[dict[str, Any]] = []
                     for turn, qa in enumerate(qs, start=1):
+                        if settings.chat_turns and turn > 1 and (turn - 1) % settings.chat_turns == 0:
+                            history = []
+                            builder.new_chat(f"{conv.sample_id}/k={k.label}/chat{(turn - 1) // settings.chat_turns}")
                         rec = _one(engine, builder, conv, c_idx, k, mode, r_pos, how, turn, qa, history,
                                    settings)
                         records.append(rec)
@@ -161,4 +171,4 @@ def _one(engine: BenchEngine, builder: ModeBuilder, conv: Conversation, c_idx: i
         cached_tokens=reply.cached_tokens, f1=f1, judge=None, retrieved=built.retrieved,
         blocks=len(built.block_ids), extra=built.extra, duplicates=built.duplicates,
         index_prefix_len=built.prefix_len, context_chars=len(built.context), build_ms=build_ms,
-        error=reply.error)
+        error=reply.error, server_prompt_ms=reply.server_prompt_ms)
