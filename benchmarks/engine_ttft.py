@@ -52,6 +52,8 @@ class Row:
     cached_tokens: int
     cached_ttft_ms: float
     speedup: float
+    cold_prefill_ms: float | None
+    cached_prefill_ms: float | None
     repeats: int
 
 
@@ -83,9 +85,10 @@ def measure(server: LlamaServer, model_name: str, n_tokens: int, repeats: int,
     cold: list[Any] = []
     hit: list[Any] = []
     with EngineClient(server.base_url, timeout=600) as client:
-        client.complete(_text(seed, 32), max_tokens=1)  # warm-up (threads, allocations)
+        client.complete(_text(seed * 7919 + n_tokens, 32), max_tokens=1)  # warm-up
         for r in range(repeats):
-            base = seed * 1000 + r * 10
+            # distinct per length too: word streams from one seed share their beginning
+            base = seed * 1_000_000 + n_tokens * 100 + r * 10
             prefix = _exact(client, base + 1, int(n_tokens * cached_fraction))
             n_prefix = len(client.tokenize(prefix) or [])
             suffix_a = _exact(client, base + 2, n_tokens - n_prefix)
@@ -101,6 +104,11 @@ def measure(server: LlamaServer, model_name: str, n_tokens: int, repeats: int,
             cold.append(c)
             hit.append(h)
     cold_ms = statistics.median(x.ttft_s for x in cold) * 1e3
+
+    def prefill(xs: list[Any]) -> float | None:
+        vals = [x.server_prompt_ms for x in xs if x.server_prompt_ms is not None]
+        return round(statistics.median(vals), 1) if vals else None
+
     hit_ms = statistics.median(x.ttft_s for x in hit) * 1e3
     return Row(
         model=model_name,
@@ -111,6 +119,8 @@ def measure(server: LlamaServer, model_name: str, n_tokens: int, repeats: int,
         cached_tokens=int(statistics.median(x.cached_tokens or 0 for x in hit)),
         cached_ttft_ms=round(hit_ms, 1),
         speedup=round(cold_ms / hit_ms, 2) if hit_ms > 0 else float("inf"),
+        cold_prefill_ms=prefill(cold),
+        cached_prefill_ms=prefill(hit),
         repeats=repeats,
     )
 
@@ -146,14 +156,20 @@ def machine() -> dict[str, Any]:
 
 def markdown(rows: list[Row]) -> str:
     out = [
-        "| model | prompt tokens | cold TTFT (ms) | cached tokens | 90%-cached TTFT (ms) | speedup |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| model | prompt tokens | cold TTFT (ms) | cached tokens | 90%-cached TTFT (ms) | "
+        "TTFT speedup | server prefill cold / cached (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0f}"
+
     for r in rows:
         out.append(
             f"| {r.model} | {r.cached_prompt_tokens} | {r.cold_ttft_ms:.0f} | "
             f"{r.cached_tokens} ({r.cached_tokens / max(1, r.cached_prompt_tokens):.0%}) | "
-            f"{r.cached_ttft_ms:.0f} | {r.speedup:.1f}x |"
+            f"{r.cached_ttft_ms:.0f} | {r.speedup:.1f}x | "
+            f"{ms(r.cold_prefill_ms)} / {ms(r.cached_prefill_ms)} |"
         )
     return "\n".join(out)
 
@@ -173,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x) for x in args.lengths.split(",") if x]
     models = {"smollm2": smollm2_model_path, "random": random_model_path}
     rows: list[Row] = []
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         path = models[name]()
@@ -188,11 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {info['cpu']}, {info['cpus']} CPUs, {info['mem_gib']} GiB RAM, {info['os']}")
     if info["build_info"]:
         print("llama-server: " + info["build_info"].replace("\n", "; "))
-    print(f"benchmark wall time: {time.perf_counter() - t0:.0f} s")
+    print(f"benchmark wall time: {time.perf_counter() - t0:.0f} s; load average (1 min) "
+          f"before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": info, "rows": [asdict(r) for r in rows]},
-                                        indent=2))
+        args.json.write_text(json.dumps({"machine": info, "load_before": load_before,
+                                         "load_after": os.getloadavg(),
+                                         "rows": [asdict(r) for r in rows]}, indent=2))
     return 0
 
 

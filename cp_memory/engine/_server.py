@@ -133,7 +133,7 @@ class ManagedServer:
         self.log_path: Path | None = None
         self._env = env
         self._proc: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[..., ManagedServer] | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
 
     # -- to implement ----------------------------------------------------------------------

@@ -32,7 +32,7 @@ def llama_binary() -> Path:
         return find_llama_server()
     except FileNotFoundError as exc:
         _missing(f"llama-server binary absent: {exc}")
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable") from exc
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,7 @@ def random_model(llama_binary: Path) -> Path:
         return random_model_path()
     except (FileNotFoundError, ImportError) as exc:
         _missing(f"cannot build the random test model: {exc}")
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable") from exc
 
 
 @pytest.fixture(scope="module")
