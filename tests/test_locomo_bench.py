@@ -277,3 +277,82 @@ def test_llama_server_end_to_end(memory: Any, tmp_path: Path) -> None:
     for k in ("4", "2x2"):
         for turn in (1, 2, 3):
             assert by[(k, "baseline", turn)]["prompt_tokens"] == by[(k, "aligned", turn)]["prompt_tokens"]
+
+
+# ------------------------------------------------------------------------------------------ ingest, judge
+class _FakeMemory:
+    """Records add() calls; get_all answers with what was added for the user."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, dict[str, Any]]] = []
+        self.by_user: dict[str, int] = {}
+
+    def add(self, messages: Any, **kw: Any) -> None:
+        self.calls.append((messages, kw))
+        self.by_user[kw["user_id"]] = self.by_user.get(kw["user_id"], 0) + 1
+
+    def get_all(self, *, filters: dict[str, Any], top_k: int) -> dict[str, Any]:
+        return {"results": [{}] * self.by_user.get(filters["user_id"], 0)}
+
+
+def _tiny_conversation() -> Any:
+    from cp_memory.locomo import QA, Conversation, Observation, Turn
+
+    turns = (Turn("D1:1", "Ann", "I adopted a cat.", 1, "1:56 pm on 8 May, 2023"),
+             Turn("D1:2", "Bob", "Nice!", 1, "1:56 pm on 8 May, 2023"),
+             Turn("D2:1", "Ann", "The cat is called Tom.", 2, "7:00 pm on 9 June, 2023"))
+    obs = (Observation("c:obs:1:1", "Ann adopted a cat.", "Ann", 1, "D1:1"),
+           Observation("c:obs:1:2", "Ann adopted a cat.", "Ann", 1, "D1:1"),   # LoCoMo-style repeat
+           Observation("c:obs:2:1", "Ann's cat is called Tom.", "Ann", 2, "D2:1"))
+    return Conversation("c", ("Ann", "Bob"), obs, turns, (QA("Cat's name?", "Tom", 4, ("D2:1",)),))
+
+
+def test_ingest_sources_and_reuse() -> None:
+    from benchmarks.locomo.ingest import ingest, memory_items, short_date
+
+    assert short_date("1:56 pm on 8 May, 2023") == "8 May 2023"
+    conv = _tiny_conversation()
+    obs = memory_items(conv, "observations")
+    assert [t for t, _ in obs] == ["[8 May 2023] Ann adopted a cat.", "[9 June 2023] Ann's cat is called Tom."]
+    assert obs[0][1]["locomo_id"] == "c:obs:1:1"
+    assert [t for t, _ in memory_items(conv, "turns")][1] == "[8 May 2023] Bob: Nice!"
+    sessions = memory_items(conv, "extract")
+    assert [len(m) for m, _ in sessions] == [2, 1]
+    assert sessions[0][0][0] == {"role": "user", "content": "Ann: I adopted a cat."}
+    assert sessions[0][0][1]["role"] == "assistant"
+    assert len(memory_items(conv, "observations", max_memories=1)) == 1
+    with pytest.raises(ValueError):
+        memory_items(conv, "nope")
+
+    mem = _FakeMemory()
+    first = ingest(mem, [conv], "observations", progress=False)
+    assert first[0].user_id == "locomo-c-observations" and first[0].added == 2 and first[0].memories == 2
+    assert all(kw["infer"] is False for _, kw in mem.calls)
+    again = ingest(mem, [conv], "observations", progress=False)       # already stored: not added twice
+    assert again[0].added == 0 and len(mem.calls) == 2
+    ingest(mem, [conv], "extract", progress=False)
+    assert [kw["infer"] for _, kw in mem.calls[2:]] == [True, True]
+
+
+def test_judge_scores_with_a_stub_client() -> None:
+    from benchmarks.locomo.judge import Judge
+
+    class Stub:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def chat(self, messages: list[dict[str, Any]], **_: Any) -> Any:
+            self.n += 1
+            predicted = messages[-1]["content"].split("Predicted:")[1].split("\nGround truth:")[0]
+            text = '{"score": 1}' if "Tom" in predicted else "0"
+            return type("R", (), {"text": text})()
+
+        def close(self) -> None:
+            pass
+
+    judge = Judge.__new__(Judge)
+    judge.client, judge.max_tokens, judge.model = Stub(), 32, None
+    scores = judge.score_many([("Cat?", "Tom", "Tom"), ("Cat?", "Tom", "Tom"), ("Cat?", "Rex", "Tom"),
+                               ("Cat?", "", "Tom")])
+    assert scores == [1.0, 1.0, 0.0, 0.0]
+    assert judge.client.n == 2      # repeats judged once, empty answers not sent

@@ -202,8 +202,9 @@ class UrlEngine(ClientEngine):
                            self.base_url)
             return "slots-erased (host prompt cache kept)"
         import httpx
-        try:  # vLLM (dev mode): POST /reset_prefix_cache
-            resp = self.client._http.post("/reset_prefix_cache")
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:  # vLLM (with VLLM_SERVER_DEV_MODE=1): POST /reset_prefix_cache
+            resp = httpx.post(f"{self.base_url}/reset_prefix_cache", headers=headers, timeout=30.0)
             if resp.status_code == 200:
                 return "reset_prefix_cache"
         except httpx.HTTPError:

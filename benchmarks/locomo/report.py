@@ -43,6 +43,7 @@ class Summary:
     ttft_p90_s: float | None
     speedup_mean: float | None  # baseline mean TTFT / this mode's (same k)
     speedup_p50: float | None
+    speedup_paired: float | None  # median over questions of baseline TTFT / this mode's TTFT (same question)
     hit_ratio: float | None     # engine-reported cached / prompt tokens, measured requests
     prompt_tokens_mean: float | None
     f1: float | None            # questions answered in every mode of this k (first turns included)
@@ -98,12 +99,18 @@ def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
                    server_prefill_ms_mean=mean([r.server_prompt_ms for r in meas if r.server_prompt_ms is not None]))
         if mode == "baseline":
             base[k] = (row["ttft_mean_s"], row["ttft_p50_s"])
-        rows.append(Summary(**row, speedup_mean=None, speedup_p50=None))
+        rows.append(Summary(**row, speedup_mean=None, speedup_p50=None, speedup_paired=None))
+    base_ttft = {(r.k, r.sample_id, r.turn): r.ttft_s for r in records
+                 if r.mode == "baseline" and r.measured and r.ttft_s}
     out = []
     for s in rows:
         b_mean, b_p50 = base.get(s.k, (None, None))
+        ratios = [base_ttft[(r.k, r.sample_id, r.turn)] / r.ttft_s for r in records
+                  if r.k == s.k and r.mode == s.mode and r.ttft_s and (r.k, r.sample_id, r.turn) in base_ttft
+                  and (r.sample_id, r.turn) in measured_in_all[s.k]]
         out.append(Summary(**{**asdict(s), "speedup_mean": _ratio(b_mean, s.ttft_mean_s),
-                              "speedup_p50": _ratio(b_p50, s.ttft_p50_s)}))
+                              "speedup_p50": _ratio(b_p50, s.ttft_p50_s),
+                              "speedup_paired": percentile(ratios, 50)}))
     return out
 
 
@@ -123,6 +130,8 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
         f"- {'chats with history (a new chat every %s questions)' % meta.get('chat_turns') if meta.get('chat') else 'one-shot prompts'}; "
         f"max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: {meta.get('flush', '?')}; "
         f"{meta.get('warmup', 0)} warm-up request(s) and the first question of each run left out of TTFT/hit",
+        "- speedup (mean) = baseline mean TTFT / mode mean TTFT; speedup (paired) = median over questions of "
+        "baseline TTFT / mode TTFT for the same question (robust to load spikes on a shared machine)",
     ]
     if eng.get("random_weights"):
         lines.append("- **random-weight model**: TTFT is a real llama.cpp prefill of this small architecture "
@@ -130,14 +139,14 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
     if not eng.get("measures_ttft", True):
         lines.append("- **no LLM ran**: hit ratios come from shared/tools/prefix_cache_model.py "
                      "(regex tokens, 16-token blocks, LRU); TTFT, answers and F1 are n/a")
-    lines += ["", "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (p50) | "
+    lines += ["", "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (paired) | "
                   "engine hit ratio | prompt tokens | F1 | judge | extra/req | build p50 (ms) | errors |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summaries:
         lines.append(
             f"| {s.k} | {s.mode} | {s.measured} | {_f(s.ttft_mean_s, '.4f')} | {_f(s.ttft_p50_s, '.4f')} | "
             f"{_f(s.speedup_mean, '.2f')}{'x' if s.speedup_mean else ''} | "
-            f"{_f(s.speedup_p50, '.2f')}{'x' if s.speedup_p50 else ''} | {_f(s.hit_ratio, '.3f')} | "
+            f"{_f(s.speedup_paired, '.2f')}{'x' if s.speedup_paired else ''} | {_f(s.hit_ratio, '.3f')} | "
             f"{_f(s.prompt_tokens_mean, '.0f')} | {_f(s.f1, '.3f')} | {_f(s.judge, '.3f', '-')} | "
             f"{s.extra_mean:.2f} | {_f(s.build_ms_p50, '.1f')} | {s.errors} |")
     return "\n".join(lines)
