@@ -20,3 +20,16 @@ def test_core_example_runs_and_prints_what_the_comments_say():
                           "and answer the question.")
     assert printed[2] == "((1, 2, 3), (1, 2, 6), (1, 4, 0)) (0, 1, 2)"
     assert printed[3] == "Please refer to [Doc 1] in the previous conversation (turn 1)."
+
+
+def test_mem0_example_runs():
+    section = README.read_text().split("## Mem0: `ContextPilotMemory`", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README-mem0", "exec"), {})
+    printed = out.getvalue()
+    assert "'Alice moved to Lisbon in 2023.'" in printed
+    assert "Bob" not in printed                       # another user's memory never shows up
+    assert "in the previous conversation (turn 1)" in printed
+    assert printed.rstrip().endswith("Question: Where does Alice live?\nAnswer:")
