@@ -130,8 +130,9 @@ def memory() -> Any:
 def _config(tmp_path: Path, **kw: Any) -> Any:
     from benchmarks.locomo.cli import BenchConfig
 
-    base: dict[str, Any] = dict(locomo=str(_locomo_path()), conversations="0", questions=3, max_memories=30,
-                                top_k="4,8,2x3", out=str(tmp_path), progress=False, max_tokens=4, warmup=1)
+    base: dict[str, Any] = {"locomo": str(_locomo_path()), "conversations": "0", "questions": 3,
+                            "max_memories": 30, "top_k": "4,8,2x3", "out": str(tmp_path), "progress": False,
+                            "max_tokens": 4, "warmup": 1}
     base.update(kw)
     return BenchConfig(**base)
 
@@ -200,6 +201,15 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
     rows = {(s["k"], s["mode"]): s for s in data["summary"]}
     assert rows[("8", "baseline")]["speedup_mean"] is None and rows[("8", "baseline")]["hit_ratio"] is not None
     assert rows[("8", "aligned")]["hit_ratio"] >= rows[("8", "baseline")]["hit_ratio"]
+
+
+def test_report_rerenders_an_earlier_run(memory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.locomo import cli
+
+    result = cli.run_benchmark(_config(tmp_path, engine="model-cache", top_k="4", questions=2), memory=memory)
+    assert cli.main(["--report", str(result.folder)]) == 0
+    assert capsys.readouterr().out.strip() == result.table.strip()
+    assert cli.main(["--report", str(tmp_path / "nothing")]) == 2
 
 
 def test_model_cache_chat_dedup(memory: Any, tmp_path: Path) -> None:

@@ -6,4 +6,4 @@ from __future__ import annotations
 
 from .cli import BenchConfig, BenchResult, main, run_benchmark
 
-__all__ = ["BenchConfig", "BenchResult", "run_benchmark", "main"]
+__all__ = ["BenchConfig", "BenchResult", "main", "run_benchmark"]

@@ -32,7 +32,7 @@ from .runner import PROMPT_TEMPLATE, SYSTEM_PROMPT, RequestRecord, RunSettings, 
 
 logger = logging.getLogger("benchmarks.locomo")
 
-__all__ = ["BenchConfig", "BenchResult", "run_benchmark", "build_parser", "config_from_args", "main"]
+__all__ = ["BenchConfig", "BenchResult", "build_parser", "config_from_args", "main", "run_benchmark"]
 
 QUICK_QUESTIONS = 20
 
@@ -249,7 +249,7 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
         if callable(close):
             try:
                 close()
-            except Exception:  # noqa: BLE001 - best effort at the end of a run
+            except Exception:
                 logger.debug("closing mem0 failed", exc_info=True)
     return BenchResult(folder, files, table, tuple(summaries), tuple(records), meta)
 
@@ -338,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     o = ap.add_argument_group("run")
     o.add_argument("--quick", action="store_true",
                    help="conversation 0, 20 questions, k=20,100 on the embedded engine with the tiny random-weight "
-                        "model (about 2 minutes on 2 cores; add --model smollm2 for real answers, ~30 min)")
+                        "model (about 2 minutes on 2 cores; add --model smollm2 for real answers, ~25 min)")
+    o.add_argument("--report", metavar="RESULTS",
+                   help="only print the table of an earlier run (its folder or results.json); runs nothing")
     o.add_argument("--out", default="results", help="parent folder of the results folder (default results/)")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -378,6 +380,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
+    if args.report:
+        from .report import load_records
+
+        try:
+            records, meta = load_records(args.report)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.error("cannot read %s: %s", args.report, exc)
+            return 2
+        sys.stdout.write(markdown_table(summarize(records), meta) + "\n")
+        return 0
     from cp_memory.embedded import set_offline_env
 
     set_offline_env()  # before mem0 is imported: telemetry off, no model hub

@@ -25,13 +25,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Reply", "BenchEngine", "ClientEngine", "LlamaEngine", "SGLangEngine", "UrlEngine",
-    "ModelCacheEngine", "load_cache_model", "messages_text", "WARMUP_PROMPT",
+    "WARMUP_PROMPT",
+    "BenchEngine",
+    "ClientEngine",
+    "LlamaEngine",
+    "ModelCacheEngine",
+    "Reply",
+    "SGLangEngine",
+    "UrlEngine",
+    "load_cache_model",
+    "messages_text",
 ]
 
 #: Sent after every flush/restart and left out of all statistics. Shares nothing with the benchmark
@@ -100,7 +111,7 @@ class BenchEngine(ABC):
         return {"kind": self.kind, "model": self.model, "measures_ttft": self.measures_ttft,
                 "flushes": dict(self.flushes)}
 
-    def __enter__(self) -> BenchEngine:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -176,6 +187,7 @@ class UrlEngine(ClientEngine):
     def start(self) -> None:
         import httpx
 
+        assert self.base_url is not None
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         with httpx.Client(base_url=self.base_url, timeout=10.0, headers=headers) as http:
             try:
@@ -244,7 +256,7 @@ class LlamaEngine(ClientEngine):
         self.server.start()
         try:
             self.version = self.server.version()
-        except Exception:  # noqa: BLE001 - cosmetic
+        except Exception:
             logger.debug("llama-server --version failed", exc_info=True)
         self.base_url = self.server.base_url
         self._new_client()

@@ -26,7 +26,7 @@ from cp_memory.locomo import Conversation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MEMORY_SOURCES", "Ingested", "user_id_for", "memory_items", "make_memory", "ingest"]
+__all__ = ["MEMORY_SOURCES", "Ingested", "ingest", "make_memory", "memory_items", "user_id_for"]
 
 MEMORY_SOURCES = ("observations", "turns", "extract")
 
@@ -65,12 +65,13 @@ def _session_dates(conv: Conversation) -> dict[int, str]:
     return dates
 
 
-def memory_items(conv: Conversation, source: str, max_memories: int | None = None) -> list[tuple[Any, dict]]:
+def memory_items(conv: Conversation, source: str,
+                 max_memories: int | None = None) -> list[tuple[Any, dict[str, Any]]]:
     """What is added for ``conv``: ``(messages, metadata)`` pairs, in conversation order."""
     if source not in MEMORY_SOURCES:
         raise ValueError(f"memories must be one of {MEMORY_SOURCES}, got {source!r}")
     dates = _session_dates(conv)
-    items: list[tuple[Any, dict]] = []
+    items: list[tuple[Any, dict[str, Any]]] = []
     seen: set[str] = set()
 
     def dated(session: int, text: str) -> str:
@@ -153,7 +154,7 @@ def ingest(memory: Any, conversations: Sequence[Conversation], source: str, *,
             continue
         items = memory_items(conv, source, max_memories)
         infer = source == "extract"
-        bar: Iterable = tqdm(items, desc=f"ingest {conv.sample_id} ({source})", unit="mem" if not infer else
+        bar: Iterable[tuple[Any, dict[str, Any]]] = tqdm(items, desc=f"ingest {conv.sample_id} ({source})", unit="mem" if not infer else
                              "session", disable=not progress, leave=False)
         for messages, metadata in bar:
             memory.add(messages, user_id=uid, infer=infer, metadata=metadata)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JUDGE_SYSTEM", "parse_score", "Judge"]
+__all__ = ["JUDGE_SYSTEM", "Judge", "parse_score"]
 
 JUDGE_SYSTEM = (
     "You are an answer evaluator. Given a question, a predicted answer and the ground-truth answer, judge "
@@ -22,12 +22,12 @@ JUDGE_SYSTEM = (
     "Score 1 = fully correct, 0.5 = partially correct, 0 = wrong. Be lenient with phrasing differences if "
     "the meaning matches (dates in another format are fine).")
 
-_NUMBER = re.compile(r"\"?score\"?\s*[:=]\s*([01](?:\.\d+)?)|^\s*([01](?:\.\d+)?)\s*$", re.I | re.M)
+_NUMBER = re.compile(r"\"?score\"?\s*[:=]\s*([01](?:\.\d+)?)|^\s*([01](?:\.\d+)?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_score(text: str) -> float | None:
     """The score in a judge reply (JSON ``{"score": x}``, possibly fenced, or a bare number), in [0, 1]."""
-    cleaned = re.sub(r"<think>.*?</think>", "", text, flags=re.S).strip()
+    cleaned = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL).strip()
     cleaned = re.sub(r"^```(?:json)?\s*|\s*```$", "", cleaned)
     try:
         data = json.loads(cleaned)

@@ -17,8 +17,13 @@ from collections import Counter
 from collections.abc import Sequence
 
 __all__ = [
-    "QUALITY_CATEGORIES", "normalize_answer", "token_f1", "locomo_f1", "clean_answer",
-    "mean", "percentile",
+    "QUALITY_CATEGORIES",
+    "clean_answer",
+    "locomo_f1",
+    "mean",
+    "normalize_answer",
+    "percentile",
+    "token_f1",
 ]
 
 #: LoCoMo QA categories scored: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop. Category 5
@@ -27,7 +32,7 @@ QUALITY_CATEGORIES: frozenset[int] = frozenset({1, 2, 3, 4})
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation + "‘’“”")
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
 
 def normalize_answer(text: str) -> str:

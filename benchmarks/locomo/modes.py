@@ -36,8 +36,16 @@ from cp_memory.render import render_context
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODES", "CHAT_MODES", "KSpec", "parse_top_k", "BuiltContext", "CachedSearch", "ModeBuilder",
-           "mode_order"]
+__all__ = [
+    "CHAT_MODES",
+    "MODES",
+    "BuiltContext",
+    "CachedSearch",
+    "KSpec",
+    "ModeBuilder",
+    "mode_order",
+    "parse_top_k",
+]
 
 MODES: tuple[str, ...] = ("baseline", "aligned", "aligned+superset")
 CHAT_MODES: tuple[str, ...] = MODES + ("dedup",)
@@ -132,10 +140,10 @@ class CachedSearch:
 
 def _freeze(value: Any) -> Hashable:
     if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+        return tuple(sorted(((str(k), _freeze(v)) for k, v in value.items()), key=lambda kv: kv[0]))
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
-    return value
+    return value if isinstance(value, Hashable) else repr(value)
 
 
 class ModeBuilder:
@@ -182,7 +190,7 @@ class ModeBuilder:
         results = list(response.get("results", []))[: self.k.n]
         ids = [str(r["id"]) for r in results]
         texts = [str(r.get("memory") or "") for r in results]
-        labels = {i: doc_label(pos) for pos, i in enumerate(ids, start=1)}
+        labels: dict[Hashable, str] = {i: doc_label(pos) for pos, i in enumerate(ids, start=1)}
         note = order_annotation(ids, ids, label=labels) if len(ids) >= 2 else None
         context = render_context(texts * self.k.repeat, order_annotation=note)
         return BuiltContext(context, tuple(ids), len(ids), 0, 0, None)

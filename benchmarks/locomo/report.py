@@ -7,8 +7,9 @@ import os
 import platform
 import shutil
 import subprocess
+import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,17 @@ from .runner import RequestRecord
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Summary", "summarize", "markdown_table", "machine_info", "plot", "write_results",
-           "PAPER_ROWS"]
+__all__ = [
+    "PAPER_ROWS",
+    "Summary",
+    "load_records",
+    "machine_info",
+    "markdown_table",
+    "paper_table",
+    "plot",
+    "summarize",
+    "write_results",
+]
 
 #: The paper's Mem0 + LoCoMo numbers (Qwen3-4B, SGLang, H100, GPT-4.1 judge), for side-by-side tables.
 PAPER_ROWS: tuple[dict[str, Any], ...] = (
@@ -78,7 +88,6 @@ def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
         answered_in_all[k] = set.intersection(*[{(r.sample_id, r.turn) for r in records
                                                  if r.k == k and r.mode == m and r.error is None} for m in modes_k])
     rows: list[Summary] = []
-    base: dict[str, tuple[float | None, float | None]] = {}
     for k, mode in keys:
         rs = [r for r in records if r.k == k and r.mode == mode]
         meas = [r for r in rs if r.measured and (r.sample_id, r.turn) in measured_in_all[k]]
@@ -89,17 +98,18 @@ def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
         answered = [r for r in rs if (r.sample_id, r.turn) in answered_in_all[k]]
         f1 = [r.f1 for r in answered if r.f1 is not None]
         judge = [r.judge for r in answered if r.judge is not None]
-        row = dict(k=k, mode=mode, requests=len(rs), measured=len(meas), errors=sum(r.error is not None for r in rs),
-                   ttft_mean_s=mean(ttft), ttft_p50_s=percentile(ttft, 50), ttft_p90_s=percentile(ttft, 90),
-                   hit_ratio=hit, prompt_tokens_mean=mean([float(p) for _, p in toks]) if toks else
-                   mean([float(r.prompt_tokens) for r in meas if r.prompt_tokens is not None]),
-                   f1=mean(f1), judge=mean(judge), extra_mean=mean([float(r.extra) for r in rs]) or 0.0,
-                   duplicates_mean=mean([float(r.duplicates) for r in rs]) or 0.0,
-                   build_ms_p50=percentile([r.build_ms for r in rs], 50),
-                   server_prefill_ms_mean=mean([r.server_prompt_ms for r in meas if r.server_prompt_ms is not None]))
-        if mode == "baseline":
-            base[k] = (row["ttft_mean_s"], row["ttft_p50_s"])
-        rows.append(Summary(**row, speedup_mean=None, speedup_p50=None, speedup_paired=None))
+        prompt_tokens = [float(p) for _, p in toks] or [float(r.prompt_tokens) for r in meas
+                                                          if r.prompt_tokens is not None]
+        rows.append(Summary(
+            k=k, mode=mode, requests=len(rs), measured=len(meas), errors=sum(r.error is not None for r in rs),
+            ttft_mean_s=mean(ttft), ttft_p50_s=percentile(ttft, 50), ttft_p90_s=percentile(ttft, 90),
+            speedup_mean=None, speedup_p50=None, speedup_paired=None,
+            hit_ratio=hit, prompt_tokens_mean=mean(prompt_tokens), f1=mean(f1), judge=mean(judge),
+            extra_mean=mean([float(r.extra) for r in rs]) or 0.0,
+            duplicates_mean=mean([float(r.duplicates) for r in rs]) or 0.0,
+            build_ms_p50=percentile([r.build_ms for r in rs], 50),
+            server_prefill_ms_mean=mean([r.server_prompt_ms for r in meas if r.server_prompt_ms is not None])))
+    base = {s.k: (s.ttft_mean_s, s.ttft_p50_s) for s in rows if s.mode == "baseline"}
     base_ttft = {(r.k, r.sample_id, r.turn): r.ttft_s for r in records
                  if r.mode == "baseline" and r.measured and r.ttft_s}
     out = []
@@ -108,9 +118,8 @@ def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
         ratios = [base_ttft[(r.k, r.sample_id, r.turn)] / r.ttft_s for r in records
                   if r.k == s.k and r.mode == s.mode and r.ttft_s and (r.k, r.sample_id, r.turn) in base_ttft
                   and (r.sample_id, r.turn) in measured_in_all[s.k]]
-        out.append(Summary(**{**asdict(s), "speedup_mean": _ratio(b_mean, s.ttft_mean_s),
-                              "speedup_p50": _ratio(b_p50, s.ttft_p50_s),
-                              "speedup_paired": percentile(ratios, 50)}))
+        out.append(replace(s, speedup_mean=_ratio(b_mean, s.ttft_mean_s), speedup_p50=_ratio(b_p50, s.ttft_p50_s),
+                           speedup_paired=percentile(ratios, 50)))
     return out
 
 
@@ -121,17 +130,20 @@ def _f(value: float | None, fmt: str, na: str = "n/a") -> str:
 def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str:
     """The per-k, per-mode table with a header saying what produced the numbers."""
     eng = meta.get("engine", {})
+    per_user = ", ".join(map(str, meta.get("memories_per_user", []))) or "?"
+    how = (f"chats with history (a new chat every {meta.get('chat_turns')} questions)" if meta.get("chat")
+           else "one-shot prompts")
     lines = [
         f"**LoCoMo TTFT benchmark** — engine: **{eng.get('kind', '?')}**, model: **{eng.get('model', '?')}**",
         "",
         f"- machine: {meta.get('machine', {}).get('summary', '?')}",
-        f"- conversations: {meta.get('conversations_label', '?')}; questions: {meta.get('questions_label', '?')} "
-        f"(categories 1-4); memories: {meta.get('memories', '?')} ({', '.join(map(str, meta.get('memories_per_user', []))) or '?'} per user)",
-        f"- {'chats with history (a new chat every %s questions)' % meta.get('chat_turns') if meta.get('chat') else 'one-shot prompts'}; "
-        f"max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: {meta.get('flush', '?')}; "
-        f"{meta.get('warmup', 0)} warm-up request(s) and the first question of each run left out of TTFT/hit",
-        "- speedup (mean) = baseline mean TTFT / mode mean TTFT; speedup (paired) = median over questions of "
-        "baseline TTFT / mode TTFT for the same question (robust to load spikes on a shared machine)",
+        (f"- conversations: {meta.get('conversations_label', '?')}; questions: {meta.get('questions_label', '?')} "
+         f"(categories 1-4); memories: {meta.get('memories', '?')} ({per_user} per user)"),
+        (f"- {how}; max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: "
+         f"{meta.get('flush', '?')}; {meta.get('warmup', 0)} warm-up request(s) and the first question of each "
+         "run left out of TTFT/hit"),
+        ("- speedup (mean) = baseline mean TTFT / mode mean TTFT; speedup (paired) = median over questions of "
+         "baseline TTFT / mode TTFT for the same question (robust to load spikes on a shared machine)"),
     ]
     if eng.get("random_weights"):
         lines.append("- **random-weight model**: TTFT is a real llama.cpp prefill of this small architecture "
@@ -139,8 +151,8 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
     if not eng.get("measures_ttft", True):
         lines.append("- **no LLM ran**: hit ratios come from shared/tools/prefix_cache_model.py "
                      "(regex tokens, 16-token blocks, LRU); TTFT, answers and F1 are n/a")
-    lines += ["", "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (paired) | "
-                  "engine hit ratio | prompt tokens | F1 | judge | extra/req | build p50 (ms) | errors |",
+    lines += ["", ("| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (paired) | "
+                   "engine hit ratio | prompt tokens | F1 | judge | extra/req | build p50 (ms) | errors |"),
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summaries:
         lines.append(
@@ -226,7 +238,7 @@ def plot(summaries: Sequence[Summary], path: Path, title: str, ttft: bool = True
     ax.set_xticks(range(len(ks)))
     ax.set_xticklabels([f"k={k}" for k in ks])
     ax.set_ylabel("mean TTFT (ms); tick = p50" if ttft else "prefix-cache hit ratio (model)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -251,3 +263,14 @@ def write_results(folder: Path, records: Sequence[RequestRecord], summaries: Seq
     if png is not None:
         out["plot"] = png
     return out
+
+
+def load_records(path: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
+    """Records and meta of an earlier run's ``results.json`` (a folder or the file)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    data = json.loads(p.read_text(encoding="utf-8"))
+    fields = set(RequestRecord.__dataclass_fields__)
+    records = [RequestRecord(**{k: v for k, v in r.items() if k in fields}) for r in data["requests"]]
+    return records, data["meta"]

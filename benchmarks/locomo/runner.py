@@ -32,8 +32,14 @@ from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, ModeBuilder, mode_ord
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PROMPT_TEMPLATE", "SYSTEM_PROMPT", "RunSettings", "RequestRecord", "select_questions",
-           "run_requests"]
+__all__ = [
+    "PROMPT_TEMPLATE",
+    "SYSTEM_PROMPT",
+    "RequestRecord",
+    "RunSettings",
+    "run_requests",
+    "select_questions",
+]
 
 #: The completion prompt of every mode (only the context differs).
 PROMPT_TEMPLATE = ("Memories:\n{context}\n\nBased on the memories above, answer the question in as few words "
