@@ -366,3 +366,27 @@ def test_judge_scores_with_a_stub_client() -> None:
                                ("Cat?", "", "Tom")])
     assert scores == [1.0, 1.0, 0.0, 0.0]
     assert judge.client.n == 2      # repeats judged once, empty answers not sent
+
+
+@pytest.mark.engine
+def test_engine_url_against_a_running_llama_server(memory: Any, tmp_path: Path) -> None:
+    """--engine-url: the server kind is probed, and an external llama.cpp can only have its slots erased
+    (the output says so instead of claiming a cold cache)."""
+    from cp_memory.engine import LlamaServer, LlamaServerNotFound, find_llama_server, random_model_path
+
+    try:
+        find_llama_server()
+    except LlamaServerNotFound as exc:
+        if REQUIRE_ENGINE:
+            pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
+        pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
+    from benchmarks.locomo.cli import run_benchmark
+
+    with LlamaServer(random_model_path(), ctx_size=4096, cache_ram_mib=64, alias="tiny-served") as server:
+        result = run_benchmark(_config(tmp_path, engine_url=server.base_url + "/v1", top_k="4", questions=2,
+                                       modes=("baseline", "aligned")), memory=memory)
+    eng = result.meta["engine"]
+    assert eng["kind"] == "openai-compatible (llama.cpp)" and eng["model"] == "tiny-served"
+    assert eng["flushes"] == {"slots-erased (host prompt cache kept)": 2}
+    assert "slots-erased" in result.table
+    assert all(r.ttft_s and r.ttft_s > 0 for r in result.records)

@@ -178,20 +178,20 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     picked = select_conversations(cfg.conversations, convs)
     questions = [select_questions(c, cfg.questions) for _, c in picked]
 
-    own_memory = memory is None
-    if own_memory:
-        memory = make_memory(config_file=cfg.mem0_config, store_dir=cfg.mem0_dir, llm_url=cfg.llm_url,
-                             llm_model=cfg.llm_model, llm_api_key=cfg.llm_api_key)
-    users: list[Ingested] = ingest(memory, [c for _, c in picked], cfg.memories, max_memories=cfg.max_memories,
-                                   progress=cfg.progress)
-    search = CachedSearch(memory)
-
+    # the engine first: a missing binary, an absent GPU or a wrong URL fails before minutes of ingestion
     own_engine = engine is None
     eng = engine if engine is not None else make_engine(cfg)
+    own_memory = memory is None
     records: list[RequestRecord] = []
     interrupted = False
     try:
         eng.start()
+        if own_memory:
+            memory = make_memory(config_file=cfg.mem0_config, store_dir=cfg.mem0_dir, llm_url=cfg.llm_url,
+                                 llm_model=cfg.llm_model, llm_api_key=cfg.llm_api_key)
+        users: list[Ingested] = ingest(memory, [c for _, c in picked], cfg.memories,
+                                       max_memories=cfg.max_memories, progress=cfg.progress)
+        search = CachedSearch(memory)
         try:
             run_requests(eng, search, picked, users, questions, settings, progress=cfg.progress,
                          on_record=records.append)
