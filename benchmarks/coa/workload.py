@@ -9,15 +9,14 @@ agent-aware routing is meant to serve from a worker's cache.
 from __future__ import annotations
 
 import random
-import re
-import string
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cp_memory.blocks import ContextBlock
 from cp_memory.locomo import Conversation
 
+from ..locomo.metrics import token_f1
 from ..retrieval import TfidfRetriever
 
 __all__ = ["Item", "session_blocks", "build_workload", "f1_score"]
@@ -61,23 +60,6 @@ def build_workload(convs: Sequence[Conversation], *, questions_per_conversation:
     return items
 
 
-_ARTICLES = re.compile(r"\b(a|an|the|and)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def _normalize(text: str) -> list[str]:
-    text = text.lower().translate(_PUNCT)
-    return _ARTICLES.sub(" ", text).split()
-
-
 def f1_score(prediction: str, gold: str) -> float:
-    """SQuAD/LoCoMo-style token F1 after lower-casing and dropping punctuation and articles."""
-    pred, ref = _normalize(prediction), _normalize(gold)
-    if not pred or not ref:
-        return float(pred == ref)
-    common = Counter(pred) & Counter(ref)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
+    """SQuAD/LoCoMo-style token F1 (shared with the LoCoMo benchmark)."""
+    return token_f1(prediction, gold)
