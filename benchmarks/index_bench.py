@@ -2,7 +2,8 @@
 
     python -m benchmarks.index_bench speed          # online insert latency at N=1K/10K/100K, batch build
     python -m benchmarks.index_bench locomo         # prefix-cache hit ratio on a LoCoMo memory stream
-    python -m benchmarks.index_bench                # both
+    python -m benchmarks.index_bench spans          # what span-level dedup saves (off by default)
+    python -m benchmarks.index_bench                # speed and locomo
 
 Hit ratios come from ``../shared/tools/prefix_cache_model.py`` (vLLM-style chained block hashes with LRU):
 machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
@@ -23,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from cp_memory.annotations import doc_label, order_annotation
+from cp_memory.blocks import ContextBlock
+from cp_memory.dedup import Deduplicator
 from cp_memory.index import ContextIndex
 from cp_memory.locomo import load_locomo
 
@@ -159,7 +162,53 @@ def bench_locomo(locomo: str | None, cache_model: str | None, ks=(20, 100), capa
     return {"capacity_tokens": capacity, "requests": sum(len(r[3]) for r in requests), "rows": results}
 
 
-def markdown(speed: dict | None, hits: dict | None) -> str:
+CLAUSES = [
+    "This agreement is governed by the laws of the State of New York.",
+    "Any dispute shall be settled by binding arbitration in New York City.",
+    "Either party may terminate this agreement with thirty days written notice.",
+    "The supplier shall maintain insurance covering all goods in transit.",
+    "Payment is due within forty-five days of the invoice date.",
+    "Neither party shall disclose confidential information to third parties.",
+    "The customer may audit the supplier's records once per calendar year.",
+    "Force majeure events suspend obligations for their duration.",
+]
+
+
+def _chars_sent(turns: list[list[ContextBlock]], spans: bool) -> int:
+    dedup = Deduplicator(spans=spans)
+    return sum(len(b.text) for blocks in turns for b in dedup.dedup("conv", blocks).blocks)
+
+
+def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: int = 0) -> dict:
+    """Characters of block text sent in multi-turn chats, whole-block dedup alone vs. with span dedup."""
+    rows = []
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(200):
+        clauses = rng.choice(len(CLAUSES), size=4, replace=False)
+        docs.append(ContextBlock(f"contract-{i}", f"Contract {i} between party {i} and party {i + 1}, "
+                                 f"effective on day {i % 28 + 1}. Its subject is item {i * 7 % 101}. "
+                                 + " ".join(CLAUSES[c] for c in clauses)))
+    chats = [[list(rng.choice(docs, size=5, replace=False)) for _ in range(turns_per_chat)] for _ in range(40)]
+    rows.append(("templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs",
+                 sum(_chars_sent(c, False) for c in chats), sum(_chars_sent(c, True) for c in chats)))
+    convs = load_locomo(locomo)
+    off = on = 0
+    for conv in convs:
+        blocks = [ContextBlock(o.id, o.text) for o in conv.observations]
+        retriever = TfidfRetriever([b.text for b in blocks])
+        qs = [q.question for q in conv.qa if q.category != 5]
+        for start in range(0, len(qs), turns_per_chat):
+            chat = [[blocks[i] for i in retriever.search(q, k)] for q in qs[start:start + turns_per_chat]]
+            off += _chars_sent(chat, False)
+            on += _chars_sent(chat, True)
+    rows.append((f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", off, on))
+    for name, a, b in rows:
+        log.info("%s: %d -> %d chars (%.1f%% saved)", name, a, b, 100 * (1 - b / a))
+    return {"rows": [{"workload": n, "chars_block_dedup": a, "chars_with_spans": b} for n, a, b in rows]}
+
+
+def markdown(speed: dict | None, hits: dict | None, spans: dict | None = None) -> str:
     out = []
     if speed:
         out += ["| contexts indexed | median insert (ms) | p95 (ms) | trie nodes | max RSS (MiB) |",
@@ -178,12 +227,16 @@ def markdown(speed: dict | None, hits: dict | None) -> str:
         base = {r["k"]: r["prefill_tokens"] for r in hits["rows"] if r["mode"] == "baseline"}
         out += [f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_tokens'] / base[r['k']]:.2f}x | "
                 f"{r['extra_blocks_per_request']:.2f} | {r['align_ms_median']:.3f} |" for r in hits["rows"]]
+    if spans:
+        out += ["", "| workload | block text sent, whole-block dedup | with span dedup | saved |", "|---|---:|---:|---:|"]
+        out += [f"| {r['workload']} | {r['chars_block_dedup']:,} chars | {r['chars_with_spans']:,} chars | "
+                f"{100 * (1 - r['chars_with_spans'] / r['chars_block_dedup']):.1f}% |" for r in spans["rows"]]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="?", choices=["speed", "locomo", "all"], default="all")
+    ap.add_argument("what", nargs="?", choices=["speed", "locomo", "spans", "all"], default="all")
     ap.add_argument("--locomo", help="path to locomo10.json (default ../shared/data/locomo10.json)")
     ap.add_argument("--cache-model", help="path to prefix_cache_model.py (default ../shared/tools/...)")
     ap.add_argument("--sizes", default="1000,10000,100000")
@@ -192,12 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     speed = bench_speed(tuple(int(s) for s in args.sizes.split(","))) if args.what in ("speed", "all") else None
     hits = bench_locomo(args.locomo, args.cache_model) if args.what in ("locomo", "all") else None
-    table = markdown(speed, hits)
+    spans = bench_spans(args.locomo) if args.what == "spans" else None
+    table = markdown(speed, hits, spans)
     sys.stdout.write(table + "\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out / f"index_bench-{stamp}.json").write_text(json.dumps({"speed": speed, "locomo": hits}, indent=2))
+    (out / f"index_bench-{stamp}.json").write_text(json.dumps({"speed": speed, "locomo": hits, "spans": spans}, indent=2))
     (out / f"index_bench-{stamp}.md").write_text(table + "\n")
     return 0
 

@@ -14,21 +14,29 @@ Beyond the paper's id match:
   already sent — earlier in the conversation or earlier in this very turn — is a duplicate too, even under
   another id (near-identical mem0 memories filling the prompt).
 
-Repeated spans *inside* longer blocks are not removed: cutting text out of a block changes its tokens and
-would make it miss the prefix cache it is meant to hit.
+Repeated spans *inside* longer blocks (shared templates, standard clauses, repeated facts) are removed
+only with ``spans=True`` (off by default): a block keeps its new sentences and says where the repeated
+ones were sent (:class:`SpanTrim`). It is off by default because cutting text out of a block changes its
+tokens, so the trimmed block can no longer hit a prefix cached with its full text; on LoCoMo's one-fact
+memories it saves nothing, on templated documents it saves most of the repeated text
+(``python -m benchmarks.index_bench spans``).
 """
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from .annotations import LOCATION_TEMPLATE, SAME_TURN_TEMPLATE, doc_label, location_annotation
-from .blocks import ContextBlock
+from .blocks import ContextBlock, normalize_text, text_digest
 
-__all__ = ["Location", "DedupResult", "Deduplicator"]
+__all__ = ["Location", "SpanTrim", "DedupResult", "Deduplicator"]
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+")
+SPAN_TEMPLATE = "Parts of {label} repeat {where}."
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +56,16 @@ class Location:
 
 
 @dataclass(frozen=True)
+class SpanTrim:
+    """Sentences removed from a kept block because they were sent before (``spans=True``)."""
+
+    block_id: Hashable
+    removed: tuple[str, ...]
+    locations: tuple[Location, ...]     # parallel to ``removed``: where each was sent first
+    annotation: str
+
+
+@dataclass(frozen=True)
 class DedupResult:
     """Outcome of one turn: kept blocks (input order) and the duplicates replaced by annotations."""
 
@@ -56,6 +74,7 @@ class DedupResult:
     duplicates: tuple[Hashable, ...] = ()
     locations: tuple[Location, ...] = ()
     annotations: tuple[str, ...] = ()
+    trims: tuple[SpanTrim, ...] = ()
 
     @property
     def kept_ids(self) -> tuple[Hashable, ...]:
@@ -67,15 +86,21 @@ class _Conversation:
     turns: int = 0
     by_id: dict[Hashable, tuple[str | None, Location]] = field(default_factory=dict)
     by_digest: dict[str, Location] = field(default_factory=dict)
+    by_span: dict[str, Location] = field(default_factory=dict)
 
 
 class Deduplicator:
     """Per-conversation record of sent blocks; bounded by an LRU over conversations. Thread-safe."""
 
     def __init__(self, *, max_conversations: int = 10_000, content: bool = True,
-                 location_template: str = LOCATION_TEMPLATE) -> None:
+                 location_template: str = LOCATION_TEMPLATE, spans: bool = False,
+                 min_span_chars: int = 40) -> None:
         if not isinstance(max_conversations, int) or max_conversations < 1:
             raise ValueError(f"max_conversations must be a positive int, got {max_conversations!r}")
+        if not isinstance(min_span_chars, int) or min_span_chars < 1:
+            raise ValueError(f"min_span_chars must be a positive int, got {min_span_chars!r}")
+        self.spans = spans
+        self.min_span_chars = min_span_chars
         self.max_conversations = max_conversations
         self.content = content
         self.location_template = location_template
@@ -120,6 +145,7 @@ class Deduplicator:
             dups: list[Hashable] = []
             locs: list[Location] = []
             notes: list[str] = []
+            trims: list[SpanTrim] = []
             for raw, blk in zip(blocks, items):
                 bid = blk.id if blk is not None else raw
                 digest = blk.digest if blk is not None else None
@@ -136,13 +162,61 @@ class Deduplicator:
                     template = SAME_TURN_TEMPLATE if loc.turn == turn else self.location_template
                     notes.append(location_annotation(bid, label=loc.label, turn=loc.turn, template=template))
                     continue
+                here = Location(block_id=bid, turn=turn, position=len(kept) + 1)
+                sentences: list[tuple[str, str | None]] = []
+                if self.spans and blk.text.strip():
+                    sentences = self._sentences(blk.text)
+                    trimmed = self._trim(conv, blk, sentences, here, turn)
+                    if isinstance(trimmed, Location):        # every sentence was sent before
+                        dups.append(bid)
+                        locs.append(trimmed)
+                        template = SAME_TURN_TEMPLATE if trimmed.turn == turn else self.location_template
+                        notes.append(location_annotation(bid, label=trimmed.label, turn=trimmed.turn,
+                                                         template=template))
+                        continue
+                    if trimmed is not None:
+                        blk, trim = trimmed
+                        trims.append(trim)
                 kept.append(blk)
-                here = Location(block_id=bid, turn=turn, position=len(kept))
-                conv.by_id[bid] = (digest, here)
+                conv.by_id[bid] = (digest, here)      # the original digest: the block counts as sent
                 if self.content and digest is not None and blk.text.strip():
                     conv.by_digest.setdefault(digest, here)
+                for _, span in sentences:
+                    if span is not None:
+                        conv.by_span.setdefault(span, here)
             return DedupResult(turn=turn, blocks=tuple(kept), duplicates=tuple(dups),
-                               locations=tuple(locs), annotations=tuple(notes))
+                               locations=tuple(locs), annotations=tuple(notes), trims=tuple(trims))
+
+    def _sentences(self, text: str) -> list[tuple[str, str | None]]:
+        """Sentences of a block with the digest of those long enough to count as a repeated span."""
+        out = []
+        for sent in _SENTENCE.split(text.strip()):
+            norm = normalize_text(sent)
+            out.append((sent, text_digest(norm) if len(norm) >= self.min_span_chars else None))
+        return out
+
+    def _trim(self, conv: _Conversation, blk: ContextBlock, sentences: list[tuple[str, str | None]],
+              here: Location, turn: int) -> tuple[ContextBlock, SpanTrim] | Location | None:
+        keep, removed, where = [], [], []
+        for sent, span in sentences:
+            loc = conv.by_span.get(span) if span is not None else None
+            if loc is not None:
+                removed.append(sent)
+                where.append(loc)
+            else:
+                keep.append(sent)
+        if not removed:
+            return None
+        if not keep:
+            return where[0]
+        seen: list[str] = []
+        for loc in where:
+            text = f"{loc.label} of turn {loc.turn}" if loc.turn != turn else f"{loc.label} above"
+            if text not in seen:
+                seen.append(text)
+        note = SPAN_TEMPLATE.format(label=here.label, where=", ".join(seen))
+        trimmed = ContextBlock(id=blk.id, text=" ".join(keep))
+        return trimmed, SpanTrim(blk.id, tuple(removed), tuple(where), note)
 
     def _sent_location(self, conv: _Conversation, bid: Hashable, digest: str | None) -> Location | None:
         hit = conv.by_id.get(bid)

@@ -107,3 +107,34 @@ def test_peek_reports_earlier_turns_without_registering():
     assert d.peek("other", [1]) == (None,)
     assert d.sent_count("c") == 2 and d.sent_count("other") == 0
     assert d.dedup("c", [ContextBlock(3, "c")]).duplicates == ()   # peek registered nothing
+
+
+CLAUSE_A = "This agreement is governed by the laws of the State of New York."
+CLAUSE_B = "Any dispute shall be settled by binding arbitration in New York City."
+
+
+def test_span_dedup_is_off_by_default():
+    d = Deduplicator()
+    d.dedup("c", [ContextBlock("a", f"Acme sells widgets. {CLAUSE_A} {CLAUSE_B}")])
+    r = d.dedup("c", [ContextBlock("b", f"Zeta leases trucks. {CLAUSE_A} {CLAUSE_B}")])
+    assert r.trims == () and r.blocks[0].text.endswith(CLAUSE_B)
+
+
+def test_span_dedup_removes_sentences_sent_before_and_says_where():
+    d = Deduplicator(spans=True)
+    d.dedup("c", [ContextBlock("a", f"Acme sells widgets. {CLAUSE_A} {CLAUSE_B}")])
+    r = d.dedup("c", [ContextBlock("b", f"Zeta leases trucks to Carol. {CLAUSE_A} {CLAUSE_B}"),
+                      ContextBlock("t", f"{CLAUSE_A} {CLAUSE_B}")])
+    assert r.blocks[0].text == "Zeta leases trucks to Carol."
+    assert r.trims[0].removed == (CLAUSE_A, CLAUSE_B)
+    assert {(loc.block_id, loc.turn) for loc in r.trims[0].locations} == {("a", 1)}
+    assert r.trims[0].annotation == "Parts of [Doc 1] repeat [Doc 1] of turn 1."
+    assert r.duplicates == ("t",)            # every sentence of it was sent: a whole duplicate
+    # short sentences never count as repeated spans
+    r = d.dedup("c", [ContextBlock("s", "Acme sells widgets. Something new and long enough to count here.")])
+    assert r.trims == () and r.blocks[0].text.startswith("Acme sells widgets.")
+    # the trimmed block is registered with its original text: retrieving it again points back to it
+    r = d.dedup("c", [ContextBlock("b", f"Zeta leases trucks to Carol. {CLAUSE_A} {CLAUSE_B}")])
+    assert r.duplicates == ("b",) and r.locations[0].turn == 2
+    with pytest.raises(ValueError):
+        Deduplicator(min_span_chars=0)
