@@ -229,7 +229,25 @@ class UrlEngine(ClientEngine):
         return {**super().describe(), "server": self.server}
 
 
-class LlamaEngine(ClientEngine):
+class LaunchedEngine(ClientEngine):
+    """A server launched and owned here (``self.server``): restart it for a cold cache, stop it on close."""
+
+    server: Any = None
+
+    def _restart(self) -> str:
+        self.server.restart()
+        self.base_url = self.server.base_url
+        self._new_client()  # no keep-alive connection to the old process
+        return "restart"
+
+    def close(self) -> None:
+        super().close()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+class LlamaEngine(LaunchedEngine):
     """A ``llama-server`` launched here: the embedded CPU engine. Flush = restart (the only full one)."""
 
     kind = "llama.cpp"
@@ -262,16 +280,7 @@ class LlamaEngine(ClientEngine):
         self._new_client()
 
     def _flush(self) -> str:
-        self.server.restart()
-        self.base_url = self.server.base_url
-        self._new_client()  # no keep-alive connection to the old process
-        return "restart"
-
-    def close(self) -> None:
-        super().close()
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        return self._restart()
 
     @property
     def random_weights(self) -> bool:
@@ -285,7 +294,7 @@ class LlamaEngine(ClientEngine):
                 "threads": self.server.threads if self.server is not None else self.threads}
 
 
-class SGLangEngine(ClientEngine):
+class SGLangEngine(LaunchedEngine):
     """An SGLang server launched here (GPU). Flush = ``POST /flush_cache`` (RadixAttention cache)."""
 
     kind = "sglang"
@@ -319,16 +328,7 @@ class SGLangEngine(ClientEngine):
                 return "flush_cache"
             time.sleep(0.5 * (attempt + 1))  # refused while a request is still running
         logger.warning("SGLang refused /flush_cache 5 times; restarting it for a cold cache")
-        self.server.restart()
-        self.base_url = self.server.base_url
-        self._new_client()
-        return "restart"
-
-    def close(self) -> None:
-        super().close()
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        return self._restart()
 
 
 # ------------------------------------------------------------------------------------------ model-cache

@@ -182,17 +182,10 @@ class ManagedServer:
 
     def stop(self) -> None:
         """Stop the process by PID (SIGTERM, then SIGKILL) and wait for it to exit."""
-        proc, self._proc = self._proc, None
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        if proc is not None:
-            _terminate(proc, self.stop_timeout, self.kill_stragglers)
-            logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
+        self._stop_process()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
-        self.port = None
 
     def restart(self) -> ManagedServer:
         """Stop and start again on the same port: the only complete cache flush for llama.cpp."""
@@ -255,6 +248,7 @@ class ManagedServer:
             self._finalizer = None
         if proc is not None:
             _terminate(proc, self.stop_timeout, self.kill_stragglers)
+            logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
         self.port = None
 
     def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> None:
