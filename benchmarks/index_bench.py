@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import logging
 import resource
@@ -28,7 +27,9 @@ from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import Deduplicator
 from cp_memory.index import ContextIndex
 from cp_memory.locomo import load_locomo
+from cp_memory.render import render_context
 
+from .locomo.engines import load_cache_model
 from .retrieval import TfidfRetriever
 
 log = logging.getLogger("index_bench")
@@ -95,23 +96,11 @@ def bench_speed(sizes=(1_000, 10_000, 100_000), probes: int = 2_000) -> dict:
     return {"online": rows, "build": build}
 
 
-def load_cache_model(path: str | None):
-    candidates = [Path(path)] if path else [Path("../shared/tools/prefix_cache_model.py"),
-                                            Path(__file__).resolve().parents[2] / "shared/tools/prefix_cache_model.py"]
-    for c in candidates:
-        if c.is_file():
-            spec = importlib.util.spec_from_file_location("prefix_cache_model", c)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            return mod
-    raise FileNotFoundError("prefix_cache_model.py not found (tried " + ", ".join(map(str, candidates)) +
-                            "); pass --cache-model PATH")
-
-
 def render(order, texts: dict, original, question: str) -> str:
     labels = {b: doc_label(i + 1) for i, b in enumerate(order)}
-    body = "".join(f"{labels[b]} {texts[b]}\n" for b in order)
-    return SYSTEM + body + "\n" + order_annotation(original, order, label=labels) + "\nQuestion: " + question
+    context = render_context([texts[b] for b in order],
+                             order_annotation=order_annotation(original, order, label=labels))
+    return SYSTEM + context + "\nQuestion: " + question
 
 
 MODES = {
