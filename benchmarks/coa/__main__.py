@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agents import AgentRouter, ChainOfAgents, ChainOfAgentsError, CoAQuery, CoAResult, Segmenter
+from cp_memory.agents import AgentRouter, ChainOfAgents, ChainOfAgentsError, CoAQuery, CoAResult, Segmenter
 from cp_memory.blocks import ContextBlock
 from cp_memory.engine import (
     EngineClient,

@@ -1,6 +1,6 @@
 """Agent workloads (Chain-of-Agents) with agent-aware routing on top of cp_memory.
 
-    from agents import AgentRouter, ChainOfAgents
+    from cp_memory.agents import AgentRouter, ChainOfAgents
     router = AgentRouter([EngineClient(url) for url in urls], capacity_tokens=100_000)
     coa = ChainOfAgents(router, segment_tokens=1024)
     result = coa.answer("Who ...?", blocks)          # blocks: cp_memory.ContextBlock (id + text)

@@ -12,9 +12,9 @@ reusable prefix of the worker prompt::
 
 Reuse comes from three pieces:
 
-* :class:`~agents.segment.Segmenter` packs the blocks into segments aligned with the segments built
+* :class:`~cp_memory.agents.segment.Segmenter` packs the blocks into segments aligned with the segments built
   before, so recurring documents give byte-identical segments;
-* :class:`~agents.routing.AgentRouter` sends each segment to the worker whose engine cache holds it;
+* :class:`~cp_memory.agents.routing.AgentRouter` sends each segment to the worker whose engine cache holds it;
 * in a conversation (``conversation_id``), documents already processed in an earlier turn are not sent
   again (:class:`cp_memory.dedup.Deduplicator`): a location annotation (``Please refer to [Doc X] in the
   previous conversation (turn 1).``) and the CU that turn ended with take their place, ahead of this

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from agents import (
+from cp_memory.agents import (
     AgentRouter,
     ChainOfAgents,
     ChainOfAgentsError,
@@ -29,7 +29,7 @@ def words(text):
 def chain(n_workers=3, budget=60, policy="affinity", engine=FakeEngine, **kw):
     engines = [engine(f"w{i}") for i in range(n_workers)]
     router = AgentRouter(engines, policy=policy)
-    from agents import Segmenter
+    from cp_memory.agents import Segmenter
     coa = ChainOfAgents(router, segmenter=Segmenter(budget, token_len=words), **kw)
     return coa, engines
 
@@ -157,7 +157,7 @@ def test_engine_failure_retries_then_fails_only_that_question(failing_url):
     good = FakeEngine("good")
     bad = EngineClient(url, max_retries=2, retry_wait_s=0.001, retry_wait_max_s=0.002, timeout=5)
     router = AgentRouter([good, bad], policy="round_robin")
-    from agents import Segmenter
+    from cp_memory.agents import Segmenter
     coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=FakeEngine("boss"))
     queries = [CoAQuery(f"q{i} ?", (doc(i),), tag=i) for i in range(4)]   # one worker call each
     results = coa.answer_many(queries, max_concurrency=1)
@@ -180,7 +180,7 @@ async def test_async_failure_is_reported_for_its_question_only():
             raise EngineError("engine down after 3 attempt(s)")
 
     router = AgentRouter([AsyncFakeEngine("ok"), Broken("broken")], policy="round_robin")
-    from agents import Segmenter
+    from cp_memory.agents import Segmenter
     coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=AsyncFakeEngine("boss"))
     results = await coa.aanswer_many([CoAQuery(f"q{i} ?", (doc(i),)) for i in range(4)], max_concurrency=1)
     assert [type(r).__name__ for r in results] == ["CoAResult", "ChainOfAgentsError"] * 2

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from agents import AgentRouter, ChainOfAgents, CoAResult, Segmenter
+from cp_memory.agents import AgentRouter, ChainOfAgents, CoAResult, Segmenter
 from cp_memory.blocks import ContextBlock
 
 pytestmark = pytest.mark.engine

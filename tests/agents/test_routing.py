@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from agents.routing import AgentRouter, RoutingPolicy
+from cp_memory.agents.routing import AgentRouter, RoutingPolicy
 
 
 def router(n=3, **kw):

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.segment import Segmenter, estimate_tokens, render_segment
+from cp_memory.agents.segment import Segmenter, estimate_tokens, render_segment
 from cp_memory.blocks import ContextBlock
 from cp_memory.index import ContextIndex
 
@@ -62,7 +62,7 @@ def test_a_recurring_segment_is_reused_inside_a_different_question():
 def test_oversized_block_gets_its_own_segment_and_a_warning(caplog):
     seg = Segmenter(5, token_len=words)
     big, small = blk(0, 50), blk(1, 2)
-    with caplog.at_level("WARNING", logger="agents.segment"):
+    with caplog.at_level("WARNING", logger="cp_memory.agents.segment"):
         segments = seg.split([small, big])
     assert sorted(s.ids for s in segments) == [("d0",), ("d1",)]
     assert "never split" in caplog.text
