@@ -267,8 +267,13 @@ class ContextIndex:
     def _push_lru(self, node: Node) -> None:
         heapq.heappush(self._heap, (node.last_access, next(self._heap_seq), node))
         if len(self._heap) > 4 * len(self._requests) + 1024:
-            live = [(n.last_access, next(self._heap_seq), n) for _, _, n in self._heap
-                    if n.alive and not n.children and n.last_access == _]
+            # drop stale entries (dead node, no longer a leaf, or touched since: a newer entry exists);
+            # keep each live leaf's current entry exactly once
+            live, kept = [], set()
+            for stamp, seq, n in self._heap:
+                if n.alive and not n.children and n.last_access == stamp and id(n) not in kept:
+                    kept.add(id(n))
+                    live.append((stamp, seq, n))
             heapq.heapify(live)
             self._heap = live
 
