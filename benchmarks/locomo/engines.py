@@ -8,7 +8,7 @@
 ``openai-compatible`` any server at ``--engine-url`` (SGLang, vLLM, llama.cpp ...)   ``/flush_cache`` (SGLang),
                                                                                    ``/reset_prefix_cache`` (vLLM);
                                                                                    llama.cpp: slots erased only
-``model-cache``     no LLM: ``shared/tools/prefix_cache_model.py`` scores prompts    a new cache object
+``model-cache``     no LLM: ``cp_memory.cache_model`` scores prompts                  a new cache object
 ==================  =============================================================  ======================
 
 Every engine answers with a :class:`Reply`; a request that fails is a ``Reply`` with ``error`` set
@@ -16,7 +16,6 @@ Every engine answers with a :class:`Reply`; a request that fails is a ``Reply`` 
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 import time
@@ -24,15 +23,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
+    from cp_memory.cache_model import PrefixCacheModel
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CACHE_POLICIES",
     "WARMUP_PROMPT",
     "BenchEngine",
     "ClientEngine",
@@ -41,7 +42,7 @@ __all__ = [
     "Reply",
     "SGLangEngine",
     "UrlEngine",
-    "load_cache_model",
+    "make_cache_model",
     "messages_text",
 ]
 
@@ -332,54 +333,57 @@ class SGLangEngine(LaunchedEngine):
 
 
 # ------------------------------------------------------------------------------------------ model-cache
-def load_cache_model(path: str | Path | None = None) -> ModuleType:
-    """Import ``prefix_cache_model.py`` (default: ``../shared/tools/`` from the cwd or this checkout)."""
-    here = Path(__file__).resolve()
-    candidates = [Path(path)] if path else [Path("../shared/tools/prefix_cache_model.py"),
-                                            here.parents[3] / "shared/tools/prefix_cache_model.py",
-                                            Path("shared/tools/prefix_cache_model.py")]
-    for c in candidates:
-        if c.is_file():
-            spec = importlib.util.spec_from_file_location("prefix_cache_model", c)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-    raise FileNotFoundError("prefix_cache_model.py not found (tried " + ", ".join(map(str, candidates))
-                            + "); pass --cache-model PATH")
+#: ``--cache-policy`` choices: the engine each one models
+CACHE_POLICIES = ("radix", "llama.cpp")
+
+
+def make_cache_model(policy: str = "radix", *, capacity_tokens: int | None = 65_536,
+                     block_size: int = 16) -> PrefixCacheModel:
+    """A fresh :mod:`cp_memory.cache_model` cache: ``radix`` (SGLang/vLLM: chained blocks of ``block_size``
+    tokens, LRU over ``capacity_tokens``) or ``llama.cpp`` (one slot + host prompt cache of
+    ``capacity_tokens``). Both on regex tokens (no tokenizer needed)."""
+    from cp_memory.cache_model import BlockPrefixCache, LlamaServerCache
+
+    if policy == "radix":
+        return BlockPrefixCache(capacity_tokens, block_size=block_size)
+    if policy == "llama.cpp":
+        return LlamaServerCache(capacity_tokens)
+    raise ValueError(f"unknown cache policy {policy!r}: choose from {CACHE_POLICIES}")
 
 
 class ModelCacheEngine(BenchEngine):
-    """No LLM: every prompt is served by a deterministic prefix-cache model (vLLM-style chained block
-    hashes, LRU). Gives the hit ratio only (regex tokens); TTFT, answers and F1 are n/a."""
+    """No LLM: every prompt is served by :mod:`cp_memory.cache_model` (deterministic, machine-independent).
+    Gives the hit ratio only (regex tokens); TTFT, answers and F1 are n/a."""
 
     kind = "model-cache"
     measures_ttft = False
 
-    def __init__(self, *, capacity_tokens: int = 65_536, path: str | Path | None = None) -> None:
-        super().__init__("prefix_cache_model (no LLM)")
+    def __init__(self, *, capacity_tokens: int = 65_536, policy: str = "radix", block_size: int = 16) -> None:
+        super().__init__(f"cp_memory.cache_model {policy} (no LLM)")
         self.capacity_tokens = capacity_tokens
-        self.module = load_cache_model(path)
-        self.cache = self.module.PrefixCache(capacity_tokens=capacity_tokens)
+        self.policy = policy
+        self.block_size = block_size
+        self.cache = make_cache_model(policy, capacity_tokens=capacity_tokens, block_size=block_size)
 
     def _flush(self) -> str:
-        self.cache = self.module.PrefixCache(capacity_tokens=self.capacity_tokens)
+        self.cache = make_cache_model(self.policy, capacity_tokens=self.capacity_tokens,
+                                      block_size=self.block_size)
         return "new-cache"
 
     def warmup(self, n: int) -> None:
         return None
 
     def complete(self, prompt: str, *, max_tokens: int) -> Reply:
-        cached, total = self.cache.serve(prompt)
-        return Reply("", None, None, total, cached)
+        served = self.cache.serve(prompt)
+        return Reply("", None, None, served.prompt, served.cached)
 
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Reply:
         return self.complete(messages_text(messages), max_tokens=max_tokens)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "capacity_tokens": self.capacity_tokens,
-                "block_tokens": getattr(self.cache, "block", None),
-                "note": "hit ratio from a deterministic prefix-cache model; no LLM, TTFT not measured"}
+        return {**super().describe(), "capacity_tokens": self.capacity_tokens, "policy": self.policy,
+                "block_tokens": self.block_size if self.policy == "radix" else 1,
+                "note": "hit ratio from cp_memory.cache_model (regex tokens); no LLM, TTFT not measured"}
 
 
 def _model_name(path: Path) -> str:

@@ -149,8 +149,11 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
         lines.append("- **random-weight model**: TTFT is a real llama.cpp prefill of this small architecture "
                      "(SmolLM2 tokenizer); its answers are noise, so F1 means nothing here")
     if not eng.get("measures_ttft", True):
-        lines.append("- **no LLM ran**: hit ratios come from shared/tools/prefix_cache_model.py "
-                     "(regex tokens, 16-token blocks, LRU); TTFT, answers and F1 are n/a")
+        policy = eng.get("policy", "radix")
+        shape = (f"{eng.get('block_tokens', 16)}-token blocks, LRU over {eng.get('capacity_tokens', '?')} tokens"
+                 if policy == "radix" else "one slot + host prompt cache")
+        lines.append(f"- **no LLM ran**: hit ratios come from cp_memory.cache_model ({policy}: regex tokens, "
+                     f"{shape}); TTFT, answers and F1 are n/a")
     lines += ["", ("| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (paired) | "
                    "engine hit ratio | prompt tokens | F1 | judge | extra/req | build p50 (ms) | errors |"),
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
