@@ -22,12 +22,33 @@ from .coa import (
     manager_prompt,
     worker_prompt,
 )
+from .flow import adrive, drive
+from .records import EngineCall
 from .routing import AgentRouter, Route, RouterStats, RoutingPolicy, WorkerStats
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
 
 __all__ = [
-    "AgentRouter", "CallStats", "ChainOfAgents", "ChainOfAgentsError", "CoAPlan", "CoAQuery", "CoAResult",
-    "MANAGER_TEMPLATE", "PRIOR_TURN_TEMPLATE", "Route", "RouterStats", "RoutingPolicy", "Segment",
-    "Segmenter", "WORKER_TEMPLATE", "WorkerStats", "estimate_tokens", "manager_prompt", "render_segment",
+    "MANAGER_TEMPLATE",
+    "PRIOR_TURN_TEMPLATE",
+    "WORKER_TEMPLATE",
+    "AgentRouter",
+    "CallStats",
+    "ChainOfAgents",
+    "ChainOfAgentsError",
+    "CoAPlan",
+    "CoAQuery",
+    "CoAResult",
+    "EngineCall",
+    "Route",
+    "RouterStats",
+    "RoutingPolicy",
+    "Segment",
+    "Segmenter",
+    "WorkerStats",
+    "adrive",
+    "drive",
+    "estimate_tokens",
+    "manager_prompt",
+    "render_segment",
     "worker_prompt",
 ]

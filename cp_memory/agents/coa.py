@@ -23,195 +23,75 @@ Reuse comes from three pieces:
 Questions are independent: :meth:`ChainOfAgents.answer_many` / :meth:`~ChainOfAgents.aanswer_many` run
 many chains concurrently (sequential within a question, parallel across questions); a failure is reported
 for its question only, as a :class:`ChainOfAgentsError`. Turns of one conversation must run in order.
+
+One flow for sync and async: :meth:`ChainOfAgents.plan` (no I/O) then :meth:`ChainOfAgents.flow`, a
+generator with no I/O that yields each engine request and returns the :class:`CoAResult`; the drivers
+:func:`~cp_memory.agents.flow.drive` (sync clients) and :func:`~cp_memory.agents.flow.adrive` (async
+clients) send the requests.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import logging
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from cp_memory.annotations import LOCATION_TEMPLATE, SAME_TURN_TEMPLATE, location_annotation
+from cp_memory.annotations import (
+    LOCATION_TEMPLATE,
+    SAME_TURN_TEMPLATE,
+    location_annotation,
+)
 from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import Deduplicator
 
+from .flow import adrive, drive
+from .prompts import (
+    MANAGER_TEMPLATE,
+    PRIOR_TURN_TEMPLATE,
+    WORKER_TEMPLATE,
+    check_worker_template,
+    manager_prompt,
+    worker_prompt,
+)
+from .records import (
+    AsyncCompletionClient,
+    CallStats,
+    ChainOfAgentsError,
+    CoAPlan,
+    CoAQuery,
+    CoAResult,
+    CompletionLike,
+    EngineCall,
+    Role,
+    SyncCompletionClient,
+)
 from .routing import AgentRouter, Route
 from .segment import Segment, Segmenter, block_label
 
 __all__ = [
-    "WORKER_TEMPLATE", "MANAGER_TEMPLATE", "PRIOR_TURN_TEMPLATE",
-    "worker_prompt", "manager_prompt",
-    "CompletionLike", "SyncCompletionClient", "AsyncCompletionClient",
-    "CallStats", "CoAPlan", "CoAResult", "CoAQuery", "ChainOfAgents", "ChainOfAgentsError",
+    "MANAGER_TEMPLATE",
+    "PRIOR_TURN_TEMPLATE",
+    "WORKER_TEMPLATE",
+    "AsyncCompletionClient",
+    "CallStats",
+    "ChainOfAgents",
+    "ChainOfAgentsError",
+    "CoAPlan",
+    "CoAQuery",
+    "CoAResult",
+    "CompletionLike",
+    "SyncCompletionClient",
+    "manager_prompt",
+    "worker_prompt",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: worker prompt (paper Table 11); the segment comes first so it is the prompt's reusable prefix
-WORKER_TEMPLATE = (
-    "{segment}\n"
-    "Here is the summary of the previous source text: {previous_cu}\n"
-    "Question: {question}\n"
-    "You need to read current source text and summary of previous source text (if any) and generate a "
-    "summary to include them both. Later, this summary will be used for other agents to answer the Query, "
-    "if any. So please write the summary that can include the evidence for answering the Query:"
-)
-#: manager prompt (paper Table 12)
-MANAGER_TEMPLATE = (
-    "The following are given passages. However, the source text is too long and has been summarized. "
-    "You need to answer based on the summary: {cu}\n"
-    "Question: {question}\n"
-    "Answer:"
-)
-#: in a conversation, the CU an earlier turn ended with, shown with the location annotations
-PRIOR_TURN_TEMPLATE = "Summary of the previous conversation (turn {turn}): {cu}"
 
-
-def worker_prompt(segment: str, previous_cu: str, question: str, template: str = WORKER_TEMPLATE) -> str:
-    """A worker's prompt: segment first (reusable prefix), then the previous CU, then the question."""
-    return template.format(segment=segment, previous_cu=previous_cu, question=question)
-
-
-def manager_prompt(cu: str, question: str, template: str = MANAGER_TEMPLATE) -> str:
-    return template.format(cu=cu, question=question)
-
-
-# ---------------------------------------------------------------------------------------------- clients
-@runtime_checkable
-class CompletionLike(Protocol):
-    """What a completion result must expose (:class:`cp_memory.engine.CompletionResult` does)."""
-
-    text: str
-    ttft_s: float
-    total_s: float
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    completion_tokens: int | None
-
-
-class SyncCompletionClient(Protocol):
-    """:class:`cp_memory.engine.EngineClient`'s ``complete``."""
-
-    def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
-                 request_id: str | None = ..., stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
-
-
-class AsyncCompletionClient(Protocol):
-    """:class:`cp_memory.engine.AsyncEngineClient`'s ``complete``."""
-
-    async def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
-                       request_id: str | None = ...,
-                       stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
-
-
-# ---------------------------------------------------------------------------------------------- results
-@dataclass(frozen=True)
-class CallStats:
-    """One engine call of a chain: a worker (``role="worker"``, ``step`` = segment position) or the manager.
-
-    ``predicted_cached_tokens`` is what the router's cache model expected the engine to reuse (segment
-    tokens only, estimated); ``cached_tokens``/``prompt_tokens`` are what the engine reported.
-    """
-
-    role: str
-    step: int
-    worker: int
-    worker_name: str
-    route: str
-    request_id: str
-    block_ids: tuple[Hashable, ...]
-    segment_tokens: int
-    predicted_cached_tokens: int
-    ttft_s: float
-    total_s: float
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    completion_tokens: int | None
-    output: str
-
-
-@dataclass(frozen=True)
-class CoAResult:
-    """A question's answer, its CU trace (one CU per worker, chain order) and every engine call."""
-
-    question: str
-    answer: str
-    cus: tuple[str, ...]
-    calls: tuple[CallStats, ...]
-    segments: tuple[Segment, ...]
-    wall_s: float
-    conversation_id: Hashable | None = None
-    turn: int | None = None
-    duplicates: tuple[Hashable, ...] = ()
-    annotations: tuple[str, ...] = ()
-    tag: Hashable | None = None
-
-    @property
-    def worker_calls(self) -> tuple[CallStats, ...]:
-        return tuple(c for c in self.calls if c.role == "worker")
-
-    @property
-    def manager_call(self) -> CallStats:
-        return next(c for c in self.calls if c.role == "manager")
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(c.prompt_tokens or 0 for c in self.calls)
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(c.cached_tokens or 0 for c in self.calls)
-
-
-@dataclass(frozen=True)
-class CoAQuery:
-    """One question for :meth:`ChainOfAgents.answer_many`; ``tag`` is copied to the result or error."""
-
-    question: str
-    blocks: tuple[ContextBlock, ...]
-    conversation_id: Hashable | None = None
-    tag: Hashable | None = None
-
-
-class ChainOfAgentsError(RuntimeError):
-    """A chain failed: which question, which call (worker step or manager) on which worker, and why.
-
-    The underlying exception (e.g. :class:`cp_memory.engine.EngineError`, raised after the client's
-    bounded retries) is ``__cause__``.
-    """
-
-    def __init__(self, message: str, *, question: str, role: str, step: int, worker_name: str,
-                 tag: Hashable | None = None) -> None:
-        super().__init__(message)
-        self.question = question
-        self.role = role
-        self.step = step
-        self.worker_name = worker_name
-        self.tag = tag
-
-
-@dataclass(frozen=True)
-class CoAPlan:
-    """What a chain will run: segments in chain order and the text the first worker gets as its
-    "previous" summary (in a conversation: earlier turns' CUs and location annotations)."""
-
-    question: str
-    segments: tuple[Segment, ...]
-    first_cu: str
-    conversation_id: Hashable | None
-    turn: int | None
-    duplicates: tuple[Hashable, ...]
-    annotations: tuple[str, ...]
-    tag: Hashable | None
-
-
-# ---------------------------------------------------------------------------------------------- chain
 class ChainOfAgents:
     """Chain-of-Agents over an :class:`AgentRouter`'s workers (see module doc).
 
@@ -241,11 +121,7 @@ class ChainOfAgents:
         for name, v in (("worker_max_tokens", worker_max_tokens), ("manager_max_tokens", manager_max_tokens)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        for field in ("{segment}", "{previous_cu}", "{question}"):
-            if field not in worker_template:
-                raise ValueError(f"worker_template must contain {field}")
-        if not worker_template.startswith("{segment}"):
-            raise ValueError("worker_template must start with {segment}: the segment is the reusable prefix")
+        check_worker_template(worker_template)
         self.router = router
         self.segmenter = segmenter if segmenter is not None else Segmenter(segment_tokens)
         self.manager = manager
@@ -294,7 +170,8 @@ class ChainOfAgents:
         segments = self.segmenter.split(blocks)
         return CoAPlan(question, segments, first_cu, conversation_id, turn, duplicates, annotations, tag)
 
-    def _remember_turn(self, plan: CoAPlan, final_cu: str) -> None:
+    def _commit_turn(self, plan: CoAPlan, final_cu: str) -> None:
+        """The chain succeeded: remember the CU the turn ended with (referred to by later turns)."""
         if plan.conversation_id is None or plan.turn is None:
             return
         with self._lock:
@@ -307,20 +184,81 @@ class ChainOfAgents:
                 self._turn_cus.move_to_end(plan.conversation_id)
             cus[plan.turn] = final_cu
 
+    def _abort_turn(self, plan: CoAPlan) -> None:
+        """The chain failed or was cancelled: the turn leaves no CU behind."""
+        if plan.conversation_id is None or plan.turn is None:
+            return
+        with self._lock:
+            cus = self._turn_cus.get(plan.conversation_id)
+            if cus is not None:
+                cus.pop(plan.turn, None)
+
     def forget(self, conversation_id: Hashable) -> bool:
         """Drop a conversation's dedup record and CUs."""
         with self._lock:
             had = self._turn_cus.pop(conversation_id, None) is not None
         return self.dedup.forget(conversation_id) or had
 
-    # ------------------------------------------------------------------ shared helpers
-    def _manager_route(self) -> Route | None:
-        return None if self.manager is not None else self.router.route(())
+    # ------------------------------------------------------------------ the chain (no I/O)
+    def flow(self, plan: CoAPlan) -> Generator[EngineCall, Any, CoAResult]:
+        """The chain of ``plan`` as an I/O-free generator: yields each :class:`EngineCall` (workers in
+        chain order, then the manager), is sent each call's result (or thrown its exception), returns
+        the :class:`CoAResult`. Failures are raised as :class:`ChainOfAgentsError`; on any failure the
+        worker is released and the conversation's turn is rolled back. Run it with
+        :func:`~cp_memory.agents.flow.drive` / :func:`~cp_memory.agents.flow.adrive`."""
+        t0 = time.perf_counter()
+        cu = plan.first_cu
+        cus: list[str] = []
+        calls: list[CallStats] = []
+        try:
+            for seg in plan.segments:
+                route = self.router.route(seg.keys, seg.token_lens)
+                prompt = worker_prompt(seg.text, cu, plan.question, self.worker_template)
+                res = yield from self._call(plan, "worker", seg.position, route,
+                                            self.router.client(route.worker), prompt,
+                                            max_tokens=self.worker_max_tokens, request_id=route.request_id)
+                cu = res.text.strip()
+                cus.append(cu)
+                calls.append(_stats("worker", seg.position, route, seg, res, ""))
+            mroute = None if self.manager is not None else self.router.route(())
+            client = self.manager if mroute is None else self.router.client(mroute.worker)
+            res = yield from self._call(plan, "manager", len(plan.segments), mroute, client,
+                                        manager_prompt(cu, plan.question, self.manager_template),
+                                        max_tokens=self.manager_max_tokens,
+                                        request_id=mroute.request_id if mroute is not None else None,
+                                        stop=self.manager_stop)
+            calls.append(_stats("manager", len(plan.segments), mroute, None, res, "manager"))
+        except BaseException:
+            self._abort_turn(plan)
+            raise
+        self._commit_turn(plan, cus[-1] if cus else plan.first_cu)
+        return CoAResult(plan.question, res.text.strip(), tuple(cus), tuple(calls), plan.segments,
+                         time.perf_counter() - t0, plan.conversation_id, plan.turn, plan.duplicates,
+                         plan.annotations, plan.tag)
 
-    def _manager_client(self, route: Route | None) -> Any:
-        return self.manager if route is None else self.router.client(route.worker)
+    def _call(self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str,
+              **kwargs: Any) -> Generator[EngineCall, Any, Any]:
+        """One engine call: yield it, release the worker (failed on error), map errors."""
+        name = route.worker_name if route is not None else "manager"
+        payload: Any = [{"role": "user", "content": prompt}] if self.chat else prompt
+        call = EngineCall(client, "chat" if self.chat else "complete", payload,
+                          {"temperature": self.temperature, **kwargs}, name)
+        try:
+            res = yield call
+        except Exception as exc:
+            if route is not None:
+                self.router.release(route, ok=False)
+            raise self._fail(plan, role, step, name, exc) from exc
+        except BaseException:  # cancelled, interrupted: free the worker, propagate as is
+            if route is not None:
+                self.router.release(route, ok=False)
+            raise
+        if route is not None:
+            self.router.release(route, ok=True)
+        return res
 
-    def _fail(self, plan: CoAPlan, role: str, step: int, name: str, exc: Exception) -> ChainOfAgentsError:
+    @staticmethod
+    def _fail(plan: CoAPlan, role: Role, step: int, name: str, exc: Exception) -> ChainOfAgentsError:
         what = f"worker step {step + 1}/{len(plan.segments)}" if role == "worker" else "manager"
         msg = (f"Chain-of-Agents failed for question {plan.question[:80]!r} at the {what} on {name}: "
                f"{type(exc).__name__}: {exc}")
@@ -328,99 +266,29 @@ class ChainOfAgents:
         return ChainOfAgentsError(msg, question=plan.question, role=role, step=step, worker_name=name,
                                   tag=plan.tag)
 
-    @staticmethod
-    def _stats(role: str, step: int, route: Route | None, seg: Segment | None, res: Any,
-               manager_name: str) -> CallStats:
-        return CallStats(
-            role=role, step=step,
-            worker=route.worker if route is not None else -1,
-            worker_name=route.worker_name if route is not None else manager_name,
-            route=route.reason if route is not None else "dedicated",
-            request_id=route.request_id if route is not None else str(getattr(res, "request_id", "") or ""),
-            block_ids=seg.ids if seg is not None else (),
-            segment_tokens=seg.tokens if seg is not None else 0,
-            predicted_cached_tokens=route.matched_tokens if route is not None else 0,
-            ttft_s=float(res.ttft_s), total_s=float(res.total_s), prompt_tokens=res.prompt_tokens,
-            cached_tokens=res.cached_tokens, completion_tokens=res.completion_tokens, output=res.text,
-        )
+    # ------------------------------------------------------------------ drivers
+    def run(self, plan: CoAPlan) -> CoAResult:
+        """Run a :meth:`plan` with sync clients. Raises :class:`ChainOfAgentsError`."""
+        return drive(self.flow(plan))
 
-    def _result(self, plan: CoAPlan, answer: str, cus: list[str], calls: list[CallStats],
-                t0: float) -> CoAResult:
-        final_cu = cus[-1] if cus else plan.first_cu
-        self._remember_turn(plan, final_cu)
-        return CoAResult(plan.question, answer.strip(), tuple(cus), tuple(calls), plan.segments,
-                         time.perf_counter() - t0, plan.conversation_id, plan.turn, plan.duplicates,
-                         plan.annotations, plan.tag)
+    async def arun(self, plan: CoAPlan) -> CoAResult:
+        """Run a :meth:`plan` with async clients. Raises :class:`ChainOfAgentsError`."""
+        return await adrive(self.flow(plan))
 
-    def _call(self, client: Any) -> Any:
-        return client.chat if self.chat else client.complete
-
-    def _payload(self, prompt: str) -> Any:
-        return [{"role": "user", "content": prompt}] if self.chat else prompt
-
-    def _check_sync(self, client: Any, who: str) -> None:
-        if inspect.iscoroutinefunction(getattr(client, "chat" if self.chat else "complete", None)):
-            raise TypeError(f"{who} has an async client; use aanswer()/aanswer_many() with async clients")
-
-    def _check_async(self, client: Any, who: str) -> None:
-        if not inspect.iscoroutinefunction(getattr(client, "chat" if self.chat else "complete", None)):
-            raise TypeError(f"{who} has a sync client; use answer()/answer_many() with sync clients")
-
-    # ------------------------------------------------------------------ sync
     def answer(self, question: str, blocks: Sequence[ContextBlock], *,
                conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAResult:
         """Run the chain for one question with sync clients. Raises :class:`ChainOfAgentsError`."""
-        t0 = time.perf_counter()
-        plan = self.plan(question, blocks, conversation_id=conversation_id, tag=tag)
-        cu = plan.first_cu
-        cus: list[str] = []
-        calls: list[CallStats] = []
-        for seg in plan.segments:
-            route = self.router.route(seg.keys, seg.token_lens)
-            client = self.router.client(route.worker)
-            try:
-                self._check_sync(client, route.worker_name)
-                res = self._call(client)(
-                    self._payload(worker_prompt(seg.text, cu, question, self.worker_template)),
-                    max_tokens=self.worker_max_tokens, temperature=self.temperature,
-                    request_id=route.request_id)
-            except Exception as exc:
-                self.router.release(route, ok=False)
-                raise self._fail(plan, "worker", seg.position, route.worker_name, exc) from exc
-            except BaseException:  # cancelled, interrupted: free the worker, propagate as is
-                self.router.release(route, ok=False)
-                raise
-            self.router.release(route, ok=True)
-            cu = res.text.strip()
-            cus.append(cu)
-            calls.append(self._stats("worker", seg.position, route, seg, res, ""))
-        mroute = self._manager_route()
-        client = self._manager_client(mroute)
-        name = mroute.worker_name if mroute is not None else "manager"
-        try:
-            self._check_sync(client, name)
-            res = self._call(client)(
-                self._payload(manager_prompt(cu, question, self.manager_template)),
-                max_tokens=self.manager_max_tokens, temperature=self.temperature,
-                request_id=mroute.request_id if mroute is not None else None, stop=self.manager_stop)
-        except Exception as exc:
-            if mroute is not None:
-                self.router.release(mroute, ok=False)
-            raise self._fail(plan, "manager", len(plan.segments), name, exc) from exc
-        except BaseException:
-            if mroute is not None:
-                self.router.release(mroute, ok=False)
-            raise
-        if mroute is not None:
-            self.router.release(mroute, ok=True)
-        calls.append(self._stats("manager", len(plan.segments), mroute, None, res, "manager"))
-        return self._result(plan, res.text, cus, calls, t0)
+        return self.run(self.plan(question, blocks, conversation_id=conversation_id, tag=tag))
+
+    async def aanswer(self, question: str, blocks: Sequence[ContextBlock], *,
+                      conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAResult:
+        """:meth:`answer` with async clients."""
+        return await self.arun(self.plan(question, blocks, conversation_id=conversation_id, tag=tag))
 
     def answer_many(self, queries: Sequence[CoAQuery], *, max_concurrency: int = 4
                     ) -> list[CoAResult | ChainOfAgentsError]:
         """Answer many questions concurrently (threads); a failed question yields its error in place."""
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
+        _check_concurrency(max_concurrency)
 
         def one(q: CoAQuery) -> CoAResult | ChainOfAgentsError:
             try:
@@ -431,61 +299,10 @@ class ChainOfAgents:
         with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="coa") as pool:
             return list(pool.map(one, queries))
 
-    # ------------------------------------------------------------------ async
-    async def aanswer(self, question: str, blocks: Sequence[ContextBlock], *,
-                      conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAResult:
-        """Async twin of :meth:`answer` (async clients)."""
-        t0 = time.perf_counter()
-        plan = self.plan(question, blocks, conversation_id=conversation_id, tag=tag)
-        cu = plan.first_cu
-        cus: list[str] = []
-        calls: list[CallStats] = []
-        for seg in plan.segments:
-            route = self.router.route(seg.keys, seg.token_lens)
-            client = self.router.client(route.worker)
-            try:
-                self._check_async(client, route.worker_name)
-                res = await self._call(client)(
-                    self._payload(worker_prompt(seg.text, cu, question, self.worker_template)),
-                    max_tokens=self.worker_max_tokens, temperature=self.temperature,
-                    request_id=route.request_id)
-            except Exception as exc:
-                self.router.release(route, ok=False)
-                raise self._fail(plan, "worker", seg.position, route.worker_name, exc) from exc
-            except BaseException:  # cancelled, interrupted: free the worker, propagate as is
-                self.router.release(route, ok=False)
-                raise
-            self.router.release(route, ok=True)
-            cu = res.text.strip()
-            cus.append(cu)
-            calls.append(self._stats("worker", seg.position, route, seg, res, ""))
-        mroute = self._manager_route()
-        client = self._manager_client(mroute)
-        name = mroute.worker_name if mroute is not None else "manager"
-        try:
-            self._check_async(client, name)
-            res = await self._call(client)(
-                self._payload(manager_prompt(cu, question, self.manager_template)),
-                max_tokens=self.manager_max_tokens, temperature=self.temperature,
-                request_id=mroute.request_id if mroute is not None else None, stop=self.manager_stop)
-        except Exception as exc:
-            if mroute is not None:
-                self.router.release(mroute, ok=False)
-            raise self._fail(plan, "manager", len(plan.segments), name, exc) from exc
-        except BaseException:
-            if mroute is not None:
-                self.router.release(mroute, ok=False)
-            raise
-        if mroute is not None:
-            self.router.release(mroute, ok=True)
-        calls.append(self._stats("manager", len(plan.segments), mroute, None, res, "manager"))
-        return self._result(plan, res.text, cus, calls, t0)
-
     async def aanswer_many(self, queries: Sequence[CoAQuery], *, max_concurrency: int = 4
                            ) -> list[CoAResult | ChainOfAgentsError]:
-        """Async twin of :meth:`answer_many` (at most ``max_concurrency`` chains at a time)."""
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
+        """:meth:`answer_many` with async clients (at most ``max_concurrency`` chains at a time)."""
+        _check_concurrency(max_concurrency)
         sem = asyncio.Semaphore(max_concurrency)
 
         async def one(q: CoAQuery) -> CoAResult | ChainOfAgentsError:
@@ -497,3 +314,24 @@ class ChainOfAgents:
                     return exc
 
         return list(await asyncio.gather(*(one(q) for q in queries)))
+
+
+def _check_concurrency(max_concurrency: int) -> None:
+    if not isinstance(max_concurrency, int) or max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+
+
+def _stats(role: Role, step: int, route: Route | None, seg: Segment | None, res: Any,
+           manager_name: str) -> CallStats:
+    return CallStats(
+        role=role, step=step,
+        worker=route.worker if route is not None else -1,
+        worker_name=route.worker_name if route is not None else manager_name,
+        route=route.reason if route is not None else "dedicated",
+        request_id=route.request_id if route is not None else str(getattr(res, "request_id", "") or ""),
+        block_ids=seg.ids if seg is not None else (),
+        segment_tokens=seg.tokens if seg is not None else 0,
+        predicted_cached_tokens=route.matched_tokens if route is not None else 0,
+        ttft_s=float(res.ttft_s), total_s=float(res.total_s), prompt_tokens=res.prompt_tokens,
+        cached_tokens=res.cached_tokens, completion_tokens=res.completion_tokens, output=res.text,
+    )

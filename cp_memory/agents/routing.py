@@ -93,12 +93,14 @@ class RouterStats:
         return sum(w.routed for w in self.workers)
 
 
+@dataclass(slots=True)
 class _Counters:
-    __slots__ = ("routed", "affinity", "least_loaded", "balance", "round_robin", "failed")
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
+    routed: int = 0
+    affinity: int = 0
+    least_loaded: int = 0
+    balance: int = 0
+    round_robin: int = 0
+    failed: int = 0
 
 
 class AgentRouter(Generic[ClientT]):
@@ -220,7 +222,7 @@ class AgentRouter(Generic[ClientT]):
                      route.matched_tokens, seg_tokens)
         return route
 
-    def _choose(self, tagged: list, lens: list[int]) -> tuple[int, str]:
+    def _choose(self, tagged: list[tuple[int, Hashable]], lens: list[int]) -> tuple[int, str]:
         n = len(self._clients)
         load = self._load
         if self.policy is RoutingPolicy.ROUND_ROBIN:
@@ -252,7 +254,7 @@ class AgentRouter(Generic[ClientT]):
             cands = [w for w in cands if self._indexes[w].cached_tokens == smallest]
         return cands[next(self._spread) % len(cands)]
 
-    def _matched_tokens(self, worker: int, tagged: list, lens: list[int]) -> int:
+    def _matched_tokens(self, worker: int, tagged: list[tuple[int, Hashable]], lens: list[int]) -> int:
         """Tokens of the longest exact prefix of ``tagged`` that ``worker``'s cache model holds.
 
         A dry run (:meth:`ContextIndex.match`): nothing is inserted and no recency is refreshed on

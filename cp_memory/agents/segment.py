@@ -33,6 +33,9 @@ __all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "block_label", "estimate_to
 
 logger = logging.getLogger(__name__)
 
+#: a block's identity in segments and the alignment index: ``(id, text digest)``
+BlockKey = tuple[Hashable, str]
+
 #: label shown before a block's text in a segment; ``{id}`` is the block id
 LABEL_TEMPLATE = "[Doc {id}]"
 
@@ -162,7 +165,7 @@ class Segmenter:
                                         tuple(lens[k] for k in take), n_aligned, self.label_template))
         return tuple(segments)
 
-    def _align(self, remaining: list) -> tuple[list, int]:
+    def _align(self, remaining: list[BlockKey]) -> tuple[list[BlockKey], int]:
         """Order ``remaining`` against the built segments: (aligned order, blocks in the matched prefix).
 
         A dry run (:meth:`ContextIndex.match`): the index is not changed.
@@ -173,9 +176,9 @@ class Segmenter:
         prefix = sum(1 for k in placement.order[:placement.prefix_len] if k in wanted)
         return order, prefix
 
-    def _pack(self, order: list, aligned: int, lens: dict) -> list:
+    def _pack(self, order: list[BlockKey], aligned: int, lens: dict[BlockKey, int]) -> list[BlockKey]:
         budget = self.budget_tokens
-        take: list = []
+        take: list[BlockKey] = []
         used = 0
         for i, k in enumerate(order):
             n = lens[k]
@@ -191,7 +194,7 @@ class Segmenter:
                 break
         return take
 
-    def _remember(self, take: list, lens: dict) -> list:
+    def _remember(self, take: list[BlockKey], lens: dict[BlockKey, int]) -> list[BlockKey]:
         """Index the new segment; return its order as indexed (the order later questions reproduce)."""
         rid = f"seg-{uuid.uuid4().hex}"
         placement = self.index.insert(take, rid, token_lens=[lens[k] for k in take])

@@ -26,8 +26,8 @@ from cp_memory.engine import CompletionResult
 REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
 
 _QUESTION = re.compile(r"\nQuestion: (.*)\n")
-_PREVIOUS = re.compile(r"Here is the summary of the previous source text: (.*)\nQuestion:", re.S)
-_MANAGER_CU = re.compile(r"answer based on the summary: (.*)\nQuestion:", re.S)
+_PREVIOUS = re.compile(r"Here is the summary of the previous source text: (.*)\nQuestion:", re.DOTALL)
+_MANAGER_CU = re.compile(r"answer based on the summary: (.*)\nQuestion:", re.DOTALL)
 
 
 def _lcp(a: str, b: str) -> int:
@@ -98,7 +98,7 @@ def failing_url() -> Iterator[tuple[str, list[str]]]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             self.rfile.read(length)
             seen.append(self.path)
@@ -109,7 +109,7 @@ def failing_url() -> Iterator[tuple[str, list[str]]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

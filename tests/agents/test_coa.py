@@ -77,7 +77,7 @@ def test_chain_passes_the_cu_along_and_the_manager_answers_from_the_last_one():
 
 
 def test_recurring_documents_return_to_their_worker_and_hit_its_cache():
-    coa, engines = chain(n_workers=3)
+    coa, _ = chain(n_workers=3)
     docs = [doc(i) for i in range(6)]
     first = coa.answer("q1 first?", docs)
     second = coa.answer("q2 second?", list(reversed(docs)))
@@ -217,3 +217,46 @@ def test_without_conversation_nothing_is_deduplicated():
     coa.answer("q1 x?", [doc(0)])
     res = coa.answer("q2 y?", [doc(0)])
     assert res.turn is None and res.duplicates == () and len(res.segments) == 1
+
+
+# ---------------------------------------------------------------------------------------------- one flow
+def test_the_chain_is_one_io_free_flow_that_yields_its_engine_calls():
+    """plan -> requests -> result: the flow sends nothing itself; whoever drives it does the I/O."""
+    coa, engines = chain(n_workers=2)
+    plan = coa.plan("q7 by hand?", [doc(0), doc(1), doc(2)])     # 90 words, budget 60 -> 2 segments
+    flow = coa.flow(plan)
+    seen = []
+    call = next(flow)
+    with pytest.raises(StopIteration) as done:
+        while True:
+            seen.append(call)
+            assert coa.router.loads()[seen[-1].client is engines[1]] == 1     # routed, in flight
+            call = flow.send(call.client.complete(call.payload, **call.kwargs))
+    result = done.value.value
+    assert isinstance(result, CoAResult) and result.answer.startswith("answer(q7)")
+    assert [c.method for c in seen] == ["complete"] * 3
+    assert [c.payload.split("\n")[0] for c in seen[:2]] == [s.text.split("\n")[0] for s in plan.segments]
+    assert seen[2].payload.startswith("The following are given passages.")
+    assert sorted(p for e in engines for p in e.prompts) == sorted(c.payload for c in seen)  # no other I/O
+    assert coa.router.loads() == (0, 0)
+
+
+async def test_sync_and_async_drivers_send_the_same_requests():
+    docs = [doc(i) for i in range(5)]
+    sync_coa, sync_engines = chain(n_workers=2)
+    async_coa, async_engines = chain(n_workers=2, engine=AsyncFakeEngine)
+    a = sync_coa.answer("q1 same?", docs, conversation_id="c")
+    b = await async_coa.aanswer("q1 same?", docs, conversation_id="c")
+    assert (a.answer, a.cus, a.turn) == (b.answer, b.cus, b.turn)
+    assert [e.prompts for e in sync_engines] == [e.prompts for e in async_engines]
+
+
+async def test_a_cancelled_async_chain_frees_its_worker():
+    coa, _ = chain(n_workers=1, engine=lambda name: AsyncFakeEngine(name, delay=5.0))
+    task = asyncio.create_task(coa.aanswer("q1 slow?", [doc(0)]))
+    await asyncio.sleep(0.05)
+    assert coa.router.loads() == (1,)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert coa.router.loads() == (0,) and len(coa.router.index(0)) == 0

@@ -9,8 +9,7 @@ from cp_memory.blocks import ContextBlock
 
 pytestmark = pytest.mark.engine
 
-WORDS = ("river stone garden letter window market doctor village summer winter music camera "
-         "teacher bridge forest island paper school dinner travel family friend").split()
+WORDS = ["river", "stone", "garden", "letter", "window", "market", "doctor", "village", "summer", "winter", "music", "camera", "teacher", "bridge", "forest", "island", "paper", "school", "dinner", "travel", "family", "friend"]
 
 
 def make_docs(n, n_words=180, seed=0):

@@ -119,9 +119,8 @@ def test_failed_request_leaves_the_cache_model():
 
 def test_dispatch_context_manager_releases_on_error():
     r = router(2)
-    with pytest.raises(RuntimeError):
-        with r.dispatch(["a"], [10]):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), r.dispatch(["a"], [10]):
+        raise RuntimeError("boom")
     assert r.loads() == (0, 0)
     with r.dispatch(["a"], [10]) as route:
         assert route.reason == "least_loaded"   # the failed attempt was not kept as cached

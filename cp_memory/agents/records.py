@@ -1,0 +1,190 @@
+"""Records of a Chain-of-Agents run: what the chain will run (:class:`CoAPlan`), one engine request
+(:class:`EngineCall`), per-call statistics, results and errors. No I/O here."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from cp_memory.blocks import ContextBlock
+from cp_memory.dedup import DedupResult
+
+from .segment import Segment
+
+__all__ = [
+    "AsyncCompletionClient", "CallStats", "ChainOfAgentsError", "CoAPlan", "CoAQuery", "CoAResult",
+    "CompletionLike", "EngineCall", "Role", "SyncCompletionClient",
+]
+
+#: who made an engine call
+Role = Literal["worker", "manager"]
+
+
+@runtime_checkable
+class CompletionLike(Protocol):
+    """What a completion result must expose (:class:`cp_memory.engine.CompletionResult` does)."""
+
+    text: str
+    ttft_s: float
+    total_s: float
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+
+
+class SyncCompletionClient(Protocol):
+    """:class:`cp_memory.engine.EngineClient`'s ``complete``."""
+
+    def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
+                 request_id: str | None = ..., stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
+
+
+class AsyncCompletionClient(Protocol):
+    """:class:`cp_memory.engine.AsyncEngineClient`'s ``complete``."""
+
+    async def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
+                       request_id: str | None = ...,
+                       stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """One request the I/O-free chain asks its driver to send: ``client.<method>(payload, **kwargs)``.
+
+    :meth:`sync_method` / :meth:`async_method` return the bound method after checking that the client
+    is of the driver's kind, so the two drivers differ only in ``await``.
+    """
+
+    client: Any
+    method: Literal["complete", "chat"]
+    payload: Any
+    kwargs: Mapping[str, Any]
+    worker_name: str
+
+    def _method(self) -> Any:
+        fn = getattr(self.client, self.method, None)
+        if fn is None:
+            raise TypeError(f"{self.worker_name}'s client has no {self.method}() method")
+        return fn
+
+    def sync_method(self) -> Any:
+        fn = self._method()
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{self.worker_name} has an async client; use aanswer()/aanswer_many() "
+                            "with async clients")
+        return fn
+
+    def async_method(self) -> Any:
+        fn = self._method()
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{self.worker_name} has a sync client; use answer()/answer_many() "
+                            "with sync clients")
+        return fn
+
+
+@dataclass(frozen=True)
+class CallStats:
+    """One engine call of a chain: a worker (``role="worker"``, ``step`` = segment position) or the manager.
+
+    ``predicted_cached_tokens`` is what the router's cache model expected the engine to reuse (segment
+    tokens only, estimated); ``cached_tokens``/``prompt_tokens`` are what the engine reported.
+    """
+
+    role: Role
+    step: int
+    worker: int
+    worker_name: str
+    route: str
+    request_id: str
+    block_ids: tuple[Hashable, ...]
+    segment_tokens: int
+    predicted_cached_tokens: int
+    ttft_s: float
+    total_s: float
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+    output: str
+
+
+@dataclass(frozen=True)
+class CoAResult:
+    """A question's answer, its CU trace (one CU per worker, chain order) and every engine call."""
+
+    question: str
+    answer: str
+    cus: tuple[str, ...]
+    calls: tuple[CallStats, ...]
+    segments: tuple[Segment, ...]
+    wall_s: float
+    conversation_id: Hashable | None = None
+    turn: int | None = None
+    duplicates: tuple[Hashable, ...] = ()
+    annotations: tuple[str, ...] = ()
+    tag: Hashable | None = None
+
+    @property
+    def worker_calls(self) -> tuple[CallStats, ...]:
+        return tuple(c for c in self.calls if c.role == "worker")
+
+    @property
+    def manager_call(self) -> CallStats:
+        return next(c for c in self.calls if c.role == "manager")
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens or 0 for c in self.calls)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(c.cached_tokens or 0 for c in self.calls)
+
+
+@dataclass(frozen=True)
+class CoAQuery:
+    """One question for :meth:`ChainOfAgents.answer_many`; ``tag`` is copied to the result or error."""
+
+    question: str
+    blocks: tuple[ContextBlock, ...]
+    conversation_id: Hashable | None = None
+    tag: Hashable | None = None
+
+
+class ChainOfAgentsError(RuntimeError):
+    """A chain failed: which question, which call (worker step or manager) on which worker, and why.
+
+    The underlying exception (e.g. :class:`cp_memory.engine.EngineError`, raised after the client's
+    bounded retries) is ``__cause__``. The failed turn of a conversation was rolled back: asking again
+    sends the documents again.
+    """
+
+    def __init__(self, message: str, *, question: str, role: Role, step: int, worker_name: str,
+                 tag: Hashable | None = None) -> None:
+        super().__init__(message)
+        self.question = question
+        self.role = role
+        self.step = step
+        self.worker_name = worker_name
+        self.tag = tag
+
+
+@dataclass(frozen=True)
+class CoAPlan:
+    """What a chain will run: segments in chain order and the text the first worker gets as its
+    "previous" summary (in a conversation: earlier turns' CUs and location annotations).
+
+    ``dedup`` is the conversation's *pending* de-duplication of this turn (None outside a
+    conversation): :meth:`ChainOfAgents.run` commits it when the chain succeeds and rolls it back when
+    it fails, so a failed turn never makes later turns point at documents no model has read.
+    """
+
+    question: str
+    segments: tuple[Segment, ...]
+    first_cu: str
+    conversation_id: Hashable | None
+    turn: int | None
+    duplicates: tuple[Hashable, ...]
+    annotations: tuple[str, ...]
+    tag: Hashable | None
+    dedup: DedupResult | None = field(default=None, compare=False, repr=False)
