@@ -56,7 +56,7 @@ def _top_level_names(whl: Path) -> set[str]:
         names = {n.split("/", 1)[0] for n in zf.namelist()}
         top_level = next((n for n in zf.namelist() if n.endswith(".dist-info/top_level.txt")), None)
         declared = set(zf.read(top_level).decode().split()) if top_level else set()
-    files = {n[:-3] if n.endswith(".py") else n for n in names if not n.endswith((".dist-info", ".data"))}
+    files = {n.removesuffix(".py") for n in names if not n.endswith((".dist-info", ".data"))}
     return files | declared
 
 
