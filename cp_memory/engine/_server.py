@@ -1,4 +1,5 @@
-"""Lifecycle of an engine server subprocess: free loopback port, /health wait, stop by PID."""
+"""Lifecycle of an engine server subprocess: free loopback port, /health wait, stop by PID, and an
+owner-death watchdog so that no engine outlives the process that started it."""
 
 from __future__ import annotations
 
@@ -6,18 +7,20 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import shutil
+import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
 from pathlib import Path
+from typing import IO
 
 import httpx
 
+from ._watchdog import DISARM
+from ._workdir import make_workdir, sweep_stale_workdirs
 from .client import EngineError
 
 logger = logging.getLogger(__name__)
@@ -91,18 +94,88 @@ def _die_with_parent_prefix() -> list[str]:
         return []
     if b"--pdeathsig" not in out.stdout + out.stderr:
         return []
-    return [setpriv, "--pdeathsig", "TERM", "--"]
+    return [setpriv, "--pdeathsig", "KILL", "--"]
+
+
+class _Watchdog:
+    """The owner's side of ``_watchdog.py``: the process and the write end of its pipe.
+
+    While this process lives it holds the only write end; when it dies by any means the kernel
+    closes it and the watchdog stops the engine's process group (TERM, grace, KILL).
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], pipe: IO[bytes]) -> None:
+        self.proc = proc
+        self._pipe: IO[bytes] | None = pipe
+
+    @classmethod
+    def start(cls, pgid: int, grace_s: float, workdir: Path | None,
+              log: IO[bytes]) -> _Watchdog | None:
+        script = Path(__file__).with_name("_watchdog.py")
+        if not sys.executable or not script.is_file():
+            logger.warning("no engine watchdog (no interpreter path or %s missing): engine "
+                           "pid %d may outlive this process if it is killed", script, pgid)
+            return None
+        read_fd, write_fd = os.pipe()  # both non-inheritable (PEP 446)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(script), str(pgid), f"{grace_s:g}",
+                 *([str(workdir)] if workdir is not None else [])],
+                stdin=read_fd, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True,  # out of reach of a signal aimed at the owner's group
+            )
+        except OSError as exc:
+            os.close(write_fd)
+            logger.warning("cannot start the engine watchdog (%s): engine pid %d may outlive "
+                           "this process if it is killed", exc, pgid)
+            return None
+        finally:
+            os.close(read_fd)
+        return cls(proc, os.fdopen(write_fd, "wb", buffering=0))
+
+    def disarm(self, timeout: float = 5.0) -> None:
+        """The owner stopped the engine itself: let the watchdog exit without signalling.
+        Safe to call twice."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # the watchdog may be gone already
+                pipe.write(DISARM)
+            pipe.close()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _shutdown(proc: subprocess.Popen[bytes], watchdog: _Watchdog | None, timeout: float,
+              stragglers: bool) -> None:
+    """Graceful stop (TERM, wait, KILL), then release the watchdog. Safe to call twice."""
+    try:
+        _terminate(proc, timeout, stragglers)
+    finally:
+        if watchdog is not None:
+            watchdog.disarm()
 
 
 class ManagedServer:
     """Base class: runs ``self.command()`` on a free loopback port and waits for ``/health``.
 
     The process is stopped by PID (never by name) on :meth:`stop`, on context-manager exit, when
-    the object is garbage collected, and at interpreter exit (``weakref.finalize``); it runs in its
-    own session, and the signal goes to that process group (the server and what it spawned). When
-    started from the main thread on Linux it is also launched under ``setpriv --pdeathsig TERM``,
-    so the kernel stops it if this process dies without cleaning up (SIGKILL, unhandled SIGTERM). Its output
-    goes to a log file (``log_path``) whose tail is quoted when start-up fails.
+    the object is garbage collected, and at interpreter exit (``weakref.finalize``): SIGTERM to its
+    process group (it runs in its own session: the server and what it spawned), SIGKILL after
+    ``stop_timeout``. With ``die_with_parent`` (the default) it also never outlives this process:
+
+    * a watchdog process (``_watchdog.py``, in its own session) holds a pipe from this process;
+      when this process dies by any means (``kill -9`` included, from whichever thread the server
+      was started) the pipe closes and the watchdog sends SIGTERM to the server's process group,
+      SIGKILL after ``stop_timeout``, and removes the private work directory;
+    * when started from the main thread on Linux, the server also runs under
+      ``setpriv --pdeathsig KILL``: the kernel kills it the moment this process dies (a signal no
+      handler can catch or deadlock on), should the watchdog itself have been killed.
+
+    Work directories of dead owners (``cp_memory-*`` in the temp dir) are removed on start. The
+    server's output goes to a log file (``log_path``) whose tail is quoted when start-up fails.
     """
 
     #: shown in messages
@@ -134,7 +207,8 @@ class ManagedServer:
         self._env = env
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[..., ManagedServer] | None = None
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._workdir: Path | None = None
+        self._watchdog: _Watchdog | None = None
 
     # -- to implement ----------------------------------------------------------------------
     def command(self, port: int) -> list[str]:
@@ -156,15 +230,17 @@ class ManagedServer:
         return self._proc is not None and self._proc.poll() is None
 
     def workdir(self) -> Path:
-        """A private temporary directory, removed on :meth:`stop`."""
-        if self._tmpdir is None:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix=f"cp_memory-{self.engine_name}-")
-        return Path(self._tmpdir.name)
+        """A private temporary directory (0700), removed on :meth:`stop`, or by the watchdog or
+        the next start-up sweep when this process dies without stopping the server."""
+        if self._workdir is None:
+            self._workdir = make_workdir(self.engine_name)
+        return self._workdir
 
     def start(self) -> ManagedServer:
         """Launch the server and block until it is healthy (or raise :class:`ServerStartError`)."""
         if self.is_running:
             return self
+        sweep_stale_workdirs()
         attempts = 1 if self._requested_port is not None else 3
         last: ServerStartError | None = None
         for _ in range(attempts):
@@ -183,9 +259,9 @@ class ManagedServer:
     def stop(self) -> None:
         """Stop the process by PID (SIGTERM, then SIGKILL) and wait for it to exit."""
         self._stop_process()
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
-            self._tmpdir = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
     def restart(self) -> ManagedServer:
         """Stop and start again on the same port: the only complete cache flush for llama.cpp."""
@@ -230,9 +306,12 @@ class ManagedServer:
                 env=env,
                 start_new_session=True,  # a terminal Ctrl-C is ours to handle, not the child's
             )
+            watchdog = (_Watchdog.start(proc.pid, self.stop_timeout, self._workdir, log)
+                        if self.die_with_parent else None)
         self._proc = proc
+        self._watchdog = watchdog
         self.port = port
-        self._finalizer = weakref.finalize(self, _terminate, proc, self.stop_timeout,
+        self._finalizer = weakref.finalize(self, _shutdown, proc, watchdog, self.stop_timeout,
                                            self.kill_stragglers)
         try:
             self._wait_healthy(proc)
@@ -243,11 +322,12 @@ class ManagedServer:
 
     def _stop_process(self) -> None:
         proc, self._proc = self._proc, None
+        watchdog, self._watchdog = self._watchdog, None
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
         if proc is not None:
-            _terminate(proc, self.stop_timeout, self.kill_stragglers)
+            _shutdown(proc, watchdog, self.stop_timeout, self.kill_stragglers)
             logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
         self.port = None
 
