@@ -1,4 +1,4 @@
-"""Multi-turn context de-duplication (paper §6, Algorithm 3).
+"""Multi-turn context de-duplication (paper §6, Algorithm 3), in two phases.
 
 Per conversation, the deduplicator remembers which blocks were sent in earlier turns and where (turn and
 position, hence the label the prompt showed). A block sent before is replaced by a *location annotation*
@@ -7,105 +7,92 @@ pointing to that earlier copy, so only new blocks are prefilled:
     turn 1 retrieves (1, 2, 4)  -> sends 1, 2, 4
     turn 2 retrieves (1, 5, 2)  -> sends 5; 1 and 2 become "Please refer to [Doc 1] ... (turn 1)" etc.
 
+**Two phases**, so a turn that never reached the model does not poison the record (issue 9 §3):
+
+    plan = dedup.plan(conv, blocks)      # against committed turns only; changes no conversation state
+    ...send the prompt built from plan.blocks and plan.dropped...
+    done = dedup.commit(plan)            # now its kept blocks count as sent   (or: dedup.rollback(plan))
+
+    with dedup.turn(conv, blocks) as plan:   # the same; commits on normal exit, not on an exception
+        send(plan)
+
+``dedup(conv, blocks)`` is plan + commit in one atomic step. ``peek``, ``sent_count`` and ``sent`` read
+committed state only. A turn's number is assigned at commit: the conversation's committed turns + 1. A
+plan carries the number it gets if nothing else commits first; if another turn of the same conversation
+commits in between, the plan's positions and labels stay (the prompt was built from them) and only
+``turn`` is renumbered (in the result and in locations pointing into the same turn). A block that such a
+concurrent turn sent as well stays recorded at its earliest send.
+
 Beyond the paper's id match:
+
 * a block counts as sent only when its id **and** its text digest match, so an edited memory (same id,
   new text) is sent again rather than pointing to stale text;
 * with ``content=True`` (default) a block whose normalized text (case and whitespace folded) equals a block
   already sent — earlier in the conversation or earlier in this very turn — is a duplicate too, even under
-  another id (near-identical mem0 memories filling the prompt).
-
-Repeated spans *inside* longer blocks (shared templates, standard clauses, repeated facts) are removed
-only with ``spans=True`` (off by default): a block keeps its new sentences and says where the repeated
-ones were sent (:class:`SpanTrim`). It is off by default because cutting text out of a block changes its
-tokens, so the trimmed block can no longer hit a prefix cached with its full text; on LoCoMo's one-fact
-memories it saves nothing, on templated documents it saves most of the repeated text
-(``python -m benchmarks.index_bench spans``).
+  another id (near-identical mem0 memories filling the prompt);
+* with ``spans=True`` (off by default) repeated sentences inside longer blocks are cut and pointed to
+  (:class:`~cp_memory.dedup_plan.SpanTrim`). Off by default because a trimmed block's tokens change, so it
+  can no longer hit a prefix cached with its full text; on LoCoMo's one-fact memories it saves nothing, on
+  templated documents most of the repeated text (``python -m benchmarks.index_bench spans``).
 """
 from __future__ import annotations
 
+import itertools
 import logging
-import re
 import threading
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Literal
 
-from .annotations import LOCATION_TEMPLATE, SAME_TURN_TEMPLATE, doc_label, location_annotation
-from .blocks import ContextBlock, normalize_text, text_digest
+from .annotations import LOCATION_TEMPLATE
+from .blocks import ContextBlock
+from .dedup_plan import (
+    Conversation, DedupResult, DroppedBlock, Location, PlanTicket, SpanTrim, plan_turn, register_send,
+    sent_location,
+)
+from .lru import LRUMap
 
-__all__ = ["Location", "SpanTrim", "DedupResult", "Deduplicator"]
-
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+")
-SPAN_TEMPLATE = "Parts of {label} repeat {where}."
+__all__ = ["Location", "DroppedBlock", "SpanTrim", "DedupResult", "Deduplicator"]
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Location:
-    """Where a block was sent: 1-based ``turn`` and 1-based ``position`` among that turn's kept blocks."""
-
-    block_id: Hashable
-    turn: int
-    position: int
-
-    @property
-    def label(self) -> str:
-        """The label the prompt showed for it, e.g. ``[Doc 3]``."""
-        return doc_label(self.position)
-
-
-@dataclass(frozen=True)
-class SpanTrim:
-    """Sentences removed from a kept block because they were sent before (``spans=True``)."""
-
-    block_id: Hashable
-    removed: tuple[str, ...]
-    locations: tuple[Location, ...]     # parallel to ``removed``: where each was sent first
-    annotation: str
-
-
-@dataclass(frozen=True)
-class DedupResult:
-    """Outcome of one turn: kept blocks (input order) and the duplicates replaced by annotations."""
-
-    turn: int
-    blocks: tuple[ContextBlock, ...]
-    duplicates: tuple[Hashable, ...] = ()
-    locations: tuple[Location, ...] = ()
-    annotations: tuple[str, ...] = ()
-    trims: tuple[SpanTrim, ...] = ()
-
-    @property
-    def kept_ids(self) -> tuple[Hashable, ...]:
-        return tuple(b.id for b in self.blocks)
-
-
-@dataclass
-class _Conversation:
-    turns: int = 0
-    by_id: dict[Hashable, tuple[str | None, Location]] = field(default_factory=dict)
-    by_digest: dict[str, Location] = field(default_factory=dict)
-    by_span: dict[str, Location] = field(default_factory=dict)
+_PlanState = Literal["pending", "committed", "rolled back"]
 
 
 class Deduplicator:
-    """Per-conversation record of sent blocks; bounded by an LRU over conversations. Thread-safe."""
+    """Per-conversation record of sent blocks, two-phase (plan, then commit); thread-safe.
+
+    Args:
+        max_conversations: conversations remembered (least recently used forgotten first).
+        content: also treat another id with the same normalized text as a duplicate.
+        location_template: wording of location annotations (``{label}``, ``{turn}``, ``{id}``).
+        spans: sentence-level dedup inside blocks (see module doc).
+        min_span_chars: shortest normalized sentence that counts as a repeated span.
+        max_pending: plans remembered for commit/rollback; a plan neither committed nor rolled back
+            within the next ``max_pending`` plans expires (committing it raises ``ValueError``).
+    """
 
     def __init__(self, *, max_conversations: int = 10_000, content: bool = True,
                  location_template: str = LOCATION_TEMPLATE, spans: bool = False,
-                 min_span_chars: int = 40) -> None:
-        if not isinstance(max_conversations, int) or max_conversations < 1:
-            raise ValueError(f"max_conversations must be a positive int, got {max_conversations!r}")
-        if not isinstance(min_span_chars, int) or min_span_chars < 1:
-            raise ValueError(f"min_span_chars must be a positive int, got {min_span_chars!r}")
-        self.spans = spans
+                 min_span_chars: int = 40, max_pending: int = 10_000) -> None:
+        for name, value in (("max_conversations", max_conversations), ("min_span_chars", min_span_chars),
+                            ("max_pending", max_pending)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(location_template, str):
+            raise TypeError(f"location_template must be str, got {type(location_template).__name__}")
+        self.spans = bool(spans)
         self.min_span_chars = min_span_chars
         self.max_conversations = max_conversations
-        self.content = content
+        self.content = bool(content)
         self.location_template = location_template
-        self._convs: OrderedDict[Hashable, _Conversation] = OrderedDict()
-        self._lock = threading.Lock()
+        self._convs: LRUMap[Hashable, Conversation] = LRUMap(max_conversations, on_evict=_forgotten)
+        self._plans: LRUMap[int, _PlanState] = LRUMap(max_pending)
+        self._lock = threading.RLock()
+        self._token = uuid.uuid4().hex          # tells this deduplicator's plans from another's
+        self._seq = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self._convs)
@@ -113,154 +100,165 @@ class Deduplicator:
     def __contains__(self, conversation_id: Hashable) -> bool:
         return conversation_id in self._convs
 
-    def _conversation(self, conversation_id: Hashable) -> _Conversation:
-        conv = self._convs.get(conversation_id)
-        if conv is None:
-            conv = self._convs[conversation_id] = _Conversation()
-            while len(self._convs) > self.max_conversations:
-                old, _ = self._convs.popitem(last=False)
-                logger.debug("dedup: forgot least recently used conversation %r", old)
-        else:
-            self._convs.move_to_end(conversation_id)
-        return conv
-
-    def dedup(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> DedupResult:
-        """De-duplicate one turn's blocks against the conversation's earlier turns (Algorithm 3).
+    # ------------------------------------------------------------------ the two phases
+    def plan(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> DedupResult:
+        """De-duplicate one turn against the conversation's **committed** turns; changes nothing.
 
         ``blocks`` are :class:`ContextBlock` (id + text) or bare ids (id-only dedup). Returns the kept
-        blocks in input order and, for each duplicate, where its first copy was sent and the location
-        annotation that replaces it. The kept blocks are registered as sent in this turn.
+        blocks in input order and, for each duplicate (sent in a committed turn, or the same content earlier
+        in this turn), a :class:`DroppedBlock` with where its copy was sent and the annotation replacing it.
+        The result is pending (``committed is False``): pass it to :meth:`commit` once the prompt was sent,
+        or to :meth:`rollback`.
         """
-        if conversation_id is None:
-            raise TypeError("conversation_id must not be None")
-        hash(conversation_id)
-        if blocks is None or isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
-            raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
-        items = [b if isinstance(b, ContextBlock) else None for b in blocks]
+        items = _check_turn(conversation_id, blocks)
         with self._lock:
-            conv = self._conversation(conversation_id)
+            conv = self._convs.peek(conversation_id)
+            turn = (conv.turns if conv is not None else 0) + 1
+            kept, dropped, trims, sends = plan_turn(
+                conv, items, turn, content=self.content, spans=self.spans,
+                min_span_chars=self.min_span_chars, location_template=self.location_template)
+            seq = next(self._seq)
+            self._plans.set(seq, "pending")
+        return DedupResult(turn=turn, blocks=kept, dropped=dropped, trims=trims,
+                           conversation_id=conversation_id, committed=False,
+                           _ticket=PlanTicket(self._token, seq, sends))
+
+    def commit(self, result: DedupResult) -> DedupResult:
+        """Register a pending plan's kept blocks as sent; returns the committed result.
+
+        Raises ``ValueError`` for a result that is already committed, rolled back, expired, or not a plan
+        of this deduplicator.
+        """
+        ticket = self._ticket_of(result, "commit")
+        with self._lock:
+            state = self._plans.peek(ticket.seq)
+            if state != "pending":
+                raise ValueError(f"cannot commit this plan: it is {state or 'expired (or unknown)'}")
+            conv = self._convs.get_or_create(result.conversation_id, Conversation)
             conv.turns += 1
             turn = conv.turns
-            kept: list[ContextBlock] = []
-            dups: list[Hashable] = []
-            locs: list[Location] = []
-            notes: list[str] = []
-            trims: list[SpanTrim] = []
-            for raw, blk in zip(blocks, items):
-                bid = blk.id if blk is not None else raw
-                digest = blk.digest if blk is not None else None
-                if blk is None:
-                    try:
-                        hash(bid)
-                    except TypeError as exc:
-                        raise TypeError(f"block id {bid!r} is unhashable") from exc
-                    blk = ContextBlock(id=bid, text="")
-                loc = self._sent_location(conv, bid, digest)
-                if loc is not None:
-                    dups.append(bid)
-                    locs.append(loc)
-                    template = SAME_TURN_TEMPLATE if loc.turn == turn else self.location_template
-                    notes.append(location_annotation(bid, label=loc.label, turn=loc.turn, template=template))
-                    continue
-                here = Location(block_id=bid, turn=turn, position=len(kept) + 1)
-                sentences: list[tuple[str, str | None]] = []
-                if self.spans and blk.text.strip():
-                    sentences = self._sentences(blk.text)
-                    trimmed = self._trim(conv, blk, sentences, here, turn)
-                    if isinstance(trimmed, Location):        # every sentence was sent before
-                        dups.append(bid)
-                        locs.append(trimmed)
-                        template = SAME_TURN_TEMPLATE if trimmed.turn == turn else self.location_template
-                        notes.append(location_annotation(bid, label=trimmed.label, turn=trimmed.turn,
-                                                         template=template))
-                        continue
-                    if trimmed is not None:
-                        blk, trim = trimmed
-                        trims.append(trim)
-                kept.append(blk)
-                conv.by_id[bid] = (digest, here)      # the original digest: the block counts as sent
-                if self.content and digest is not None and blk.text.strip():
-                    conv.by_digest.setdefault(digest, here)
-                for _, span in sentences:
-                    if span is not None:
-                        conv.by_span.setdefault(span, here)
-            return DedupResult(turn=turn, blocks=tuple(kept), duplicates=tuple(dups),
-                               locations=tuple(locs), annotations=tuple(notes), trims=tuple(trims))
+            for send in ticket.sends:
+                register_send(conv, send, Location(send.block_id, turn, send.position))
+            self._plans.set(ticket.seq, "committed")
+        if turn != result.turn:
+            logger.debug("dedup: conversation %r committed another turn meanwhile; plan turn %d is turn %d",
+                         result.conversation_id, result.turn, turn)
+        return _renumbered(result, turn)
 
-    def _sentences(self, text: str) -> list[tuple[str, str | None]]:
-        """Sentences of a block with the digest of those long enough to count as a repeated span."""
-        out = []
-        for sent in _SENTENCE.split(text.strip()):
-            norm = normalize_text(sent)
-            out.append((sent, text_digest(norm) if len(norm) >= self.min_span_chars else None))
-        return out
+    def rollback(self, result: DedupResult) -> None:
+        """Forget a pending plan (the prompt was not sent). Committed state is untouched either way.
 
-    def _trim(self, conv: _Conversation, blk: ContextBlock, sentences: list[tuple[str, str | None]],
-              here: Location, turn: int) -> tuple[ContextBlock, SpanTrim] | Location | None:
-        keep, removed, where = [], [], []
-        for sent, span in sentences:
-            loc = conv.by_span.get(span) if span is not None else None
-            if loc is not None:
-                removed.append(sent)
-                where.append(loc)
-            else:
-                keep.append(sent)
-        if not removed:
-            return None
-        if not keep:
-            return where[0]
-        seen: list[str] = []
-        for loc in where:
-            text = f"{loc.label} of turn {loc.turn}" if loc.turn != turn else f"{loc.label} above"
-            if text not in seen:
-                seen.append(text)
-        note = SPAN_TEMPLATE.format(label=here.label, where=", ".join(seen))
-        trimmed = ContextBlock(id=blk.id, text=" ".join(keep))
-        return trimmed, SpanTrim(blk.id, tuple(removed), tuple(where), note)
+        Rolling back twice or an expired plan is a no-op; a committed result raises ``ValueError``.
+        """
+        ticket = self._ticket_of(result, "roll back")
+        with self._lock:
+            state = self._plans.peek(ticket.seq)
+            if state == "committed":
+                raise ValueError("cannot roll back a committed turn")
+            if state == "pending":
+                self._plans.set(ticket.seq, "rolled back")
 
-    def _sent_location(self, conv: _Conversation, bid: Hashable, digest: str | None) -> Location | None:
-        hit = conv.by_id.get(bid)
-        if hit is not None:
-            sent_digest, loc = hit
-            if sent_digest is None or digest is None or sent_digest == digest:
-                return loc
-            # same id, new text: an edited memory must be sent again, never point to stale text
-            return None
-        if self.content and digest is not None:
-            return conv.by_digest.get(digest)
-        return None
+    @contextmanager
+    def turn(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> Iterator[DedupResult]:
+        """``with dedup.turn(conv, blocks) as plan:`` yields :meth:`plan`'s result; commits it when the block
+        exits normally, rolls it back when it raises. (Use plan/commit to get the committed result.)"""
+        pending = self.plan(conversation_id, blocks)
+        try:
+            yield pending
+        except BaseException:
+            self.rollback(pending)
+            raise
+        self.commit(pending)
 
-    def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
-        """Where each block was already sent in earlier turns (None: not sent), changing nothing.
+    def dedup(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> DedupResult:
+        """Plan and commit one turn atomically (Algorithm 3): the one-phase form."""
+        with self._lock:
+            return self.commit(self.plan(conversation_id, blocks))
 
-        Lets a caller pick which retrieved blocks to keep before the turn is registered with :meth:`dedup`.
-        Same rules as :meth:`dedup` against earlier turns (same-turn duplicates are not reported).
+    def _ticket_of(self, result: DedupResult, verb: str) -> PlanTicket:
+        if not isinstance(result, DedupResult):
+            raise TypeError(f"can only {verb} a DedupResult from plan(), got {type(result).__name__}")
+        if result.committed:
+            raise ValueError(f"cannot {verb} a committed result")
+        ticket = result._ticket
+        if ticket is None or ticket.owner != self._token:
+            raise ValueError(f"cannot {verb} a result that is not a plan of this Deduplicator")
+        return ticket
+
+    # ------------------------------------------------------------------ committed state
+    def peek(self, conversation_id: Hashable,
+             blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
+        """Where each block was sent in a committed turn (None: not sent), changing nothing.
+
+        Same rules as :meth:`plan` against earlier turns (same-turn duplicates are not reported).
         """
         with self._lock:
-            conv = self._convs.get(conversation_id)
+            conv = self._convs.peek(conversation_id)
             if conv is None:
                 return tuple(None for _ in blocks)
             out = []
             for b in blocks:
                 if isinstance(b, ContextBlock):
-                    out.append(self._sent_location(conv, b.id, b.digest))
+                    out.append(sent_location(conv, None, b.id, b.digest, content=self.content))
                 else:
-                    out.append(self._sent_location(conv, b, None))
+                    out.append(sent_location(conv, None, b, None, content=self.content))
             return tuple(out)
 
     def sent_count(self, conversation_id: Hashable) -> int:
-        """How many distinct blocks a conversation has sent so far."""
+        """How many distinct blocks a conversation has sent in committed turns."""
         with self._lock:
-            conv = self._convs.get(conversation_id)
+            conv = self._convs.peek(conversation_id)
             return 0 if conv is None else len(conv.by_id)
 
     def sent(self, conversation_id: Hashable) -> dict[Hashable, Location]:
-        """Blocks sent so far in a conversation and where (a copy)."""
+        """Blocks sent in a conversation's committed turns and where (a copy)."""
         with self._lock:
-            conv = self._convs.get(conversation_id)
+            conv = self._convs.peek(conversation_id)
             return {} if conv is None else {b: loc for b, (_, loc) in conv.by_id.items()}
 
     def forget(self, conversation_id: Hashable) -> bool:
         """Drop a conversation's record; False if it was unknown."""
         with self._lock:
-            return self._convs.pop(conversation_id, None) is not None
+            return self._convs.pop(conversation_id) is not None
+
+
+def _forgotten(conversation_id: Hashable, _conv: Conversation) -> None:
+    logger.debug("dedup: forgot least recently used conversation %r", conversation_id)
+
+
+def _check_turn(conversation_id: Hashable,
+                blocks: Sequence[ContextBlock | Hashable]) -> list[tuple[ContextBlock, str | None]]:
+    """Validate one turn; bare ids become text-less blocks with no digest (id-only dedup)."""
+    if conversation_id is None:
+        raise TypeError("conversation_id must not be None")
+    try:
+        hash(conversation_id)
+    except TypeError as exc:
+        raise TypeError(f"conversation_id must be hashable, got {type(conversation_id).__name__}") from exc
+    if blocks is None or isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
+        raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
+    items: list[tuple[ContextBlock, str | None]] = []
+    for i, b in enumerate(blocks):
+        if isinstance(b, ContextBlock):
+            items.append((b, b.digest))
+            continue
+        if b is None:
+            raise TypeError(f"blocks[{i}] is None; pass ContextBlock or hashable ids")
+        try:
+            hash(b)
+        except TypeError as exc:
+            raise TypeError(f"blocks[{i}] ({b!r:.60}) is unhashable") from exc
+        items.append((ContextBlock(id=b, text=""), None))
+    return items
+
+
+def _renumbered(result: DedupResult, turn: int) -> DedupResult:
+    """The committed form of a plan: ``turn`` (re)assigned, same-turn locations follow it."""
+    old = result.turn
+
+    def fix(loc: Location) -> Location:
+        return replace(loc, turn=turn) if loc.turn == old and turn != old else loc
+
+    dropped = tuple(replace(d, location=fix(d.location)) for d in result.dropped)
+    trims = tuple(replace(t, locations=tuple(fix(loc) for loc in t.locations)) for t in result.trims)
+    return replace(result, turn=turn, dropped=dropped, trims=trims, committed=True, _ticket=None)

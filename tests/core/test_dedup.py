@@ -28,14 +28,15 @@ def test_dedup_never_reports_a_block_not_sent_earlier_in_the_same_conversation(s
                 continue
             kept_here[b] = len(kept_here) + 1
         # every duplicate was sent before: in an earlier turn of this conversation, or earlier in this turn
-        for dup, loc in zip(r.duplicates, r.locations):
+        for d in r.dropped:
+            dup, loc = d.block_id, d.location
             if dup in seen:
                 assert (loc.turn, loc.position) == seen[dup]
             else:
                 assert loc.turn == r.turn and kept_here[dup] == loc.position
         assert [b.id for b in r.blocks] == list(kept_here)
         assert len(r.blocks) + len(r.duplicates) == len(blocks)
-        assert len(r.annotations) == len(r.duplicates)
+        assert r.duplicates == tuple(d.block_id for d in r.dropped)
         for b, pos in kept_here.items():
             seen[b] = (r.turn, pos)
 
@@ -52,7 +53,7 @@ def test_edited_block_is_sent_again_not_pointed_to():
     r = d.dedup("c", [ContextBlock("m1", "Alice lives in Berlin")])
     assert r.duplicates == () and r.blocks[0].text == "Alice lives in Berlin"
     r = d.dedup("c", [ContextBlock("m1", "alice  lives in   BERLIN")])   # same normalized text
-    assert r.duplicates == ("m1",) and r.locations[0].turn == 2
+    assert r.duplicates == ("m1",) and r.dropped[0].location.turn == 2
 
 
 def test_content_level_duplicates_under_other_ids():
@@ -60,8 +61,9 @@ def test_content_level_duplicates_under_other_ids():
     d.dedup("c", [ContextBlock("a", "Bob likes tea.")])
     r = d.dedup("c", [ContextBlock("b", "  bob LIKES tea. "), ContextBlock("c", "new"), ContextBlock("d", "New")])
     assert r.duplicates == ("b", "d")
-    assert r.locations[0].turn == 1 and r.locations[1].turn == 2 and r.locations[1].position == 1
-    assert r.annotations[1] == "[Doc 1] above has the same content."
+    assert r.dropped[0].location.turn == 1 and r.dropped[1].location.turn == 2
+    assert r.dropped[1].location.position == 1
+    assert r.dropped[1].annotation == "[Doc 1] above has the same content."
     off = Deduplicator(content=False)
     off.dedup("c", [ContextBlock("a", "Bob likes tea.")])
     assert off.dedup("c", [ContextBlock("b", "Bob likes tea.")]).duplicates == ()
@@ -135,6 +137,6 @@ def test_span_dedup_removes_sentences_sent_before_and_says_where():
     assert r.trims == () and r.blocks[0].text.startswith("Acme sells widgets.")
     # the trimmed block is registered with its original text: retrieving it again points back to it
     r = d.dedup("c", [ContextBlock("b", f"Zeta leases trucks to Carol. {CLAUSE_A} {CLAUSE_B}")])
-    assert r.duplicates == ("b",) and r.locations[0].turn == 2
+    assert r.duplicates == ("b",) and r.dropped[0].location.turn == 2
     with pytest.raises(ValueError):
         Deduplicator(min_span_chars=0)

@@ -70,5 +70,5 @@ def test_algorithm3_dedup_example():
     second = dedup.dedup("conv", [1, 5, 2])
     assert second.kept_ids == (5,)
     assert second.duplicates == (1, 2)
-    assert second.annotations == ("Please refer to [Doc 1] in the previous conversation (turn 1).",
+    assert tuple(d.annotation for d in second.dropped) == ("Please refer to [Doc 1] in the previous conversation (turn 1).",
                                   "Please refer to [Doc 2] in the previous conversation (turn 1).")
