@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from .tree import Node
 
-__all__ = ["Match", "longest_prefix", "superset_prefix", "order_tail", "TAIL_ORDERS"]
+__all__ = ["Match", "longest_prefix", "superset_prefix", "order_tail", "TailOrder", "TAIL_ORDERS"]
 
-TAIL_ORDERS = ("frequency", "retrieval")
+#: How the blocks after the matched prefix are ordered (module doc).
+TailOrder = Literal["frequency", "retrieval"]
+TAIL_ORDERS: tuple[TailOrder, ...] = get_args(TailOrder)
 
 
 @dataclass
@@ -156,7 +159,7 @@ def superset_prefix(root: Node, req: Mapping[Hashable, int], budget: int, *, max
 
 
 def order_tail(blocks: Sequence[Hashable], rank: Mapping[Hashable, int], freq: Mapping[Hashable, int],
-               policy: str) -> list[Hashable]:
+               policy: TailOrder) -> list[Hashable]:
     """Order the blocks after the matched prefix (see module doc)."""
     if policy == "retrieval" or len(blocks) < 2:
         return list(blocks)

@@ -15,15 +15,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
+from typing import Literal, get_args
 
 import numpy as np
 from scipy.cluster.hierarchy import linkage
 
+from .alignment import TailOrder
 from .distance import DEFAULT_ALPHA, pairwise_distances
 
-__all__ = ["cluster_orders", "DEFAULT_LINKAGE"]
+__all__ = ["cluster_orders", "DEFAULT_LINKAGE", "Linkage", "LINKAGES"]
 
-DEFAULT_LINKAGE = "average"
+#: scipy ``linkage`` methods that are defined for an arbitrary (non-Euclidean) distance such as Eq. 1.
+Linkage = Literal["average", "single", "complete", "weighted"]
+LINKAGES: tuple[Linkage, ...] = get_args(Linkage)
+DEFAULT_LINKAGE: Linkage = "average"
 
 
 def _id_sort_key(ids: Sequence[Hashable]) -> Callable[[Hashable], object]:
@@ -35,7 +40,7 @@ def _id_sort_key(ids: Sequence[Hashable]) -> Callable[[Hashable], object]:
 
 
 def cluster_orders(contexts: Sequence[Sequence[Hashable]], *, alpha: float = DEFAULT_ALPHA,
-                   method: str = DEFAULT_LINKAGE, tail_order: str = "frequency") -> list[tuple]:
+                   method: Linkage = DEFAULT_LINKAGE, tail_order: TailOrder = "frequency") -> list[tuple]:
     """Aligned order for each context of a batch (Algorithm 4). Contexts must hold distinct ids."""
     n = len(contexts)
     uniq: dict[frozenset, int] = {}

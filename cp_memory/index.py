@@ -23,9 +23,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .alignment import TAIL_ORDERS, Match, longest_prefix, order_tail, superset_prefix
+from .alignment import TAIL_ORDERS, Match, TailOrder, longest_prefix, order_tail, superset_prefix
 from .blocks import check_block_ids
-from .clustering import DEFAULT_LINKAGE, cluster_orders
+from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
 from .scheduling import schedule as schedule_paths
 from .tree import Node, path_of, prefix_of, radix_insert, remove_leaf
@@ -90,12 +90,12 @@ class ContextIndex:
             ``token_lens`` given to :meth:`insert`, else ``token_len(block_id)``, else 1 per block.
         token_len: callable block id -> token count.
         tail_order: ``"frequency"`` (default) or ``"retrieval"``; see :mod:`cp_memory.alignment`.
-        linkage: scipy linkage method for :meth:`build`.
+        linkage: scipy linkage method for :meth:`build`, one of :data:`~cp_memory.clustering.LINKAGES`.
     """
 
     def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0,
                  capacity_tokens: int | None = None, token_len: Callable[[Hashable], int] | None = None,
-                 tail_order: str = "frequency", linkage: str = DEFAULT_LINKAGE) -> None:
+                 tail_order: TailOrder = "frequency", linkage: Linkage = DEFAULT_LINKAGE) -> None:
         if not isinstance(alpha, (int, float)) or alpha < 0:
             raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
         if not isinstance(extra_budget, (int, float)) or not 0 <= extra_budget <= 1:
@@ -106,6 +106,8 @@ class ContextIndex:
             raise TypeError("token_len must be callable (block id -> token count)")
         if tail_order not in TAIL_ORDERS:
             raise ValueError(f"tail_order must be one of {TAIL_ORDERS}, got {tail_order!r}")
+        if linkage not in LINKAGES:
+            raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
         self.alpha = float(alpha)
         self.extra_budget = float(extra_budget)
         self.capacity_tokens = capacity_tokens

@@ -142,7 +142,7 @@ def test_bad_input_is_rejected_with_a_clear_type_error(bad):
 
 
 @pytest.mark.parametrize("kwargs", [{"alpha": -1}, {"extra_budget": 2}, {"capacity_tokens": 0},
-                                    {"tail_order": "random"}])
+                                    {"tail_order": "random"}, {"linkage": "ward"}])
 def test_bad_options(kwargs):
     with pytest.raises(ValueError):
         ContextIndex(**kwargs)
