@@ -32,7 +32,6 @@ clients) send the requests.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -47,6 +46,7 @@ from cp_memory.annotations import (
 )
 from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import Deduplicator
+from cp_memory.lru import LRUMap
 
 from .flow import adrive, drive
 from .prompts import (
@@ -134,69 +134,73 @@ class ChainOfAgents:
         self.max_conversations = max_conversations
         self.worker_template = worker_template
         self.manager_template = manager_template
-        self._turn_cus: collections.OrderedDict[Hashable, dict[int, str]] = collections.OrderedDict()
+        # per conversation: turn -> the CU it ended with (the dicts are guarded by _lock)
+        self._turn_cus: LRUMap[Hashable, dict[int, str]] = LRUMap(max_conversations)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ planning (no I/O)
     def plan(self, question: str, blocks: Sequence[ContextBlock], *,
              conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAPlan:
-        """Dedup (in a conversation) and segment a question's blocks. Registers the turn."""
+        """Dedup (in a conversation) and segment a question's blocks; no I/O.
+
+        In a conversation the turn is only *planned* (:meth:`Deduplicator.plan`): :meth:`run` commits
+        it once the chain succeeded and rolls it back if it fails, so a failed question asked again
+        sends its documents again. A plan that is never run expires with the deduplicator's
+        ``max_pending``.
+        """
         if not isinstance(question, str):
             raise TypeError(f"question must be str, got {type(question).__name__}")
         if blocks is None or isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
             raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
         blocks = list(blocks)
-        turn = None
-        duplicates: tuple[Hashable, ...] = ()
-        annotations: tuple[str, ...] = ()
-        first_cu = ""
-        if conversation_id is not None:
-            res = self.dedup.dedup(conversation_id, blocks)
-            turn = res.turn
-            duplicates = res.duplicates
-            tmpl = self.segmenter.label_template
-            notes = []
-            for loc in res.locations:
-                template = SAME_TURN_TEMPLATE if loc.turn == turn else LOCATION_TEMPLATE
-                notes.append(location_annotation(loc.block_id, label=block_label(loc.block_id, tmpl),
-                                                 turn=loc.turn, template=template))
-            annotations = tuple(dict.fromkeys(notes))
-            blocks = list(res.blocks)
-            earlier = sorted({loc.turn for loc in res.locations if loc.turn != turn})
-            with self._lock:
-                cus = self._turn_cus.get(conversation_id, {})
-                prior = [PRIOR_TURN_TEMPLATE.format(turn=t, cu=cus[t]) for t in earlier if cus.get(t)]
-            first_cu = "\n".join([*prior, *annotations])
-        segments = self.segmenter.split(blocks)
-        return CoAPlan(question, segments, first_cu, conversation_id, turn, duplicates, annotations, tag)
-
-    def _commit_turn(self, plan: CoAPlan, final_cu: str) -> None:
-        """The chain succeeded: remember the CU the turn ended with (referred to by later turns)."""
-        if plan.conversation_id is None or plan.turn is None:
-            return
+        if conversation_id is None:
+            return CoAPlan(question, self.segmenter.split(blocks), "", None, None, (), (), tag)
+        pending = self.dedup.plan(conversation_id, blocks)
+        turn = pending.turn
+        tmpl = self.segmenter.label_template
+        notes = []
+        for d in pending.dropped:
+            template = SAME_TURN_TEMPLATE if d.location.turn == turn else LOCATION_TEMPLATE
+            notes.append(location_annotation(d.block_id, label=block_label(d.block_id, tmpl),
+                                             turn=d.location.turn, template=template))
+        annotations = tuple(dict.fromkeys(notes))
+        earlier = sorted({d.location.turn for d in pending.dropped if d.location.turn != turn})
+        cus = self._turn_cus.get(conversation_id, {})
         with self._lock:
-            cus = self._turn_cus.get(plan.conversation_id)
-            if cus is None:
-                cus = self._turn_cus[plan.conversation_id] = {}
-                while len(self._turn_cus) > self.max_conversations:
-                    self._turn_cus.popitem(last=False)
-            else:
-                self._turn_cus.move_to_end(plan.conversation_id)
-            cus[plan.turn] = final_cu
+            prior = [PRIOR_TURN_TEMPLATE.format(turn=t, cu=cus[t]) for t in earlier if cus.get(t)]
+        try:
+            segments = self.segmenter.split(list(pending.blocks))
+        except BaseException:
+            self.dedup.rollback(pending)
+            raise
+        return CoAPlan(question, segments, "\n".join([*prior, *annotations]), conversation_id, turn,
+                       tuple(d.block_id for d in pending.dropped), annotations, tag, pending)
+
+    def _commit_turn(self, plan: CoAPlan, final_cu: str) -> int | None:
+        """The chain succeeded: its blocks now count as sent, and later turns may refer to the CU it
+        ended with. Returns the turn's committed number."""
+        if plan.dedup is None or plan.conversation_id is None:
+            return plan.turn
+        try:
+            turn = self.dedup.commit(plan.dedup).turn
+        except ValueError as exc:  # expired (max_pending plans since): later turns send the blocks again
+            logger.warning("conversation %r: turn not recorded (%s); its documents will be sent again",
+                           plan.conversation_id, exc)
+            return plan.turn
+        cus = self._turn_cus.get_or_create(plan.conversation_id, dict)
+        with self._lock:
+            cus[turn] = final_cu
+        return turn
 
     def _abort_turn(self, plan: CoAPlan) -> None:
-        """The chain failed or was cancelled: the turn leaves no CU behind."""
-        if plan.conversation_id is None or plan.turn is None:
-            return
-        with self._lock:
-            cus = self._turn_cus.get(plan.conversation_id)
-            if cus is not None:
-                cus.pop(plan.turn, None)
+        """The chain failed or was cancelled: the turn is rolled back (nothing counts as sent, no CU is
+        kept), so asking again sends the documents again."""
+        if plan.dedup is not None:
+            self.dedup.rollback(plan.dedup)
 
     def forget(self, conversation_id: Hashable) -> bool:
         """Drop a conversation's dedup record and CUs."""
-        with self._lock:
-            had = self._turn_cus.pop(conversation_id, None) is not None
+        had = self._turn_cus.pop(conversation_id) is not None
         return self.dedup.forget(conversation_id) or had
 
     # ------------------------------------------------------------------ the chain (no I/O)
@@ -231,9 +235,9 @@ class ChainOfAgents:
         except BaseException:
             self._abort_turn(plan)
             raise
-        self._commit_turn(plan, cus[-1] if cus else plan.first_cu)
+        turn = self._commit_turn(plan, cus[-1] if cus else plan.first_cu)
         return CoAResult(plan.question, res.text.strip(), tuple(cus), tuple(calls), plan.segments,
-                         time.perf_counter() - t0, plan.conversation_id, plan.turn, plan.duplicates,
+                         time.perf_counter() - t0, plan.conversation_id, turn, plan.duplicates,
                          plan.annotations, plan.tag)
 
     def _call(self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str,

@@ -260,3 +260,83 @@ async def test_a_cancelled_async_chain_frees_its_worker():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert coa.router.loads() == (0,) and len(coa.router.index(0)) == 0
+
+
+# ---------------------------------------------------------------------------------------------- failed turns
+class Flaky(FakeEngine):
+    """Fails its next ``failures`` calls (an engine error after the client's retries), then serves."""
+
+    def __init__(self, name, failures=1):
+        super().__init__(name)
+        self.failures = failures
+
+    def complete(self, prompt, **kw):
+        if self.failures > 0:
+            self.failures -= 1
+            raise EngineError("engine down after 3 attempt(s)")
+        return super().complete(prompt, **kw)
+
+
+class AsyncFlaky(AsyncFakeEngine):
+    def __init__(self, name, failures=1):
+        super().__init__(name)
+        self.failures = failures
+
+    async def complete(self, prompt, **kw):
+        if self.failures > 0:
+            self.failures -= 1
+            raise EngineError("engine down after 3 attempt(s)")
+        return await super().complete(prompt, **kw)
+
+
+def test_a_failed_turn_is_rolled_back_so_the_retry_sends_the_documents_again():
+    """Issue 9 §3: the failed turn's documents were never read by a model; the retry must send them,
+    not "Please refer to [Doc d0] in the previous conversation" pointers to a turn that never happened."""
+    engine = Flaky("w0", failures=1)
+    from cp_memory.agents import Segmenter
+    coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))
+    a, b = doc(0), doc(1)
+    with pytest.raises(ChainOfAgentsError):
+        coa.answer("q1 first?", [a, b], conversation_id="conv")
+    assert coa.dedup.sent_count("conv") == 0                       # nothing counts as sent
+    retry = coa.answer("q1 first?", [a, b], conversation_id="conv")
+    assert retry.turn == 1 and retry.duplicates == () and retry.annotations == ()
+    assert [s.ids for s in retry.segments] == [("d0", "d1")]
+    worker_prompt_sent = engine.prompts[0]
+    assert a.text in worker_prompt_sent and b.text in worker_prompt_sent
+    assert "Please refer to" not in worker_prompt_sent
+    # the successful turn is committed: the next turn points to it, with its CU
+    t2 = coa.answer("q2 again?", [a], conversation_id="conv")
+    assert t2.turn == 2 and t2.duplicates == ("d0",) and t2.segments == ()
+    assert f"Summary of the previous conversation (turn 1): {retry.cus[-1]}" in engine.prompts[-1]
+
+
+def test_a_failed_manager_call_rolls_the_turn_back_too():
+    from cp_memory.agents import Segmenter
+    boss = Flaky("boss", failures=1)
+    coa = ChainOfAgents(AgentRouter([FakeEngine("w0")]), segmenter=Segmenter(1000, token_len=words),
+                        manager=boss)
+    with pytest.raises(ChainOfAgentsError, match="manager"):
+        coa.answer("q1 x?", [doc(0)], conversation_id="c")
+    res = coa.answer("q1 x?", [doc(0)], conversation_id="c")
+    assert res.turn == 1 and [s.ids for s in res.segments] == [("d0",)]
+
+
+async def test_async_failed_turn_is_rolled_back():
+    from cp_memory.agents import Segmenter
+    engine = AsyncFlaky("w0", failures=1)
+    coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))
+    with pytest.raises(ChainOfAgentsError):
+        await coa.aanswer("q1 first?", [doc(0)], conversation_id="conv")
+    retry = await coa.aanswer("q1 first?", [doc(0)], conversation_id="conv")
+    assert retry.turn == 1 and retry.duplicates == () and doc(0).text in engine.prompts[0]
+
+
+async def test_a_cancelled_turn_is_rolled_back():
+    coa, _ = chain(n_workers=1, engine=lambda name: AsyncFakeEngine(name, delay=5.0))
+    task = asyncio.create_task(coa.aanswer("q1 slow?", [doc(0)], conversation_id="c"))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert coa.dedup.sent_count("c") == 0
