@@ -12,13 +12,32 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Observation", "Turn", "QA", "Conversation", "find_locomo", "load_locomo", "LocomoNotFound"]
+__all__ = ["QA", "Conversation", "LocomoNotFound", "Observation", "Turn", "evidence_ids", "find_locomo",
+           "load_locomo"]
 
 _DEFAULT_CANDIDATES = ("../shared/data/locomo10.json", "shared/data/locomo10.json")
 
 
 class LocomoNotFound(FileNotFoundError):
     """The LoCoMo file is missing; the message says where to put it."""
+
+
+_DIALOGUE_ID = re.compile(r"D:?(\d+):(\d+)")
+
+
+def evidence_ids(*raw: str) -> tuple[str, ...]:
+    """Dialogue ids (``D<session>:<turn>``) in LoCoMo evidence strings, normalized, in order, once each.
+
+    LoCoMo mostly lists one id per string, but a few strings hold several (``"D8:6; D9:17"``,
+    ``"D9:1 D4:4 D4:6"``), one is mistyped (``"D:11:26"``) and one is a bare ``"D"`` (no id).
+    """
+    out: dict[str, None] = {}
+    for item in raw:
+        if not isinstance(item, str):
+            raise TypeError(f"evidence must be strings, got {type(item).__name__}")
+        for m in _DIALOGUE_ID.finditer(item):
+            out[f"D{int(m.group(1))}:{int(m.group(2))}"] = None
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -30,6 +49,11 @@ class Observation:
     speaker: str
     session: int
     evidence: str      # dialogue id, e.g. "D1:3"
+
+    @property
+    def evidence_ids(self) -> tuple[str, ...]:
+        """The dialogue ids this fact was derived from, normalized (see :func:`evidence_ids`)."""
+        return evidence_ids(self.evidence)
 
 
 @dataclass(frozen=True)
@@ -48,6 +72,11 @@ class QA:
     category: int
     evidence: tuple[str, ...]
 
+    @property
+    def evidence_ids(self) -> tuple[str, ...]:
+        """The dialogue ids that answer the question, normalized (see :func:`evidence_ids`)."""
+        return evidence_ids(*self.evidence)
+
 
 @dataclass(frozen=True)
 class Conversation:
@@ -58,7 +87,7 @@ class Conversation:
     qa: tuple[QA, ...]
 
 
-def find_locomo(path: str | os.PathLike | None = None) -> Path:
+def find_locomo(path: str | os.PathLike[str] | None = None) -> Path:
     """Resolve the LoCoMo file: ``path``, else ``$CP_MEMORY_LOCOMO``, else ``../shared/data/locomo10.json``
     (relative to the working directory or to this checkout)."""
     tried = []
@@ -86,7 +115,7 @@ def _session_no(key: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def load_locomo(path: str | os.PathLike | None = None) -> list[Conversation]:
+def load_locomo(path: str | os.PathLike[str] | None = None) -> list[Conversation]:
     """Load all conversations of LoCoMo as frozen dataclasses."""
     file = find_locomo(path)
     with open(file, encoding="utf-8") as fh:

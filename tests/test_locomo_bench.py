@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from benchmarks.locomo.judge import parse_score
-from benchmarks.locomo.metrics import clean_answer, locomo_f1, normalize_answer, percentile, token_f1
+from benchmarks.locomo.metrics import (
+    clean_answer,
+    locomo_f1,
+    normalize_answer,
+    percentile,
+    token_f1,
+)
 from benchmarks.locomo.modes import KSpec, mode_order, parse_top_k
 
 REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
@@ -76,6 +82,57 @@ def test_parse_top_k_and_mode_order() -> None:
     assert mode_order(modes, 0) == modes
     assert mode_order(modes, 1) == ["aligned", "aligned+superset", "baseline"]
     assert {mode_order(modes, s)[0] for s in range(3)} == set(modes)
+
+
+def test_parse_mode_names() -> None:
+    from benchmarks.locomo.modes import mode_sort_key, parse_mode
+
+    assert parse_mode("baseline").aligned is False
+    assert parse_mode("aligned").kind == "aligned"
+    assert parse_mode("aligned+superset", extra_budget=0.1).extra_budget == 0.1
+    assert parse_mode("aligned+superset@0.25").extra_budget == 0.25
+    swap = parse_mode("aligned+swap@0.1/0.75")
+    assert (swap.kind, swap.swap_budget, swap.protect, swap.extra_budget) == ("swap", 0.1, 0.75, 0.0)
+    default = parse_mode("swap", swap_budget=0.2, protect=0.4)
+    assert (default.swap_budget, default.protect) == (0.2, 0.4)
+    assert parse_mode("dedup").dedup
+    for bad in ("nope", "aligned+swap@0", "aligned+swap@0.2/1.5", "aligned+superset@0.1/0.5", "swap@x"):
+        with pytest.raises(ValueError):
+            parse_mode(bad)
+    names = ["dedup", "aligned+swap@0.25/0.5", "aligned+superset@0.25", "aligned", "aligned+superset@0.1",
+             "baseline"]
+    assert sorted(names, key=mode_sort_key) == ["baseline", "aligned", "aligned+superset@0.1",
+                                                "aligned+superset@0.25", "aligned+swap@0.25/0.5", "dedup"]
+
+
+def test_evidence_score_like_the_docstring() -> None:
+    """Memories m1 (D1:1), m2 (D1:2, D1:3), m3 (nothing); question evidence D1:2, D1:1, D9:9."""
+    from benchmarks.locomo.evidence import EvidenceIndex, position_bucket
+
+    index = EvidenceIndex.from_memories([{"id": "m1", "metadata": {"evidence": "D1:1"}},
+                                         {"id": "m2", "metadata": {"evidence": "D1:2,D1:3"}},
+                                         {"id": "m3", "metadata": {}}])
+    assert index.coverable == {"D1:1", "D1:2", "D1:3"}
+    # D9:9 is carried by no memory: not coverable, not in the denominator
+    full = index.score(["D1:2", "D1:1", "D9:9"], prompt_ids=["m3", "m2", "m1"], retrieval_ids=["m1", "m2", "m3"])
+    assert (full.evidence, full.coverable, full.hit, full.recall) == (3, 2, 2, 1.0)
+    assert full.positions == (2, 3) and full.ranks == (2, 1)
+    half = index.score(["D1:2; D1:1"], prompt_ids=["m3", "m1"], retrieval_ids=["m1", "m2", "m3"])
+    assert (half.evidence, half.coverable, half.hit, half.recall) == (2, 2, 1, 0.5)
+    assert index.score(["D9:9"], ["m1"], ["m1"]).recall is None
+    assert [position_bucket(p, 8) for p in range(1, 9)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(ValueError):
+        position_bucket(9, 8)
+
+
+def test_locomo_evidence_ids_are_normalized() -> None:
+    from cp_memory.locomo import QA, evidence_ids
+
+    assert evidence_ids("D8:6; D9:17", "D", "D:11:26", "D9:1 D4:4", "D8:6") == ("D8:6", "D9:17", "D11:26", "D9:1",
+                                                                               "D4:4")
+    assert QA("q", "a", 1, ("D1:3", "D1:3")).evidence_ids == ("D1:3",)
+    with pytest.raises(TypeError):
+        evidence_ids(3)  # type: ignore[arg-type]
 
 
 def test_parse_judge_score() -> None:
@@ -201,6 +258,18 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
     rows = {(s["k"], s["mode"]): s for s in data["summary"]}
     assert rows[("8", "baseline")]["speedup_mean"] is None and rows[("8", "baseline")]["hit_ratio"] is not None
     assert rows[("8", "aligned")]["hit_ratio"] >= rows[("8", "baseline")]["hit_ratio"]
+    # evidence recall: baseline and aligned show the same memories, so every question has the same
+    # evidence hits in both (only where they sit in the prompt differs); superset only adds memories
+    for k in ("4", "8", "2x3"):
+        for turn in (1, 2, 3):
+            b, a, sup = (by[(k, m, turn)] for m in modes)
+            assert b["evidence_hit"] == a["evidence_hit"] <= sup["evidence_hit"]
+            assert b["evidence_coverable"] == a["evidence_coverable"] <= b["evidence"]
+            assert sorted(b["evidence_ranks"]) == sorted(a["evidence_ranks"])
+        assert rows[(k, "baseline")]["evidence_recall"] == rows[(k, "aligned")]["evidence_recall"]
+        assert rows[(k, "baseline")]["length_vs_baseline"] == rows[(k, "aligned")]["length_vs_baseline"] == 1.0
+    assert any(r["evidence_coverable"] for r in reqs)
+    assert "evidence recall" in result.table
 
 
 def test_report_rerenders_an_earlier_run(memory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -312,7 +381,7 @@ def _tiny_conversation() -> Any:
              Turn("D1:2", "Bob", "Nice!", 1, "1:56 pm on 8 May, 2023"),
              Turn("D2:1", "Ann", "The cat is called Tom.", 2, "7:00 pm on 9 June, 2023"))
     obs = (Observation("c:obs:1:1", "Ann adopted a cat.", "Ann", 1, "D1:1"),
-           Observation("c:obs:1:2", "Ann adopted a cat.", "Ann", 1, "D1:1"),   # LoCoMo-style repeat
+           Observation("c:obs:1:2", "Ann adopted a cat.", "Ann", 1, "D1:2"),   # LoCoMo-style repeat
            Observation("c:obs:2:1", "Ann's cat is called Tom.", "Ann", 2, "D2:1"))
     return Conversation("c", ("Ann", "Bob"), obs, turns, (QA("Cat's name?", "Tom", 4, ("D2:1",)),))
 
@@ -325,6 +394,7 @@ def test_ingest_sources_and_reuse() -> None:
     obs = memory_items(conv, "observations")
     assert [t for t, _ in obs] == ["[8 May 2023] Ann adopted a cat.", "[9 June 2023] Ann's cat is called Tom."]
     assert obs[0][1]["locomo_id"] == "c:obs:1:1"
+    assert obs[0][1]["evidence"] == "D1:1,D1:2"          # the repeat's evidence is kept on the stored copy
     assert [t for t, _ in memory_items(conv, "turns")][1] == "[8 May 2023] Bob: Nice!"
     sessions = memory_items(conv, "extract")
     assert [len(m) for m, _ in sessions] == [2, 1]
@@ -372,7 +442,12 @@ def test_judge_scores_with_a_stub_client() -> None:
 def test_engine_url_against_a_running_llama_server(memory: Any, tmp_path: Path) -> None:
     """--engine-url: the server kind is probed, and an external llama.cpp can only have its slots erased
     (the output says so instead of claiming a cold cache)."""
-    from cp_memory.engine import LlamaServer, LlamaServerNotFound, find_llama_server, random_model_path
+    from cp_memory.engine import (
+        LlamaServer,
+        LlamaServerNotFound,
+        find_llama_server,
+        random_model_path,
+    )
 
     try:
         find_llama_server()

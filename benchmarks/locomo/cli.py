@@ -41,6 +41,7 @@ from .runner import (
     SYSTEM_PROMPT,
     RequestRecord,
     RunSettings,
+    mode_specs,
     run_requests,
     select_questions,
 )
@@ -62,6 +63,8 @@ class BenchConfig:
     top_k: str = "20,100,5x10"
     modes: tuple[str, ...] | None = None   # None: MODES (+ dedup with chat)
     extra_budget: float = 0.25
+    swap_budget: float = 0.25
+    protect: float = 0.5
     chat: bool = False
     chat_turns: int = 5
     memories: str = "observations"
@@ -188,9 +191,10 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     if "aligned+superset" in modes and cfg.extra_budget <= 0:
         modes = tuple(m for m in modes if m != "aligned+superset")
         logger.info("--extra-budget 0: aligned+superset left out")
-    settings = RunSettings(modes=tuple(modes), top_k=tuple(top_k), extra_budget=cfg.extra_budget, chat=cfg.chat,
+    settings = RunSettings(modes=tuple(modes), top_k=tuple(top_k), extra_budget=cfg.extra_budget,
+                           swap_budget=cfg.swap_budget, protect=cfg.protect, chat=cfg.chat,
                            chat_turns=cfg.chat_turns, max_tokens=cfg.max_tokens, warmup=cfg.warmup, threshold=cfg.threshold)
-
+    mode_specs(settings)  # unknown modes fail here, before the engine starts
     convs = load_locomo(cfg.locomo)
     picked = select_conversations(cfg.conversations, convs)
     questions = [select_questions(c, cfg.questions) for _, c in picked]
@@ -245,6 +249,8 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
         "modes": list(settings.modes),
         "top_k": [k.label for k in top_k],
         "extra_budget": cfg.extra_budget,
+        "swap_budget": cfg.swap_budget,
+        "protect": cfg.protect,
         "chat": cfg.chat,
         "chat_turns": cfg.chat_turns if cfg.chat else None,
         "max_tokens": cfg.max_tokens,
@@ -318,9 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--top-k", default=None, help="comma list of N or NxM (N retrieved, shown M times); "
                                                 "default 20,100,5x10 (--quick: 20,100)")
     m.add_argument("--modes", default=None,
-                   help=f"comma list from {','.join(CHAT_MODES)} (default all; dedup only with --chat)")
+                   help=f"comma list from {','.join(CHAT_MODES)}, aligned+superset@B, aligned+swap[@B[/P]] "
+                        "(default: baseline,aligned,aligned+superset; dedup only with --chat)")
     m.add_argument("--extra-budget", type=float, default=0.25,
                    help="superset alignment budget for aligned+superset (fraction of k; 0 drops the mode)")
+    m.add_argument("--swap-budget", type=float, default=0.25,
+                   help="aligned+swap: memories adopted from a cached prefix (fraction of k), the same number of "
+                        "lowest-ranked retrieved ones dropped (default 0.25)")
+    m.add_argument("--protect", type=float, default=0.5,
+                   help="aligned+swap: never drop a memory in this top fraction of mem0's ranking (default 0.5)")
     m.add_argument("--chat", action="store_true",
                    help="ask each conversation's questions as one growing chat (adds the dedup mode)")
     m.add_argument("--chat-turns", type=int, default=5, metavar="N",
@@ -376,7 +388,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> Benc
         conversations=args.conversations or "0",
         questions=args.questions if args.questions is not None else (QUICK_QUESTIONS if quick else None),
         top_k=args.top_k or ("20,100" if quick else "20,100,5x10"),
-        modes=modes, extra_budget=args.extra_budget, chat=args.chat, chat_turns=args.chat_turns,
+        modes=modes, extra_budget=args.extra_budget, swap_budget=args.swap_budget, protect=args.protect,
+        chat=args.chat, chat_turns=args.chat_turns,
         memories=args.memories,
         max_memories=args.max_memories, mem0_config=args.mem0_config, mem0_dir=args.mem0_dir,
         llm_url=args.llm_url, llm_model=args.llm_model, llm_api_key=args.llm_api_key,

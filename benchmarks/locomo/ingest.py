@@ -9,7 +9,9 @@
 * ``extract`` — mem0's own pipeline (``infer=True``): each session is added as a message list and an
   LLM extracts/consolidates facts, as in the paper's setup. Needs ``--llm-url``.
 
-Exact repeats (LoCoMo states a few facts twice) are stored once. A user whose memories are already in
+Exact repeats (LoCoMo states a few facts twice) are stored once, with the evidence of every copy.
+Each observation's ``metadata.evidence`` holds the dialogue ids it was derived from (``D1:3,D1:4``),
+which the evidence-recall statistics read back. A user whose memories are already in
 the store (a persistent ``--mem0-dir``) is not ingested again.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cp_memory.locomo import Conversation
+from cp_memory.locomo import Conversation, evidence_ids
 
 logger = logging.getLogger(__name__)
 
@@ -79,13 +81,18 @@ def memory_items(conv: Conversation, source: str,
         return f"[{when}] {text.strip()}" if when else text.strip()
 
     if source == "observations":
+        kept: dict[str, dict[str, Any]] = {}
         for o in conv.observations:
             text = dated(o.session, o.text)
-            if not o.text.strip() or text in seen:
+            if not o.text.strip():
                 continue
-            seen.add(text)
-            items.append((text, {"locomo_id": o.id, "session": o.session, "speaker": o.speaker,
-                                 "evidence": o.evidence}))
+            if text in kept:   # a repeated fact is stored once, covering the evidence of every copy
+                merged = evidence_ids(kept[text]["evidence"], *o.evidence_ids)
+                kept[text]["evidence"] = ",".join(merged)
+                continue
+            kept[text] = {"locomo_id": o.id, "session": o.session, "speaker": o.speaker,
+                          "evidence": ",".join(o.evidence_ids)}
+            items.append((text, kept[text]))
     elif source == "turns":
         for t in conv.turns:
             text = dated(t.session, f"{t.speaker}: {t.text}")

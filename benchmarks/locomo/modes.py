@@ -10,6 +10,11 @@ only differences between modes are the ones being measured:
                       same memories to share a prefix with earlier requests, + the order annotation.
 ``aligned+superset``  as ``aligned`` with ``extra_budget > 0``: a cached prefix may bring in a few other
                       memories of the same user (shown, not ranked); prompts get longer.
+``aligned+superset@B`` the same with ``extra_budget=B`` (``aligned+superset`` takes ``--extra-budget``).
+``aligned+swap@B/P``  length-neutral superset: a cached prefix may bring in up to ``B*k`` other memories, and as
+                      many of the request's lowest-ranked memories are dropped (never one in the top ``P``
+                      fraction of mem0's ranking), so the prompt keeps k blocks (``aligned+swap`` takes
+                      ``--swap-budget`` / ``--protect``). Needs ``ContextPilotMemory(swap_budget=, protect=)``.
 ``dedup``             (chat only) aligned + multi-turn de-duplication: of the same k retrieved memories,
                       those sent in an earlier turn of the chat are replaced by location annotations
                       (``Please refer to [Doc 3] in the previous conversation (turn 1).``).
@@ -43,12 +48,80 @@ __all__ = [
     "CachedSearch",
     "KSpec",
     "ModeBuilder",
+    "ModeSpec",
     "mode_order",
+    "mode_sort_key",
+    "parse_mode",
     "parse_top_k",
 ]
 
 MODES: tuple[str, ...] = ("baseline", "aligned", "aligned+superset")
 CHAT_MODES: tuple[str, ...] = MODES + ("dedup",)
+_MODE = re.compile(r"(?:aligned\+)?(superset|swap)(?:@([0-9.]+)(?:/([0-9.]+))?)?")
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """What a mode name means: the ContextPilotMemory options it runs with (``aligned=False``: baseline)."""
+
+    name: str
+    aligned: bool = True
+    extra_budget: float = 0.0
+    swap_budget: float = 0.0
+    protect: float | None = None
+    dedup: bool = False
+
+    @property
+    def kind(self) -> str:
+        if not self.aligned:
+            return "baseline"
+        if self.dedup:
+            return "dedup"
+        return "swap" if self.swap_budget > 0 else "superset" if self.extra_budget > 0 else "aligned"
+
+
+def parse_mode(name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25,
+               protect: float = 0.5) -> ModeSpec:
+    """``baseline`` | ``aligned`` | ``dedup`` | ``aligned+superset[@B]`` | ``aligned+swap[@B[/P]]``.
+
+    Budgets are fractions of k in (0, 1]; ``P`` (protect) in [0, 1]. Without ``@`` the CLI's
+    ``--extra-budget`` / ``--swap-budget`` / ``--protect`` apply.
+    """
+    if name == "baseline":
+        return ModeSpec(name, aligned=False)
+    if name == "aligned":
+        return ModeSpec(name)
+    if name == "dedup":
+        return ModeSpec(name, dedup=True)
+    m = _MODE.fullmatch(name)
+    if not m:
+        raise ValueError(f"unknown mode {name!r}: baseline, aligned, dedup, aligned+superset[@B] or "
+                         "aligned+swap[@B[/P]] (e.g. aligned+swap@0.25/0.5)")
+    kind, b, p = m.group(1), m.group(2), m.group(3)
+    try:
+        budget = float(b) if b else (extra_budget if kind == "superset" else swap_budget)
+        guard = float(p) if p else protect
+    except ValueError:
+        raise ValueError(f"bad number in mode {name!r}") from None
+    if not 0 < budget <= 1:
+        raise ValueError(f"mode {name!r}: the budget must be in (0, 1], got {budget}")
+    if kind == "superset":
+        if p:
+            raise ValueError(f"mode {name!r}: superset takes no protect fraction")
+        return ModeSpec(name, extra_budget=budget)
+    if not 0 <= guard <= 1:
+        raise ValueError(f"mode {name!r}: protect must be in [0, 1], got {guard}")
+    return ModeSpec(name, swap_budget=budget, protect=guard)
+
+
+def mode_sort_key(name: str) -> tuple[int, float, float, str]:
+    """Table order: baseline, aligned, superset by budget, swap by budget then protect, dedup, others."""
+    try:
+        spec = parse_mode(name)
+    except ValueError:
+        return (9, 0.0, 0.0, name)
+    rank = {"baseline": 0, "aligned": 1, "superset": 2, "swap": 3, "dedup": 4}[spec.kind]
+    return (rank, spec.extra_budget or spec.swap_budget, -(spec.protect or 0.0), name)
 
 
 @dataclass(frozen=True)
@@ -96,10 +169,14 @@ class BuiltContext:
     context: str
     block_ids: tuple[str, ...]        # memory ids in prompt order, one copy (repeat not expanded)
     retrieved: int                    # memories mem0 returned for the question (<= k)
-    extra: int                        # superset: other memories of the user shown
+    extra: int                        # superset/swap: other memories of the user shown
     duplicates: int                   # dedup: retrieved memories replaced by location annotations
     prefix_len: int | None            # ContextPilot's index: leading blocks shared with earlier requests
     fallback: bool = False            # ContextPilotMemory fell back to mem0's order (an internal failure)
+    retrieval_ids: tuple[str, ...] = ()   # mem0's ranking for the question (the same in every mode)
+    duplicate_ids: tuple[str, ...] = ()   # dedup: memories a location annotation points back to
+    dropped: int = 0                  # swap: retrieved memories left out for extras
+    response: Any = None              # the wrapper's response (to commit the turn once it is sent)
 
 
 class CachedSearch:
@@ -132,6 +209,16 @@ class CachedSearch:
             self._cache[key] = copy.deepcopy(out)
         return out
 
+    def ranked_ids(self, query: str, *, top_k: int, filters: Mapping[str, Any] | None = None,
+                   **kwargs: Any) -> tuple[str, ...]:
+        """mem0's ranking (memory ids) of a memoized search; not counted as a call."""
+        key = (query, top_k, _freeze(filters), _freeze(kwargs))
+        with self._lock:
+            out = self._cache.get(key)
+        if out is None:
+            out = self.search(query, top_k=top_k, filters=filters, **kwargs)
+        return tuple(str(r["id"]) for r in list(out.get("results", []))[:top_k])
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_memory", "_cache", "_lock"):
             raise AttributeError(name)
@@ -149,28 +236,34 @@ def _freeze(value: Any) -> Hashable:
 class ModeBuilder:
     """Builds contexts for one (mode, k) over one conversation's user; create one per mode run."""
 
-    def __init__(self, mode: str, search: CachedSearch, *, user_id: str, k: KSpec, extra_budget: float = 0.25,
-                 conversation_id: str | None = None, mem0_kwargs: Mapping[str, Any] | None = None,
-                 alpha: float = 0.001) -> None:
-        if mode not in CHAT_MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose from {CHAT_MODES}")
-        if mode == "aligned+superset" and extra_budget <= 0:
+    def __init__(self, mode: str | ModeSpec, search: CachedSearch, *, user_id: str, k: KSpec,
+                 extra_budget: float = 0.25, conversation_id: str | None = None,
+                 mem0_kwargs: Mapping[str, Any] | None = None, alpha: float = 0.001) -> None:
+        spec = mode if isinstance(mode, ModeSpec) else parse_mode(mode, extra_budget=extra_budget)
+        if spec.name == "aligned+superset" and spec.extra_budget <= 0:
             raise ValueError("aligned+superset needs extra_budget > 0")
-        self.mode = mode
+        self.spec = spec
+        self.mode = spec.name
         self.search = search
         self.user_id = user_id
         self.k = k
         self.conversation_id = conversation_id
         self.mem0_kwargs = dict(mem0_kwargs or {})
         self.cpm: ContextPilotMemory | None = None
-        if mode != "baseline":
+        if spec.aligned:
             # a new wrapper = a cold per-user context index and an empty dedup log for this mode
             # dedup: max_overfetch=0 -> the same k memories as every other mode, the ones already sent
             # replaced by location annotations (the paper's multi-turn dedup). ContextPilotMemory's default
             # over-fetch would instead top the prompt up to k memories not sent before (longer prompts).
-            self.cpm = ContextPilotMemory(search, alpha=alpha, annotate=True, dedup=mode == "dedup",
-                                          extra_budget=extra_budget if mode == "aligned+superset" else 0.0,
-                                          max_overfetch=0)
+            options: dict[str, Any] = {"alpha": alpha, "annotate": True, "dedup": spec.dedup,
+                                       "extra_budget": spec.extra_budget, "max_overfetch": 0}
+            if spec.swap_budget > 0:
+                options.update(swap_budget=spec.swap_budget, protect=spec.protect)
+            try:
+                self.cpm = ContextPilotMemory(search, **options)
+            except TypeError as exc:
+                raise ValueError(f"mode {spec.name!r} needs ContextPilotMemory(swap_budget=..., protect=...), "
+                                 f"which this cp_memory does not have: {exc}") from exc
 
     @property
     def filters(self) -> dict[str, Any]:
@@ -185,6 +278,14 @@ class ModeBuilder:
             return self._baseline(question)
         return self._aligned(question)
 
+    def sent(self, built: BuiltContext, ok: bool) -> None:
+        """The prompt was sent (``ok``) or failed: commit or roll back the dedup turn (two-phase wrappers)."""
+        if self.cpm is None or built.response is None:
+            return
+        action = getattr(self.cpm, "commit" if ok else "rollback", None)
+        if callable(action):
+            action(built.response)
+
     def _baseline(self, question: str) -> BuiltContext:
         response = self.search.search(question, top_k=self.k.n, filters=self.filters, **self.mem0_kwargs)
         results = list(response.get("results", []))[: self.k.n]
@@ -193,11 +294,11 @@ class ModeBuilder:
         labels: dict[Hashable, str] = {i: doc_label(pos) for pos, i in enumerate(ids, start=1)}
         note = order_annotation(ids, ids, label=labels) if len(ids) >= 2 else None
         context = render_context(texts * self.k.repeat, order_annotation=note)
-        return BuiltContext(context, tuple(ids), len(ids), 0, 0, None)
+        return BuiltContext(context, tuple(ids), len(ids), 0, 0, None, retrieval_ids=tuple(ids))
 
     def _aligned(self, question: str) -> BuiltContext:
         assert self.cpm is not None
-        conv = self.conversation_id if self.mode == "dedup" else None
+        conv = self.conversation_id if self.spec.dedup else None
         response = self.cpm.search(question, filters=self.filters, top_k=self.k.n, conversation_id=conv,
                                    **self.mem0_kwargs)
         info = response["context_pilot"]
@@ -205,11 +306,15 @@ class ModeBuilder:
             logger.warning("ContextPilotMemory fell back to mem0's order for %r: %s", question, info.get("error"))
         blocks = info["blocks"]
         texts = [b["text"] for b in blocks]
+        dup_ids = [str(d) for d in info.get("duplicates", ())] or [str(s["id"]) for s in info.get("sent", ())]
         if self.k.repeat == 1:
             context = info["context"]
         else:
             context = render_context(texts * self.k.repeat, order_annotation=info["order_annotation"] or None,
                                      location_annotations=info["location_annotations"])
-        retrieved = sum(1 for b in blocks if not b["extra"]) + len(info["duplicates"])
-        return BuiltContext(context, tuple(b["id"] for b in blocks), retrieved, len(info["extra"]),
-                            len(info["duplicates"]), int(info["prefix_len"]), bool(info.get("fallback")))
+        retrieved = sum(1 for b in blocks if not b["extra"]) + len(dup_ids) + len(info.get("dropped", ()))
+        ranking = self.search.ranked_ids(question, top_k=self.k.n, filters=self.filters, **self.mem0_kwargs)
+        return BuiltContext(context, tuple(str(b["id"]) for b in blocks), retrieved, len(info["extra"]),
+                            len(dup_ids), int(info["prefix_len"]), bool(info.get("fallback")),
+                            retrieval_ids=ranking, duplicate_ids=tuple(dup_ids),
+                            dropped=len(info.get("dropped", ())), response=response)

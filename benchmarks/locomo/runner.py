@@ -26,9 +26,18 @@ from cp_memory.locomo import QA, Conversation
 from cp_memory.render import build_messages, build_prompt
 
 from .engines import BenchEngine, Reply
+from .evidence import EvidenceIndex
 from .ingest import Ingested
 from .metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
-from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, ModeBuilder, mode_order
+from .modes import (
+    MODES,
+    CachedSearch,
+    KSpec,
+    ModeBuilder,
+    ModeSpec,
+    mode_order,
+    parse_mode,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +63,8 @@ class RunSettings:
     modes: tuple[str, ...] = MODES
     top_k: tuple[KSpec, ...] = (KSpec(20), KSpec(100), KSpec(5, 10))
     extra_budget: float = 0.25
+    swap_budget: float = 0.25         # aligned+swap without @B
+    protect: float = 0.5              # aligned+swap without /P
     chat: bool = False
     chat_turns: int = 5               # chat: questions per chat before a new one starts (0: one chat)
     max_tokens: int = 16
@@ -93,6 +104,15 @@ class RequestRecord:
     build_ms: float          # context build: memoized mem0 results + alignment/dedup + rendering
     error: str | None = None
     server_prompt_ms: float | None = None   # engine-reported prefill time (llama.cpp), no HTTP
+    dropped: int = 0                        # swap: retrieved memories left out for extras
+    # evidence recall (benchmarks.locomo.evidence): the question's evidence ids, those some memory of the
+    # user covers, those a memory in this prompt covers, and where: 1-based prompt positions of the hits
+    # and 1-based mem0 ranks of the retrieved evidence
+    evidence: int = 0
+    evidence_coverable: int = 0
+    evidence_hit: int = 0
+    evidence_positions: tuple[int, ...] = ()
+    evidence_ranks: tuple[int, ...] = ()
 
     def with_judge(self, score: float | None) -> RequestRecord:
         return replace(self, judge=score)
@@ -111,17 +131,14 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
     """Run every (conversation, k, mode) and return the records in execution order."""
     from tqdm import tqdm
 
-    allowed = CHAT_MODES if settings.chat else MODES
-    bad = [m for m in settings.modes if m not in allowed]
-    if bad:
-        raise ValueError(f"mode(s) {bad} not available{' without --chat' if 'dedup' in bad else ''}; "
-                         f"choose from {allowed}")
+    specs = mode_specs(settings)
     total = sum(len(q) for q in questions) * len(settings.top_k) * len(settings.modes)
     bar = tqdm(total=total, desc="requests", unit="req", disable=not progress)
     records: list[RequestRecord] = []
     mem0_kwargs = {"threshold": settings.threshold}
     try:
         for c_pos, ((c_idx, conv), user, qs) in enumerate(zip(conversations, users, questions)):
+            evidence = EvidenceIndex.of_user(search.memory, user.user_id)
             for k_pos, k in enumerate(settings.top_k):
                 # retrieve every question once up front: all modes then get the identical (memoized) mem0
                 # results, and no mode's build time includes the first, uncached search
@@ -131,8 +148,7 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
                     bar.set_postfix_str(f"{conv.sample_id} k={k.label} {mode}")
                     how = engine.flush()
                     engine.warmup(settings.warmup)
-                    builder = ModeBuilder(mode, search, user_id=user.user_id, k=k,
-                                          extra_budget=settings.extra_budget,
+                    builder = ModeBuilder(specs[mode], search, user_id=user.user_id, k=k,
                                           conversation_id=f"{conv.sample_id}/k={k.label}",
                                           mem0_kwargs=mem0_kwargs)
                     history: list[dict[str, Any]] = []
@@ -140,8 +156,8 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
                         if settings.chat_turns and turn > 1 and (turn - 1) % settings.chat_turns == 0:
                             history = []
                             builder.new_chat(f"{conv.sample_id}/k={k.label}/chat{(turn - 1) // settings.chat_turns}")
-                        rec = _one(engine, builder, conv, c_idx, k, mode, r_pos, how, turn, qa, history,
-                                   settings)
+                        rec = _one(engine, builder, evidence, conv, c_idx, k, mode, r_pos, how, turn, qa,
+                                   history, settings)
                         records.append(rec)
                         if on_record is not None:
                             on_record(rec)
@@ -151,9 +167,20 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
     return records
 
 
-def _one(engine: BenchEngine, builder: ModeBuilder, conv: Conversation, c_idx: int, k: KSpec, mode: str,
-         r_pos: int, how: str, turn: int, qa: QA, history: list[dict[str, Any]], settings: RunSettings
-         ) -> RequestRecord:
+def mode_specs(settings: RunSettings) -> dict[str, ModeSpec]:
+    """Every mode of a run parsed (clear errors for unknown names; dedup only with chat)."""
+    specs = {m: parse_mode(m, extra_budget=settings.extra_budget, swap_budget=settings.swap_budget,
+                           protect=settings.protect) for m in settings.modes}
+    if not settings.chat and any(s.dedup for s in specs.values()):
+        raise ValueError("mode(s) ['dedup'] not available without --chat")
+    if len(specs) != len(settings.modes):
+        raise ValueError(f"a mode is repeated in {settings.modes}")
+    return specs
+
+
+def _one(engine: BenchEngine, builder: ModeBuilder, evidence: EvidenceIndex, conv: Conversation, c_idx: int,
+         k: KSpec, mode: str, r_pos: int, how: str, turn: int, qa: QA, history: list[dict[str, Any]],
+         settings: RunSettings) -> RequestRecord:
     t0 = time.perf_counter()
     built = builder.build(qa.question)
     carrier = {"results": [], "context_pilot": {"context": built.context}}
@@ -167,6 +194,8 @@ def _one(engine: BenchEngine, builder: ModeBuilder, conv: Conversation, c_idx: i
         prompt = build_prompt(qa.question, carrier, template=PROMPT_TEMPLATE)
         build_ms = (time.perf_counter() - t0) * 1e3
         reply = engine.complete(prompt, max_tokens=settings.max_tokens)
+    builder.sent(built, reply.error is None)
+    ev = evidence.score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
     answer = clean_answer(reply.text)
     f1 = locomo_f1(answer, qa.answer, qa.category) if engine.measures_ttft and reply.error is None else None
     return RequestRecord(
@@ -177,4 +206,6 @@ def _one(engine: BenchEngine, builder: ModeBuilder, conv: Conversation, c_idx: i
         cached_tokens=reply.cached_tokens, f1=f1, judge=None, retrieved=built.retrieved,
         blocks=len(built.block_ids), extra=built.extra, duplicates=built.duplicates,
         index_prefix_len=built.prefix_len, context_chars=len(built.context), build_ms=build_ms,
-        error=reply.error, server_prompt_ms=reply.server_prompt_ms)
+        error=reply.error, server_prompt_ms=reply.server_prompt_ms, dropped=built.dropped,
+        evidence=ev.evidence, evidence_coverable=ev.coverable, evidence_hit=ev.hit,
+        evidence_positions=ev.positions, evidence_ranks=ev.ranks)
