@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import threading
 import uuid
-import zlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,14 +25,13 @@ from .alignment import TAIL_ORDERS, Match, TailOrder, longest_prefix, order_tail
 from .blocks import check_block_ids
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
+from .index_snapshot import OPTION_NAMES, dump, load
 from .scheduling import schedule as schedule_paths
 from .tree import Node, path_of, prefix_of, radix_insert, remove_leaf
 
 __all__ = ["ContextIndex", "Placement", "BatchPlan"]
 
 logger = logging.getLogger(__name__)
-
-_SNAPSHOT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -142,6 +139,7 @@ class ContextIndex:
         return self._nodes
 
     def request_ids(self) -> list[Hashable]:
+        """Live request ids, least recently used (earliest inserted) first; kept across snapshots."""
         with self._lock:
             return list(self._requests)
 
@@ -279,7 +277,7 @@ class ContextIndex:
             heapq.heapify(live)
             self._heap = live
 
-    def _enforce_capacity(self, protect: Node) -> None:
+    def _enforce_capacity(self, protect: Node | None) -> None:
         cap = self.capacity_tokens
         assert cap is not None
         protected = set()
@@ -393,96 +391,74 @@ class ContextIndex:
                          tuple(d for _, d in deduped))
 
     # ------------------------------------------------------------------ persistence
-    def snapshot(self) -> bytes:
-        """Serialise the index (tree, request ids, LRU stamps, options) to compact bytes (zlib'd JSON).
+    def options(self) -> dict[str, Any]:
+        """The configuration a snapshot stores (everything but ``token_len``)."""
+        return {"alpha": self.alpha, "extra_budget": self.extra_budget, "capacity_tokens": self.capacity_tokens,
+                "tail_order": self.tail_order, "linkage": self.linkage}
 
-        Block and request ids must be str, int, float, bool, bytes or tuples of those.
+    def snapshot(self) -> bytes:
+        """Serialise the index (tree, live requests in LRU order, access clock, options) to compact bytes
+        (zlib'd JSON, format in :mod:`cp_memory.index_snapshot`).
+
+        Block and request ids must be str, int, finite float, bool, bytes or tuples of those.
         """
         with self._lock:
-            nodes = []
-            index_of = {id(self._root): 0}
-            stack = [self._root]
-            order = []
-            while stack:
-                n = stack.pop()
-                order.append(n)
-                for c in sorted(n.children.values(), key=lambda c: c.slot, reverse=True):
-                    stack.append(c)
-            for i, n in enumerate(order):
-                index_of[id(n)] = i
-            for n in order:
-                nodes.append([
-                    -1 if n.parent is None else index_of[id(n.parent)], n.slot, n.next_slot,
-                    [_enc(b) for b in n.seg], None if n.toks is None else list(n.toks),
-                    None if not n.requests else [_enc(r) for r in n.requests], n.last_access,
-                ])
-            doc = {
-                "version": _SNAPSHOT_VERSION,
-                "options": {"alpha": self.alpha, "extra_budget": self.extra_budget,
-                            "capacity_tokens": self.capacity_tokens, "tail_order": self.tail_order,
-                            "linkage": self.linkage},
-                "tick": self._tick,
-                "nodes": nodes,
-            }
-        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 6)
+            return dump(self.options(), self._tick, self._root, self._requests.items())
 
     @classmethod
-    def restore(cls, data: bytes, *, token_len: Callable[[Hashable], int] | None = None) -> ContextIndex:
-        """Rebuild an index from :meth:`snapshot` bytes. Raises ``ValueError`` for corrupt data."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"restore needs bytes from snapshot(), got {type(data).__name__}")
+    def restore(cls, data: bytes, **overrides: Any) -> ContextIndex:
+        """Rebuild an index from :meth:`snapshot` bytes.
+
+        ``overrides`` (any of ``alpha``, ``extra_budget``, ``capacity_tokens``, ``tail_order``, ``linkage``,
+        ``token_len``) win over the stored configuration: a caller restores with its own settings. A
+        smaller ``capacity_tokens`` than the snapshot holds evicts least recently used leaves at once.
+        Live requests keep their least-recently-used order (:meth:`request_ids`).
+
+        Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, not a
+        JSON object, wrong field types, unknown version, inconsistent tree). Bad overrides raise as the
+        constructor does (``TypeError`` for an unknown name).
+        """
+        unknown = set(overrides) - set(OPTION_NAMES) - {"token_len"}
+        if unknown:
+            raise TypeError(f"restore() got unknown option(s) {sorted(unknown)}; known: {OPTION_NAMES + ('token_len',)}")
+        cls(**overrides)                       # a bad override is the caller's error, reported as such
+        snap = load(data)
         try:
-            doc = json.loads(zlib.decompress(bytes(data)).decode("utf-8"))
-            if doc.get("version") != _SNAPSHOT_VERSION:
-                raise ValueError(f"unsupported snapshot version {doc.get('version')!r}")
-            index = cls(token_len=token_len, **doc["options"])
-            built: list[Node] = []
-            for parent_i, slot, next_slot, seg, toks, reqs, last in doc["nodes"]:
-                if parent_i < 0:
-                    node = index._root
-                else:
-                    parent = built[parent_i]
-                    node = Node(tuple(_dec(b) for b in seg), parent, slot, None if toks is None else tuple(toks))
-                    parent.children[node.seg[0]] = node
-                    index._nodes += 1
-                    index._tokens += node.tokens
-                node.next_slot = next_slot
-                node.last_access = last
-                if reqs:
-                    node.requests = {_dec(r) for r in reqs}
-                    block_list = prefix_of(node)
-                    for r in node.requests:
-                        index._requests[r] = node
-                        for b in block_list:
-                            index._freq[b] = index._freq.get(b, 0) + 1
-                    n = node
-                    while n is not None:
-                        n.subtree += len(node.requests)
-                        n = n.parent
-                built.append(node)
-            index._tick = doc["tick"]
-            if index.capacity_tokens is not None:
-                for node in built[1:]:
-                    if not node.children:
-                        index._push_lru(node)
-        except (ValueError, KeyError, TypeError, IndexError, zlib.error, UnicodeDecodeError) as exc:
+            index = cls(**{**snap.options, **overrides})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"corrupt ContextIndex snapshot: stored options: {exc}") from None
+        try:
+            index._adopt(snap.root, snap.requests, snap.tick)
+        except (TypeError, ValueError) as exc:   # token_len rejected a stored block, ...
             raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
         return index
 
-
-def _enc(x: Any) -> Any:
-    if isinstance(x, (str, bool, int, float)):
-        return x
-    if isinstance(x, tuple):
-        return [_enc(v) for v in x]
-    if isinstance(x, bytes):
-        return {"b": x.hex()}
-    raise TypeError(f"cannot snapshot id {x!r} of type {type(x).__name__}; use str, int or tuples of them")
-
-
-def _dec(x: Any) -> Any:
-    if isinstance(x, list):
-        return tuple(_dec(v) for v in x)
-    if isinstance(x, dict):
-        return bytes.fromhex(x["b"])
-    return x
+    def _adopt(self, root: Node, requests: list[tuple[Hashable, Node]], tick: int) -> None:
+        """Take over a restored tree: recompute every derived count, rebuild the LRU heap, fit capacity."""
+        with self._lock:
+            nodes = []
+            stack = [root]
+            while stack:
+                n = stack.pop()
+                nodes.append(n)
+                stack.extend(n.children.values())
+            capped = self.capacity_tokens is not None
+            for n in nodes[1:]:
+                if capped and n.toks is None and self.token_len is not None:
+                    n.toks = tuple(self._block_tokens(b, {}) for b in n.seg)
+                self._tokens += n.tokens
+            self._root, self._nodes, self._tick = root, len(nodes), tick
+            for rid, node in requests:
+                self._requests[rid] = node
+                n: Node | None = node
+                while n is not None:
+                    n.subtree += 1
+                    n = n.parent
+            freq = self._freq
+            for n in nodes[1:]:
+                for b in n.seg:
+                    freq[b] = freq.get(b, 0) + n.subtree
+            if capped:
+                for n in sorted((n for n in nodes[1:] if not n.children), key=lambda n: n.last_access):
+                    self._push_lru(n)
+                self._enforce_capacity(None)

@@ -1,0 +1,207 @@
+"""Snapshot format of :class:`~cp_memory.index.ContextIndex`: zlib'd JSON, validated on the way in.
+
+Version 2 (written now)::
+
+    {"version": 2,
+     "options": {"alpha": .., "extra_budget": .., "capacity_tokens": ..,
+                 "tail_order": .., "linkage": ..},
+     "tick": <last access clock>,
+     "nodes": [[parent, slot, next_slot, [block ids], [token lens] | null, [request ids] | null,
+                last_access], ...],          # pre-order: the root first, every parent before its children
+     "requests": [request ids, least recently used first]}
+
+Version 1 (read only) has no ``"requests"`` list and no swap options; its requests are restored in the
+order of their nodes' last access (best effort: requests ending at one node keep their stored order).
+
+Ids are str, int, float, bool, bytes (``{"b": hex}``) or lists of those (tuples). Only the tree, the
+request order, the clock and the options are stored; every derived count (frequencies, subtree sizes,
+tokens) is recomputed on restore, so a snapshot cannot make them inconsistent. :func:`load` raises
+``ValueError`` — and nothing else — for anything that is not a well-formed snapshot: truncated or
+garbage bytes, a decompression bomb over :data:`MAX_SNAPSHOT_BYTES`, JSON that is not an object, wrong
+field types, an unknown version, or references that do not form a tree.
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .tree import Node, prefix_of
+
+__all__ = ["SNAPSHOT_VERSION", "MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "Restored", "dump", "load"]
+
+SNAPSHOT_VERSION = 2
+MAX_SNAPSHOT_BYTES = 1 << 30          # decompressed JSON larger than this is refused
+OPTION_NAMES = ("alpha", "extra_budget", "capacity_tokens", "tail_order", "linkage")
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A decoded snapshot: stored options, clock, the tree and the live requests (LRU order)."""
+
+    options: dict[str, Any]
+    tick: int
+    root: Node
+    requests: list[tuple[Hashable, Node]]
+
+
+def dump(options: Mapping[str, Any], tick: int, root: Node, requests: Iterable[tuple[Hashable, Node]]) -> bytes:
+    """Encode a tree (pre-order, children by slot) and its requests, least recently used first."""
+    order = list(requests)
+    rank = {rid: i for i, (rid, _) in enumerate(order)}
+    index_of: dict[int, int] = {}
+    nodes = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        index_of[id(n)] = len(nodes)
+        reqs = sorted(n.requests, key=rank.__getitem__) if n.requests else None
+        nodes.append([
+            -1 if n.parent is None else index_of[id(n.parent)], n.slot, n.next_slot,
+            [_enc(b) for b in n.seg], None if n.toks is None else list(n.toks),
+            None if reqs is None else [_enc(r) for r in reqs], n.last_access,
+        ])
+        stack.extend(sorted(n.children.values(), key=lambda c: c.slot, reverse=True))
+    doc = {"version": SNAPSHOT_VERSION, "options": dict(options), "tick": tick, "nodes": nodes,
+           "requests": [_enc(rid) for rid, _ in order]}
+    return zlib.compress(json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8"), 6)
+
+
+def load(data: bytes | bytearray | memoryview) -> Restored:
+    """Decode and validate snapshot bytes; ``ValueError`` (only) for anything malformed."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"restore needs bytes from snapshot(), got {type(data).__name__}")
+    try:
+        return _load(bytes(data))
+    except _Corrupt as exc:
+        raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
+            MemoryError, zlib.error) as exc:
+        raise ValueError(f"corrupt ContextIndex snapshot: {type(exc).__name__}: {exc}") from exc
+
+
+class _Corrupt(Exception):
+    pass
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise _Corrupt(what)
+
+
+def _is_int(x: Any, low: int = 0) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+def _load(raw: bytes) -> Restored:
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(raw, MAX_SNAPSHOT_BYTES + 1)
+    except zlib.error as exc:
+        raise _Corrupt(f"not zlib data ({exc})") from None
+    _need(len(text) <= MAX_SNAPSHOT_BYTES, f"larger than {MAX_SNAPSHOT_BYTES} bytes decompressed")
+    _need(inflater.eof, "truncated data")
+    try:
+        doc = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Corrupt(f"not JSON ({exc})") from None
+    _need(isinstance(doc, dict), f"expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("version")
+    _need(_is_int(version) and version in (1, SNAPSHOT_VERSION), f"unsupported snapshot version {version!r}")
+    options, tick, raw_nodes = doc.get("options"), doc.get("tick"), doc.get("nodes")
+    _need(isinstance(options, dict), "'options' must be an object")
+    _need(_is_int(tick), f"'tick' must be a non-negative int, got {tick!r}")
+    _need(isinstance(raw_nodes, list) and len(raw_nodes) > 0, "'nodes' must be a non-empty list")
+    root, ends, nodes = _tree(raw_nodes)
+    tick = max([tick] + [n.last_access for n in nodes])
+    if version == 1:
+        ordered = sorted(range(len(ends)), key=lambda i: ends[i][1].last_access)
+        requests = [ends[i] for i in ordered]
+    else:
+        stored = doc.get("requests")
+        _need(isinstance(stored, list), "'requests' must be a list")
+        where = dict(ends)
+        requests = []
+        for r in stored:
+            rid = _dec(r)
+            _need(rid in where, f"request {rid!r} is listed but ends at no node")
+            requests.append((rid, where.pop(rid)))
+        _need(not where, f"request(s) {list(where)[:3]!r} end at a node but are not listed")
+    for _, node in requests:
+        order = prefix_of(node)
+        _need(len(set(order)) == len(order), f"a request's blocks repeat an id: {order[:8]!r}")
+    opts = {k: v for k, v in options.items() if k in OPTION_NAMES}
+    return Restored(opts, tick, root, requests)
+
+
+def _tree(raw_nodes: list[Any]) -> tuple[Node, list[tuple[Hashable, Node]], list[Node]]:
+    """Rebuild the trie from pre-order node records, checking every reference."""
+    built: list[Node] = []
+    ends: list[tuple[Hashable, Node]] = []
+    seen_requests: set[Hashable] = set()
+    for i, rec in enumerate(raw_nodes):
+        _need(isinstance(rec, list) and len(rec) == 7, f"node {i} must be a list of 7 fields")
+        parent_i, slot, next_slot, seg, toks, reqs, last = rec
+        _need(_is_int(parent_i, -1) and parent_i < i, f"node {i}: parent {parent_i!r} must be an earlier node")
+        _need((parent_i == -1) == (i == 0), f"node {i}: exactly the first node is the root")
+        _need(_is_int(slot) and _is_int(next_slot) and _is_int(last), f"node {i}: slots and last access must be ints")
+        _need(isinstance(seg, list), f"node {i}: blocks must be a list")
+        ids = tuple(_dec(b) for b in seg)
+        if toks is not None:
+            _need(isinstance(toks, list) and len(toks) == len(ids) and all(_is_int(t) for t in toks),
+                  f"node {i}: token lens must be non-negative ints, one per block")
+        if i == 0:
+            _need(not ids and toks is None, "the root holds no blocks")
+            node = Node((), None, 0)
+        else:
+            _need(len(ids) > 0, f"node {i} holds no blocks")
+            parent = built[parent_i]
+            _need(ids[0] not in parent.children, f"node {i}: two children of node {parent_i} start with {ids[0]!r}")
+            _need(all(c.slot != slot for c in parent.children.values()), f"node {i}: slot {slot} is taken")
+            _need(slot < parent.next_slot, f"node {i}: slot {slot} >= its parent's next slot")
+            node = Node(ids, parent, slot, None if toks is None else tuple(toks))
+            parent.children[ids[0]] = node
+        node.next_slot = next_slot
+        node.last_access = last
+        if reqs is not None:
+            _need(isinstance(reqs, list) and len(reqs) > 0, f"node {i}: requests must be a non-empty list or null")
+            _need(i > 0, "no request can end at the root")
+            node.requests = set()
+            for r in reqs:
+                rid = _dec(r)
+                _need(rid not in seen_requests, f"request {rid!r} ends at two nodes")
+                seen_requests.add(rid)
+                node.requests.add(rid)
+                ends.append((rid, node))
+        built.append(node)
+    for i, node in enumerate(built[1:], start=1):
+        _need(bool(node.children) or bool(node.requests), f"node {i} is a dead end (no requests, no children)")
+    return built[0], ends, built
+
+
+def _enc(x: Any) -> Any:
+    if isinstance(x, (str, bool, int)):
+        return x
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise TypeError(f"cannot snapshot the non-finite float id {x!r}")
+        return x
+    if isinstance(x, tuple):
+        return [_enc(v) for v in x]
+    if isinstance(x, bytes):
+        return {"b": x.hex()}
+    raise TypeError(f"cannot snapshot id {x!r} of type {type(x).__name__}; use str, int or tuples of them")
+
+
+def _dec(x: Any) -> Hashable:
+    if isinstance(x, list):
+        return tuple(_dec(v) for v in x)
+    if isinstance(x, dict):
+        _need(set(x) == {"b"} and isinstance(x["b"], str), f"bad id object {x!r:.60}")
+        return bytes.fromhex(x["b"])
+    _need(isinstance(x, (str, int, float)), f"bad id {x!r:.60}")   # bool is an int; null is refused
+    _need(not isinstance(x, float) or math.isfinite(x), f"bad id {x!r}")
+    return x  # type: ignore[no-any-return]

@@ -1,0 +1,180 @@
+"""Index snapshots (issue 9 §6): the caller's configuration wins, malformed data is exactly a ValueError,
+and a restored index keeps its least-recently-used order."""
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cp_memory.index import ContextIndex
+
+
+def decode(data: bytes):
+    return json.loads(zlib.decompress(data))
+
+
+def encode(doc) -> bytes:
+    return zlib.compress(json.dumps(doc).encode())
+
+
+def sample_index(**options) -> ContextIndex:
+    index = ContextIndex(**options)
+    index.build([["m1", "m2", 3], ["m2", "m1", 4], [("t", 1), b"raw", 2.5]], request_ids=["b0", "b1", ("b", 2)])
+    for i in range(6):
+        index.insert([i, "m1", i + 10], f"r{i}")
+    index.evict("r2")
+    return index
+
+
+def test_overrides_win_over_the_stored_configuration():
+    # issue 9 §6: a snapshot written with extra_budget=0.5, capacity 1000 restored by a wrapper configured
+    # with extra_budget=0, capacity None must not keep adopting extras
+    index = ContextIndex(extra_budget=0.5, capacity_tokens=1000, tail_order="retrieval")
+    index.insert(list(range(10)), "warm")
+    data = index.snapshot()
+    assert ContextIndex.restore(data).insert(list(range(1, 7))).extra == (0,)
+    plain = ContextIndex.restore(data, extra_budget=0.0, capacity_tokens=None, tail_order="frequency")
+    assert (plain.extra_budget, plain.capacity_tokens, plain.tail_order) == (0.0, None, "frequency")
+    assert plain.insert(list(range(1, 7))).extra == ()
+    sized = ContextIndex.restore(data, token_len=lambda b: 7)
+    assert sized.token_len is not None and sized.capacity_tokens == 1000
+
+
+def test_a_smaller_capacity_override_evicts_least_recently_used_first():
+    index = ContextIndex()
+    for i in range(5):
+        index.insert([f"{i}a", f"{i}b"], f"r{i}")      # 2 tokens each, r0 oldest
+    restored = ContextIndex.restore(index.snapshot(), capacity_tokens=6)
+    assert restored.request_ids() == ["r2", "r3", "r4"] and restored.cached_tokens == 6
+
+
+def test_bad_overrides_are_the_callers_error():
+    data = ContextIndex().snapshot()
+    with pytest.raises(TypeError, match="unknown option"):
+        ContextIndex.restore(data, extra=0.1)
+    with pytest.raises(ValueError, match="alpha"):
+        ContextIndex.restore(data, alpha=-1)
+    with pytest.raises(TypeError, match="bytes"):
+        ContextIndex.restore("not bytes")      # type: ignore[arg-type]
+
+
+def test_restored_index_keeps_lru_order_and_evicts_like_the_original():
+    index = sample_index(capacity_tokens=40)
+    restored = ContextIndex.restore(index.snapshot())
+    assert restored.request_ids() == index.request_ids()
+    assert restored.snapshot() == index.snapshot()                 # byte-stable round trip
+    for i in range(30):                                            # the same stream on both
+        blocks = [f"n{i}", "m1", f"n{i + 1}", i % 4]
+        a, b = index.insert(blocks, f"s{i}"), restored.insert(blocks, f"s{i}")
+        assert (a.order, a.prefix_len) == (b.order, b.prefix_len)
+        assert restored.request_ids() == index.request_ids()
+    assert restored.evicted_by_capacity == index.evicted_by_capacity > 0
+
+
+def test_version_1_snapshots_restore_in_best_effort_lru_order():
+    index = sample_index()
+    doc = decode(index.snapshot())
+    doc["version"] = 1
+    del doc["requests"]                         # v1 had no request order: the nodes' last access gives it
+    restored = ContextIndex.restore(encode(doc))
+    assert restored.request_ids() == index.request_ids()
+    assert {r: restored.order_of(r) for r in restored.request_ids()} == \
+        {r: index.order_of(r) for r in index.request_ids()}
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: [d], "JSON object"),
+    (lambda d: {**d, "version": 3}, "version"),
+    (lambda d: {**d, "version": True}, "version"),
+    (lambda d: {**d, "tick": "7"}, "tick"),
+    (lambda d: {**d, "options": []}, "options"),
+    (lambda d: {**d, "options": {**d["options"], "alpha": "x"}}, "alpha"),
+    (lambda d: {**d, "nodes": {}}, "nodes"),
+    (lambda d: {**d, "nodes": [[5, 0, 0, [], None, None, 0]] + d["nodes"][1:]}, "parent"),
+    (lambda d: {**d, "nodes": d["nodes"] + [[0, 99, 0, ["zz"], None, None, 0]]}, "slot"),
+    (lambda d: {**d, "nodes": d["nodes"] + [[0, 0, 0, ["zz"], None, ["q"], 0]]}, "slot 0 is taken"),
+    (lambda d: {**d, "nodes": d["nodes"] + [[1, 0, 0, ["zz"], [1, 2], ["q"], 0]]}, "token lens"),
+    (lambda d: {**d, "nodes": d["nodes"] + [[1, 50, 0, [None], None, ["q"], 0]]}, "bad id"),
+    (lambda d: {**d, "requests": d["requests"][1:]}, "not listed"),
+    (lambda d: {**d, "requests": d["requests"] + ["ghost"]}, "ends at no node"),
+])
+def test_malformed_snapshots_raise_value_error_with_a_clear_message(mutate, message):
+    doc = decode(sample_index().snapshot())
+    with pytest.raises(ValueError, match=message):
+        ContextIndex.restore(encode(mutate(doc)))
+
+
+def test_truncated_garbage_and_bombs():
+    data = sample_index().snapshot()
+    for cut in (0, 1, len(data) // 2, len(data) - 1):
+        with pytest.raises(ValueError, match="corrupt"):
+            ContextIndex.restore(data[:cut])
+    with pytest.raises(ValueError, match="corrupt"):
+        ContextIndex.restore(b"\x00garbage")
+    with pytest.raises(ValueError, match="not JSON"):
+        ContextIndex.restore(zlib.compress(b"\xff\xfe{"))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 40) | st.floats(allow_nan=True) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+def paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from paths(v, prefix + (i,))
+
+
+def replaced(doc, path, value):
+    if not path:
+        return value
+    out = dict(doc) if isinstance(doc, dict) else list(doc)
+    out[path[0]] = replaced(doc[path[0]], path[1:], value)
+    return out
+
+
+def must_restore_or_raise_value_error(data: bytes) -> None:
+    try:
+        index = ContextIndex.restore(data)
+    except ValueError:
+        return
+    # whatever restored is a working, consistent index
+    for i in range(3):
+        index.insert(["m1", i, "m2"])
+    for rid in index.request_ids():
+        assert index.order_of(rid) is not None
+        index.evict(rid)
+    assert len(index) == 0 and index.cached_tokens == 0 and index.node_count == 1
+
+
+VALID = decode(sample_index(capacity_tokens=50).snapshot())
+ALL_PATHS = list(paths(VALID))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(ALL_PATHS), json_values)
+def test_fuzz_any_field_replaced(path, value):
+    must_restore_or_raise_value_error(encode(replaced(VALID, path, value)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_fuzz_any_json_document(doc):
+    must_restore_or_raise_value_error(encode(doc))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), st.integers(0, 400), st.binary(max_size=8))
+def test_fuzz_bytes(garbage, cut, splice):
+    must_restore_or_raise_value_error(garbage)
+    valid = sample_index().snapshot()
+    must_restore_or_raise_value_error(valid[:cut] + splice + valid[cut + len(splice):])
