@@ -16,52 +16,26 @@ A request's blocks are aligned as **matched prefix + tail**:
   (ties in retrieval order), so the next request that shares them extends this prefix further. The
   benchmark (benchmarks/index_bench.py) measures both on LoCoMo; the default follows it.
 
-Superset alignment (:func:`superset_prefix`, not in the paper): a request may adopt a cached prefix that
-contains up to ``budget`` blocks it did not retrieve, when that reaches more of its own blocks.
+Beyond the paper, a request may adopt a cached prefix holding blocks it did not retrieve: superset
+alignment adds them, swap alignment replaces its lowest-ranked blocks with them (:mod:`cp_memory.superset`).
+:func:`align_request` puts it together for one request; the index calls it for insert and match.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from .tree import Node
+from .superset import superset_prefix, swap_prefix
+from .tree import Match, Node
 
-__all__ = ["Match", "longest_prefix", "superset_prefix", "order_tail", "TailOrder", "TAIL_ORDERS"]
+__all__ = ["Match", "Alignment", "align_request", "longest_prefix", "order_tail", "protected_count",
+           "TailOrder", "TAIL_ORDERS"]
 
 #: How the blocks after the matched prefix are ordered (module doc).
 TailOrder = Literal["frequency", "retrieval"]
 TAIL_ORDERS: tuple[TailOrder, ...] = get_args(TailOrder)
-
-
-@dataclass
-class Match:
-    """Where a request's reusable prefix ends: at ``node``, plus ``m`` blocks into ``child``'s segment."""
-
-    node: Node
-    child: Node | None = None
-    m: int = 0
-    hits: int = 0        # request blocks in the prefix
-    extras: int = 0      # blocks of the prefix the request lacks (superset mode only)
-
-    @property
-    def length(self) -> int:
-        return self.node.depth + self.m
-
-    def key(self) -> tuple:
-        full = self.child is None
-        subtree = self.node.subtree if full else self.child.subtree  # type: ignore[union-attr]
-        return (self.hits, -self.extras, full, subtree)
-
-
-def _candidates(node: Node, req: Mapping[Hashable, int]):
-    children = node.children
-    if not children:
-        return ()
-    if len(children) <= len(req):
-        return [c for b, c in children.items() if b in req]
-    get = children.get
-    return [c for c in map(get, req) if c is not None]
 
 
 def longest_prefix(root: Node, req: Mapping[Hashable, int]) -> Match:
@@ -108,56 +82,6 @@ def longest_prefix(root: Node, req: Mapping[Hashable, int]) -> Match:
     return Match(best_node, best_child, best_m, best_key[0])
 
 
-def superset_prefix(root: Node, req: Mapping[Hashable, int], budget: int, *, max_branch: int = 64,
-                    max_visits: int = 20_000) -> Match:
-    """Best cached prefix holding at most ``budget`` blocks outside ``req``; ends on a request block.
-
-    Maximises the request blocks covered, then fewer extras. Children not starting with a request block are
-    explored only at nodes with at most ``max_branch`` children (the most requested first), and at most
-    ``max_visits`` nodes are visited; callers keep the exact :func:`longest_prefix` result when this one
-    is not better, so the guarantee on request-only prefixes always holds.
-    """
-    best = Match(root)
-    best_key = best.key()
-    stack: list[tuple[Node, int, int]] = [(root, 0, 0)]
-    visits = 0
-    while stack and visits < max_visits:
-        node, hits, extras = stack.pop()
-        visits += 1
-        children = node.children
-        if not children:
-            continue
-        if extras < budget and len(children) <= max_branch:
-            cands = sorted(children.values(), key=lambda c: c.subtree, reverse=True)
-        else:
-            cands = _candidates(node, req)
-        for child in cands:
-            h, x = hits, extras
-            full = True
-            for i, b in enumerate(child.seg):
-                if b in req:
-                    h += 1
-                    if i + 1 < len(child.seg):
-                        cand = Match(node, child, i + 1, h, x)
-                        key = cand.key()
-                        if key > best_key:
-                            best, best_key = cand, key
-                else:
-                    x += 1
-                    if x > budget:
-                        full = False
-                        break
-            if full:
-                if child.seg[-1] in req:
-                    cand = Match(child, None, 0, h, x)
-                    key = cand.key()
-                    if key > best_key:
-                        best, best_key = cand, key
-                if child.children:
-                    stack.append((child, h, x))
-    return best
-
-
 def order_tail(blocks: Sequence[Hashable], rank: Mapping[Hashable, int], freq: Mapping[Hashable, int],
                policy: TailOrder) -> list[Hashable]:
     """Order the blocks after the matched prefix (see module doc)."""
@@ -167,3 +91,59 @@ def order_tail(blocks: Sequence[Hashable], rank: Mapping[Hashable, int], freq: M
         get = freq.get
         return sorted(blocks, key=lambda b: (-get(b, 0), rank[b]))
     raise ValueError(f"tail_order must be one of {TAIL_ORDERS}, got {policy!r}")
+
+
+def protected_count(n: int, protect: float) -> int:
+    """How many top-ranked blocks of an ``n``-block request swap alignment never drops: ``ceil(protect*n)``."""
+    return min(n, math.ceil(protect * n - 1e-9))
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """One request's alignment: ``order`` = prefix + tail; ``extra`` adopted blocks it did not retrieve,
+    ``dropped`` its own blocks left out for them (swap only), ``match`` where the prefix ends."""
+
+    order: tuple[Hashable, ...]
+    prefix_len: int
+    extra: tuple[Hashable, ...]
+    dropped: tuple[Hashable, ...]
+    match: Match
+
+
+def align_request(root: Node, blocks: Sequence[Hashable], freq: Mapping[Hashable, int], *,
+                  tail_order: TailOrder = "frequency", extra_budget: float = 0.0, swap_budget: float = 0.0,
+                  protect: float = 0.5) -> Alignment:
+    """Align distinct ``blocks`` (retrieval order) against the trie under ``root``; changes nothing.
+
+    Exact matched prefix; then, when on, a superset or swap prefix if it reuses more (see
+    :mod:`cp_memory.superset`); the request's remaining blocks follow in ``tail_order``.
+    """
+    n = len(blocks)
+    rank = {b: i for i, b in enumerate(blocks)}
+    match = longest_prefix(root, rank)
+    protected = n
+    if extra_budget > 0 and root.children:
+        budget = int(extra_budget * n)
+        if budget > 0:
+            wider = superset_prefix(root, rank, budget)
+            if (wider.hits, -wider.extras) > (match.hits, -match.extras):
+                match = wider
+    elif swap_budget > 0 and root.children:
+        budget = int(swap_budget * n)
+        protected = protected_count(n, protect)
+        if budget > 0 and protected < n:
+            wider = swap_prefix(root, rank, budget, protected)
+            if wider.length > match.length:
+                match = wider
+    prefix = match.blocks()
+    in_prefix = set(prefix)
+    extra = tuple(b for b in prefix if b not in rank)
+    dropped: tuple[Hashable, ...] = ()
+    if extra and swap_budget > 0:
+        # the lowest-ranked droppable blocks not on the prefix, one per extra (reported in rank order)
+        spare = [b for b in blocks[protected:] if b not in in_prefix]
+        dropped = tuple(spare[len(spare) - len(extra):])
+        in_prefix.update(dropped)
+    rest = [b for b in blocks if b not in in_prefix]
+    tail = order_tail(rest, rank, freq, tail_order)
+    return Alignment(prefix + tuple(tail), len(prefix), extra, dropped, match)

@@ -11,7 +11,7 @@ One wording each, as module constants; every function takes a ``template`` to ov
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 __all__ = [
     "ORDER_TEMPLATE", "LOCATION_TEMPLATE", "SAME_TURN_TEMPLATE", "LABEL_TEMPLATE",
@@ -48,20 +48,23 @@ def _labeller(label: Label) -> Callable[[Hashable], str]:
 
 
 def order_annotation(original: Sequence[Hashable], aligned: Sequence[Hashable], label: Label = None,
-                     template: str = ORDER_TEMPLATE) -> str:
+                     template: str = ORDER_TEMPLATE, *, dropped: Collection[Hashable] = ()) -> str:
     """Annotation restoring the retrieval ranking ``original`` after alignment to ``aligned``.
 
     ``label`` maps a block id to the label the prompt shows (callable or mapping); the default is
-    ``[Doc {id}]`` as in the paper's example. Blocks in ``aligned`` but not in ``original`` (superset
-    alignment's extra blocks) are not ranked: the model is told only what was actually retrieved.
-    Raises ``ValueError`` when ``original`` has a block that ``aligned`` lacks (a block was lost).
+    ``[Doc {id}]`` as in the paper's example. Blocks in ``aligned`` but not in ``original`` (superset or
+    swap alignment's extra blocks) are not ranked: the model is told only what was actually retrieved.
+    ``dropped`` (swap alignment's :attr:`~cp_memory.index.Placement.dropped`) are retrieved blocks left
+    out on purpose: they are not ranked either. Raises ``ValueError`` when ``original`` has any other
+    block that ``aligned`` lacks (a block was lost).
     """
     aligned_set = set(aligned)
-    missing = [b for b in original if b not in aligned_set]
+    left_out = set(dropped)
+    missing = [b for b in original if b not in aligned_set and b not in left_out]
     if missing:
         raise ValueError(f"aligned order lost block(s) {missing!r} of the original ranking")
     name = _labeller(label)
-    ranking = " > ".join(name(b) for b in original)
+    ranking = " > ".join(name(b) for b in original if b in aligned_set)
     return template.format(ranking=ranking)
 
 

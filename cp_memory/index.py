@@ -12,17 +12,17 @@ RadixCache does — so it never aligns a request to a prefix the engine has alre
 """
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .alignment import TAIL_ORDERS, Match, TailOrder, longest_prefix, order_tail, superset_prefix
+from .alignment import TAIL_ORDERS, Alignment, TailOrder, align_request
 from .blocks import check_block_ids
+from .capacity import LeafLRU
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
 from .index_snapshot import OPTION_NAMES, dump, load
@@ -38,10 +38,13 @@ logger = logging.getLogger(__name__)
 class Placement:
     """Where one request was placed.
 
-    ``order`` is the aligned block order to render: the request's blocks, plus ``extra`` blocks it did not
-    retrieve when superset alignment adopted a longer cached prefix (``set(order) == set(blocks) |
-    set(extra)``). ``prefix_len`` leading blocks of ``order`` were already indexed (reusable cache).
-    ``duplicates`` are ids repeated inside the request (the first occurrence is kept).
+    ``order`` is the aligned block order to render: ``set(order) == (set(blocks) - set(dropped)) |
+    set(extra)``. ``extra`` are cached blocks the request did not retrieve, adopted with a longer cached
+    prefix: superset alignment *adds* them (``dropped`` is empty, the prompt grows); swap alignment
+    *replaces* as many of the request's lowest-ranked, unprotected blocks, listed in ``dropped`` (rank
+    order), so ``len(order)`` equals the number of distinct blocks. ``prefix_len`` leading blocks of
+    ``order`` were already indexed (reusable cache). ``duplicates`` are ids repeated inside the request
+    (the first occurrence is kept).
     """
 
     order: tuple
@@ -50,6 +53,7 @@ class Placement:
     request_id: Hashable
     extra: tuple = ()
     duplicates: tuple = ()
+    dropped: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -82,22 +86,37 @@ class ContextIndex:
     Args:
         alpha: Eq. 1 positional weight, used by the batch build's clustering (default 0.001).
         extra_budget: superset alignment, as a fraction of the request size (0 = off). A request may adopt
-            a cached prefix holding up to ``int(extra_budget * len(blocks))`` blocks it did not retrieve.
+            a cached prefix holding up to ``int(extra_budget * len(blocks))`` blocks it did not retrieve,
+            *added* to its own (the prompt grows).
+        swap_budget: swap alignment, length-neutral (0 = off): a request may adopt up to
+            ``B = int(swap_budget * len(blocks))`` cached blocks it did not retrieve, each *replacing* one
+            of its own lowest-ranked blocks that is not on the adopted prefix. Exclusive with
+            ``extra_budget``; see :mod:`cp_memory.superset`.
+        protect: swap alignment never drops a block ranked in the top ``protect`` fraction of the request
+            (``ceil(protect * len(blocks))`` blocks; input order is the retrieval rank).
         capacity_tokens: engine cache size to model (None = unbounded). Block sizes come from
             ``token_lens`` given to :meth:`insert`, else ``token_len(block_id)``, else 1 per block.
         token_len: callable block id -> token count.
         tail_order: ``"frequency"`` (default) or ``"retrieval"``; see :mod:`cp_memory.alignment`.
         linkage: scipy linkage method for :meth:`build`, one of :data:`~cp_memory.clustering.LINKAGES`.
+
+    Superset and swap apply to :meth:`insert` and :meth:`match`; the offline :meth:`build` only reorders.
     """
 
-    def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0,
-                 capacity_tokens: int | None = None, token_len: Callable[[Hashable], int] | None = None,
-                 tail_order: TailOrder = "frequency", linkage: Linkage = DEFAULT_LINKAGE) -> None:
-        if not isinstance(alpha, (int, float)) or alpha < 0:
+    def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0, swap_budget: float = 0.0,
+                 protect: float = 0.5, capacity_tokens: int | None = None,
+                 token_len: Callable[[Hashable], int] | None = None, tail_order: TailOrder = "frequency",
+                 linkage: Linkage = DEFAULT_LINKAGE) -> None:
+        if not _number(alpha) or alpha < 0:
             raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
-        if not isinstance(extra_budget, (int, float)) or not 0 <= extra_budget <= 1:
-            raise ValueError(f"extra_budget must be a fraction in [0, 1], got {extra_budget!r}")
-        if capacity_tokens is not None and (not isinstance(capacity_tokens, int) or capacity_tokens <= 0):
+        for name, value in (("extra_budget", extra_budget), ("swap_budget", swap_budget), ("protect", protect)):
+            if not _number(value) or not 0 <= value <= 1:
+                raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
+        if extra_budget > 0 and swap_budget > 0:
+            raise ValueError("extra_budget (superset: adds blocks) and swap_budget (swap: replaces blocks) "
+                             "are exclusive; set one of them to 0")
+        if capacity_tokens is not None and (not isinstance(capacity_tokens, int) or isinstance(capacity_tokens, bool)
+                                            or capacity_tokens <= 0):
             raise ValueError(f"capacity_tokens must be a positive int or None, got {capacity_tokens!r}")
         if token_len is not None and not callable(token_len):
             raise TypeError("token_len must be callable (block id -> token count)")
@@ -107,18 +126,19 @@ class ContextIndex:
             raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
         self.alpha = float(alpha)
         self.extra_budget = float(extra_budget)
+        self.swap_budget = float(swap_budget)
+        self.protect = float(protect)
         self.capacity_tokens = capacity_tokens
         self.token_len = token_len
-        self.tail_order = tail_order
-        self.linkage = linkage
+        self.tail_order: TailOrder = tail_order
+        self.linkage: Linkage = linkage
         self._lock = threading.RLock()
         self._root = Node((), None, 0)
         self._requests: dict[Hashable, Node] = {}
         self._freq: dict[Hashable, int] = {}
         self._tick = 0
         self._tokens = 0
-        self._heap: list[tuple[int, int, Node]] = []
-        self._heap_seq = itertools.count()
+        self._lru = LeafLRU()
         self._nodes = 1
         self.evicted_by_capacity = 0
 
@@ -175,13 +195,13 @@ class ContextIndex:
             rid = self._check_request_id(request_id)
             if not ids_kept:
                 return Placement((), (), 0, rid, (), dups)
-            order, prefix_len, extra, _ = self._plan(ids_kept)
+            a = self._align(ids_kept)
             toks = None
             if self.capacity_tokens is not None:
                 lens = dict(zip(ids_kept, token_lens)) if token_lens is not None else {}
-                toks = [self._block_tokens(b, lens) for b in order]
-            node = self._attach(order, toks, rid)
-            return Placement(order, path_of(node), prefix_len, rid, extra, dups)
+                toks = [self._block_tokens(b, lens) for b in a.order]
+            node = self._attach(a.order, toks, rid)
+            return Placement(a.order, path_of(node), a.prefix_len, rid, a.extra, dups, a.dropped)
 
     def match(self, blocks: Sequence[Hashable]) -> Placement:
         """Dry run of :meth:`insert`: the placement ``blocks`` would get now, changing nothing (no leaf,
@@ -191,31 +211,13 @@ class ContextIndex:
         with self._lock:
             if not ids_kept:
                 return Placement((), (), 0, None, (), dups)
-            order, prefix_len, extra, match = self._plan(ids_kept)
-            reached = match.child if match.child is not None and match.m else match.node
-            return Placement(order, path_of(reached), prefix_len, None, extra, dups)
+            a = self._align(ids_kept)
+            return Placement(a.order, path_of(a.match.end), a.prefix_len, None, a.extra, dups, a.dropped)
 
-    def _plan(self, ids_kept: list[Hashable]) -> tuple[tuple, int, tuple, Match]:
-        """Matched prefix + ordered tail for a request (no mutation)."""
-        rank = {b: i for i, b in enumerate(ids_kept)}
-        match = longest_prefix(self._root, rank)
-        budget = int(self.extra_budget * len(ids_kept))
-        if budget > 0 and self._root.children:
-            wider = superset_prefix(self._root, rank, budget)
-            if wider.key() > match.key():
-                match = wider
-        prefix = self._prefix(match)
-        in_prefix = set(prefix)
-        extra = tuple(b for b in prefix if b not in rank)
-        rest = [b for b in ids_kept if b not in in_prefix]
-        tail = order_tail(rest, rank, self._freq, self.tail_order)
-        return prefix + tuple(tail), len(prefix), extra, match
-
-    def _prefix(self, match: Match) -> tuple:
-        prefix = prefix_of(match.node)
-        if match.child is not None and match.m:
-            prefix += match.child.seg[:match.m]
-        return prefix
+    def _align(self, ids_kept: list[Hashable]) -> Alignment:
+        """Matched prefix (exact, superset or swap) + ordered tail for a request (no mutation)."""
+        return align_request(self._root, ids_kept, self._freq, tail_order=self.tail_order,
+                             extra_budget=self.extra_budget, swap_budget=self.swap_budget, protect=self.protect)
 
     def _block_tokens(self, block: Hashable, lens: dict) -> int:
         if block in lens:
@@ -265,38 +267,12 @@ class ContextIndex:
 
     # ------------------------------------------------------------------ capacity model (LRU over leaves)
     def _push_lru(self, node: Node) -> None:
-        heapq.heappush(self._heap, (node.last_access, next(self._heap_seq), node))
-        if len(self._heap) > 4 * len(self._requests) + 1024:
-            # drop stale entries (dead node, no longer a leaf, or touched since: a newer entry exists);
-            # keep each live leaf's current entry exactly once
-            live, kept = [], set()
-            for stamp, seq, n in self._heap:
-                if n.alive and not n.children and n.last_access == stamp and id(n) not in kept:
-                    kept.add(id(n))
-                    live.append((stamp, seq, n))
-            heapq.heapify(live)
-            self._heap = live
+        self._lru.push(node, len(self._requests))
 
     def _enforce_capacity(self, protect: Node | None) -> None:
         cap = self.capacity_tokens
         assert cap is not None
-        protected = set()
-        n = protect
-        while n is not None:
-            protected.add(id(n))
-            n = n.parent
-        skipped = []
-        while self._tokens > cap and self._heap:
-            stamp, seq, node = heapq.heappop(self._heap)
-            if not node.alive or node.children or node.last_access != stamp or node.parent is None:
-                continue
-            if id(node) in protected:
-                skipped.append((stamp, seq, node))
-                continue
-            self._drop_leaf(node)
-            self.evicted_by_capacity += 1
-        for item in skipped:
-            heapq.heappush(self._heap, item)
+        self.evicted_by_capacity += self._lru.evict(lambda: self._tokens > cap, self._drop_leaf, protect)
 
     def _drop_leaf(self, node: Node) -> None:
         """Remove a childless trie node with all requests ending there; prune empty ancestors."""
@@ -349,7 +325,7 @@ class ContextIndex:
             self._root = Node((), None, 0)
             self._requests.clear()
             self._freq.clear()
-            self._heap.clear()
+            self._lru.clear()
             self._tokens = 0
             self._nodes = 1
 
@@ -393,8 +369,9 @@ class ContextIndex:
     # ------------------------------------------------------------------ persistence
     def options(self) -> dict[str, Any]:
         """The configuration a snapshot stores (everything but ``token_len``)."""
-        return {"alpha": self.alpha, "extra_budget": self.extra_budget, "capacity_tokens": self.capacity_tokens,
-                "tail_order": self.tail_order, "linkage": self.linkage}
+        return {"alpha": self.alpha, "extra_budget": self.extra_budget, "swap_budget": self.swap_budget,
+                "protect": self.protect, "capacity_tokens": self.capacity_tokens, "tail_order": self.tail_order,
+                "linkage": self.linkage}
 
     def snapshot(self) -> bytes:
         """Serialise the index (tree, live requests in LRU order, access clock, options) to compact bytes
@@ -409,8 +386,8 @@ class ContextIndex:
     def restore(cls, data: bytes, **overrides: Any) -> ContextIndex:
         """Rebuild an index from :meth:`snapshot` bytes.
 
-        ``overrides`` (any of ``alpha``, ``extra_budget``, ``capacity_tokens``, ``tail_order``, ``linkage``,
-        ``token_len``) win over the stored configuration: a caller restores with its own settings. A
+        ``overrides`` (any of ``alpha``, ``extra_budget``, ``swap_budget``, ``protect``, ``capacity_tokens``,
+        ``tail_order``, ``linkage``, ``token_len``) win over the stored configuration: a caller restores with its own settings. A
         smaller ``capacity_tokens`` than the snapshot holds evicts least recently used leaves at once.
         Live requests keep their least-recently-used order (:meth:`request_ids`).
 
@@ -462,3 +439,7 @@ class ContextIndex:
                 for n in sorted((n for n in nodes[1:] if not n.children), key=lambda n: n.last_access):
                     self._push_lru(n)
                 self._enforce_capacity(None)
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

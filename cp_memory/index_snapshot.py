@@ -3,8 +3,8 @@
 Version 2 (written now)::
 
     {"version": 2,
-     "options": {"alpha": .., "extra_budget": .., "capacity_tokens": ..,
-                 "tail_order": .., "linkage": ..},
+     "options": {"alpha": .., "extra_budget": .., "swap_budget": .., "protect": ..,
+                 "capacity_tokens": .., "tail_order": .., "linkage": ..},
      "tick": <last access clock>,
      "nodes": [[parent, slot, next_slot, [block ids], [token lens] | null, [request ids] | null,
                 last_access], ...],          # pre-order: the root first, every parent before its children
@@ -35,7 +35,7 @@ __all__ = ["SNAPSHOT_VERSION", "MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "Restored",
 
 SNAPSHOT_VERSION = 2
 MAX_SNAPSHOT_BYTES = 1 << 30          # decompressed JSON larger than this is refused
-OPTION_NAMES = ("alpha", "extra_budget", "capacity_tokens", "tail_order", "linkage")
+OPTION_NAMES = ("alpha", "extra_budget", "swap_budget", "protect", "capacity_tokens", "tail_order", "linkage")
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ Nothing here is thread-safe on its own: :class:`~cp_memory.index.ContextIndex` h
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
-__all__ = ["Node", "radix_insert", "prefix_of", "path_of", "remove_leaf"]
+__all__ = ["Node", "Match", "radix_insert", "prefix_of", "path_of", "remove_leaf", "children_in"]
 
 
 class Node:
@@ -44,6 +45,45 @@ class Node:
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Node(seg={self.seg!r}, slot={self.slot}, depth={self.depth}, n_req={len(self.requests or ())})"
+
+
+@dataclass
+class Match:
+    """Where a request's reusable prefix ends: at ``node``, plus ``m`` blocks into ``child``'s segment."""
+
+    node: Node
+    child: Node | None = None
+    m: int = 0
+    hits: int = 0        # request blocks in the prefix
+    extras: int = 0      # blocks of the prefix the request lacks (superset and swap only)
+
+    @property
+    def length(self) -> int:
+        """Blocks in the prefix (request blocks + extras): what the cache reuses."""
+        return self.node.depth + self.m
+
+    @property
+    def end(self) -> Node:
+        """The node holding the prefix's last block."""
+        return self.child if self.child is not None and self.m else self.node
+
+    def blocks(self) -> tuple:
+        """The prefix itself."""
+        prefix = prefix_of(self.node)
+        if self.child is not None and self.m:
+            prefix += self.child.seg[:self.m]
+        return prefix
+
+
+def children_in(node: Node, req: Mapping[Hashable, int]) -> Sequence[Node]:
+    """``node``'s children whose first block is in ``req`` (iterating the smaller side)."""
+    children = node.children
+    if not children:
+        return ()
+    if len(children) <= len(req):
+        return [c for b, c in children.items() if b in req]
+    get = children.get
+    return [c for c in map(get, req) if c is not None]
 
 
 def prefix_of(node: Node) -> tuple:

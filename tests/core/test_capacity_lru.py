@@ -71,7 +71,7 @@ def test_capacity_evictions_match_a_brute_force_lru_over_a_long_stream(seed):
             model.evict(step)
         assert set(index.request_ids()) == model.live(), f"diverged at step {step}"
         assert index.cached_tokens == TOK * sum(len(k) for k in model.entries) <= CAP
-    assert len(index._heap) <= 4 * len(index) + 1024 + 1       # stale heap entries stay bounded
+    assert len(index._lru) <= 4 * len(index) + 1024 + 1        # stale heap entries stay bounded
 
 
 class ScanLRUIndex(ContextIndex):
