@@ -6,7 +6,16 @@ See docs/engine.md. Needs the ``engine`` extra (httpx, tenacity; gguf for the ra
 
 from __future__ import annotations
 
-from .client import AsyncEngineClient, CompletionResult, EngineClient, EngineError
+from .client import AsyncEngineClient, EngineClient
+from .errors import (
+    EngineConnectionError,
+    EngineDeadlineExceeded,
+    EngineError,
+    EngineResponseTooLarge,
+    EngineStatusError,
+    EngineStreamError,
+    EngineTimeout,
+)
 from .llamacpp import (
     LlamaServer,
     LlamaServerNotFound,
@@ -16,12 +25,19 @@ from .llamacpp import (
     smollm2_model_path,
 )
 from .sglang import SGLangServer, SGLangUnavailable, sglang_available
+from .sse import CompletionResult
 
 __all__ = [
     "AsyncEngineClient",
     "CompletionResult",
     "EngineClient",
+    "EngineConnectionError",
+    "EngineDeadlineExceeded",
     "EngineError",
+    "EngineResponseTooLarge",
+    "EngineStatusError",
+    "EngineStreamError",
+    "EngineTimeout",
     "LlamaServer",
     "LlamaServerNotFound",
     "RandomModelSpec",

@@ -3,25 +3,20 @@ owner-death watchdog so that no engine outlives the process that started it."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import shutil
 import socket
 import subprocess
-import sys
-import threading
 import time
 import weakref
 from pathlib import Path
-from typing import IO
 
 import httpx
 
-from ._watchdog import DISARM
+from ._process import Watchdog, die_with_parent_prefix, shutdown
 from ._workdir import make_workdir, sweep_stale_workdirs
-from .client import EngineError
+from .errors import EngineError
 
 logger = logging.getLogger(__name__)
 
@@ -45,117 +40,6 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Signal the process group our child leads (its own session, so only it and its children)."""
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-
-
-def _terminate(proc: subprocess.Popen[bytes], timeout: float, stragglers: bool = False) -> None:
-    """Stop ``proc`` (and any children it spawned in its process group) by PID: SIGTERM, wait,
-    then SIGKILL; with ``stragglers``, SIGKILL what is left of the group. Safe to call twice."""
-    if proc.poll() is None:
-        logger.debug("stopping engine pid %d", proc.pid)
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            logger.warning("engine pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, timeout)
-            _signal_group(proc, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=timeout)
-    if stragglers:  # e.g. SGLang scheduler / detokenizer processes once the leader is gone
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _die_with_parent_prefix() -> list[str]:
-    """``setpriv --pdeathsig TERM --`` when available: the kernel then stops the server if this
-    Python process dies without running its cleanup (SIGKILL, SIGTERM without a handler).
-
-    Only from the main thread: the parent-death signal fires when the *thread* that forked the
-    child exits, and the main thread only exits with the process.
-    """
-    if not sys.platform.startswith("linux"):
-        return []
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return []
-    try:
-        out = subprocess.run([setpriv, "--help"], capture_output=True, timeout=5, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if b"--pdeathsig" not in out.stdout + out.stderr:
-        return []
-    return [setpriv, "--pdeathsig", "KILL", "--"]
-
-
-class _Watchdog:
-    """The owner's side of ``_watchdog.py``: the process and the write end of its pipe.
-
-    While this process lives it holds the only write end; when it dies by any means the kernel
-    closes it and the watchdog stops the engine's process group (TERM, grace, KILL).
-    """
-
-    def __init__(self, proc: subprocess.Popen[bytes], pipe: IO[bytes]) -> None:
-        self.proc = proc
-        self._pipe: IO[bytes] | None = pipe
-
-    @classmethod
-    def start(cls, pgid: int, grace_s: float, workdir: Path | None,
-              log: IO[bytes]) -> _Watchdog | None:
-        script = Path(__file__).with_name("_watchdog.py")
-        if not sys.executable or not script.is_file():
-            logger.warning("no engine watchdog (no interpreter path or %s missing): engine "
-                           "pid %d may outlive this process if it is killed", script, pgid)
-            return None
-        read_fd, write_fd = os.pipe()  # both non-inheritable (PEP 446)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(script), str(pgid), f"{grace_s:g}",
-                 *([str(workdir)] if workdir is not None else [])],
-                stdin=read_fd, stdout=subprocess.DEVNULL, stderr=log,
-                start_new_session=True,  # out of reach of a signal aimed at the owner's group
-            )
-        except OSError as exc:
-            os.close(write_fd)
-            logger.warning("cannot start the engine watchdog (%s): engine pid %d may outlive "
-                           "this process if it is killed", exc, pgid)
-            return None
-        finally:
-            os.close(read_fd)
-        return cls(proc, os.fdopen(write_fd, "wb", buffering=0))
-
-    def disarm(self, timeout: float = 5.0) -> None:
-        """The owner stopped the engine itself: let the watchdog exit without signalling.
-        Safe to call twice."""
-        pipe, self._pipe = self._pipe, None
-        if pipe is not None:
-            with contextlib.suppress(OSError):  # the watchdog may be gone already
-                pipe.write(DISARM)
-            pipe.close()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _shutdown(proc: subprocess.Popen[bytes], watchdog: _Watchdog | None, timeout: float,
-              stragglers: bool) -> None:
-    """Graceful stop (TERM, wait, KILL), then release the watchdog. Safe to call twice."""
-    try:
-        _terminate(proc, timeout, stragglers)
-    finally:
-        if watchdog is not None:
-            watchdog.disarm()
 
 
 class ManagedServer:
@@ -208,7 +92,7 @@ class ManagedServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[..., ManagedServer] | None = None
         self._workdir: Path | None = None
-        self._watchdog: _Watchdog | None = None
+        self._watchdog: Watchdog | None = None
 
     # -- to implement ----------------------------------------------------------------------
     def command(self, port: int) -> list[str]:
@@ -292,7 +176,7 @@ class ManagedServer:
     # -- internals -------------------------------------------------------------------------
     def _launch(self, port: int) -> None:
         cmd = self.command(port)
-        launch = (_die_with_parent_prefix() if self.die_with_parent else []) + cmd
+        launch = (die_with_parent_prefix() if self.die_with_parent else []) + cmd
         self.log_path = self._log_path_arg or (self.workdir() / "server.log")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logger.info("starting %s: %s", self.engine_name, " ".join(cmd))
@@ -306,12 +190,12 @@ class ManagedServer:
                 env=env,
                 start_new_session=True,  # a terminal Ctrl-C is ours to handle, not the child's
             )
-            watchdog = (_Watchdog.start(proc.pid, self.stop_timeout, self._workdir, log)
+            watchdog = (Watchdog.start(proc.pid, self.stop_timeout, self._workdir, log)
                         if self.die_with_parent else None)
         self._proc = proc
         self._watchdog = watchdog
         self.port = port
-        self._finalizer = weakref.finalize(self, _shutdown, proc, watchdog, self.stop_timeout,
+        self._finalizer = weakref.finalize(self, shutdown, proc, watchdog, self.stop_timeout,
                                            self.kill_stragglers)
         try:
             self._wait_healthy(proc)
@@ -327,7 +211,7 @@ class ManagedServer:
             self._finalizer.detach()
             self._finalizer = None
         if proc is not None:
-            _shutdown(proc, watchdog, self.stop_timeout, self.kill_stragglers)
+            shutdown(proc, watchdog, self.stop_timeout, self.kill_stragglers)
             logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
         self.port = None
 

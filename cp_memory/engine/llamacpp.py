@@ -19,8 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._server import ManagedServer, ServerStartError, available_cpus, free_port
-from .client import EngineError
-from .random_model import RandomModelSpec, cache_dir, random_model_path, smollm2_model_path
+from .errors import EngineError
+from .random_model import (
+    RandomModelSpec,
+    cache_dir,
+    random_model_path,
+    smollm2_model_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +164,7 @@ class LlamaServer(ManagedServer):
         return text.splitlines()[0] if text else "unknown"
 
     def _supports(self, flag: str) -> bool:
-        return re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=]|$)", self.help_text(), re.M) is not None
+        return re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=]|$)", self.help_text(), re.MULTILINE) is not None
 
     def _optional(self, flag: str, *values: str) -> list[str]:
         if self._supports(flag):

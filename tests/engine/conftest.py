@@ -118,7 +118,7 @@ def fake_engine() -> Iterator[FakeEngine]:
         do_GET = _serve
         do_POST = _serve
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

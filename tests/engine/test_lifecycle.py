@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 import cp_memory
-from cp_memory.engine._workdir import OWNER_FILE, make_workdir, process_start_time, sweep_stale_workdirs
+from cp_memory.engine._workdir import (
+    OWNER_FILE,
+    make_workdir,
+    process_start_time,
+    sweep_stale_workdirs,
+)
 
 from ._owner import GroupEngine
 

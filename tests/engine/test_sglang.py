@@ -7,7 +7,12 @@ import sys
 
 import pytest
 
-from cp_memory.engine import EngineError, SGLangServer, SGLangUnavailable, sglang_available
+from cp_memory.engine import (
+    EngineError,
+    SGLangServer,
+    SGLangUnavailable,
+    sglang_available,
+)
 
 
 def test_command_line() -> None:
