@@ -25,6 +25,7 @@ from cp_memory.locomo import Conversation, load_locomo
 
 from .engines import (
     CACHE_POLICIES,
+    WARMUP_PROMPT,
     BenchEngine,
     LlamaEngine,
     ModelCacheEngine,
@@ -32,6 +33,7 @@ from .engines import (
     UrlEngine,
     slug,
 )
+from .export import PromptExport
 from .ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from .judge import Judge
 from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, parse_top_k
@@ -92,6 +94,7 @@ class BenchConfig:
     cache_block: int = 16
     cache_tokens: int = 65_536
     out: str = "results"
+    export_prompts: str | None = None      # write the exact prompt sequence here (benchmarks.replay)
     progress: bool = True
     quick: bool = False
     argv: tuple[str, ...] = field(default=())
@@ -213,9 +216,10 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
         users: list[Ingested] = ingest(memory, [c for _, c in picked], cfg.memories,
                                        max_memories=cfg.max_memories, progress=cfg.progress)
         search = CachedSearch(memory)
+        export = PromptExport(_export_meta(cfg, settings, picked)) if cfg.export_prompts else None
         try:
             run_requests(eng, search, picked, users, questions, settings, progress=cfg.progress,
-                         on_record=records.append)
+                         on_record=records.append, export=export)
         except KeyboardInterrupt:
             interrupted = True
             logger.warning("interrupted: writing the %d requests recorded so far", len(records))
@@ -266,6 +270,9 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     table = markdown_table(summaries, meta)
     folder = _results_folder(cfg.out, eng)
     files = write_results(folder, records, summaries, meta, table)
+    if export is not None and cfg.export_prompts:
+        files["prompts"] = export.write(cfg.export_prompts)
+        logger.info("prompts of %d runs written to %s", len(export.runs), files["prompts"])
     logger.info("results in %s", folder)
     if own_memory:
         close = getattr(memory, "close", None)
@@ -275,6 +282,18 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
             except Exception:
                 logger.debug("closing mem0 failed", exc_info=True)
     return BenchResult(folder, files, table, tuple(summaries), tuple(records), meta)
+
+
+def _export_meta(cfg: BenchConfig, settings: RunSettings, picked: Sequence[tuple[int, Conversation]]
+                 ) -> dict[str, Any]:
+    return {"argv": list(cfg.argv), "git_commit": _git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "conversations": [{"index": i, "sample_id": c.sample_id} for i, c in picked],
+            "modes": list(settings.modes), "top_k": [k.label for k in settings.top_k],
+            "max_tokens": settings.max_tokens, "warmup": settings.warmup, "warmup_prompt": WARMUP_PROMPT,
+            "chat": settings.chat, "system": SYSTEM_PROMPT if settings.chat else None,
+            "prompt_template": None if settings.chat else PROMPT_TEMPLATE,
+            "exclude_first_turn": settings.exclude_first_turn, "memories": cfg.memories,
+            "max_memories": cfg.max_memories}
 
 
 def _judge(records: list[RequestRecord], cfg: BenchConfig) -> list[RequestRecord]:
@@ -375,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--report", metavar="RESULTS",
                    help="only print the table of an earlier run (its folder or results.json); runs nothing")
     o.add_argument("--out", default="results", help="parent folder of the results folder (default results/)")
+    o.add_argument("--export-prompts", metavar="FILE",
+                   help="also write the exact prompt sequence (per mode and k, with flush and warm-up points) as "
+                        "compact JSON (.gz: gzipped) for python -m benchmarks.replay FILE --engine-url URL")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return ap
@@ -399,7 +421,7 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> Benc
         threshold=args.threshold, judge_url=args.judge_url, judge_model=args.judge_model,
         judge_api_key=args.judge_api_key, cache_policy=args.cache_policy,
         cache_block=args.cache_block, cache_tokens=args.cache_tokens,
-        out=args.out, progress=not args.no_progress, quick=quick, argv=tuple(argv))
+        out=args.out, export_prompts=args.export_prompts, progress=not args.no_progress, quick=quick, argv=tuple(argv))
 
 
 def _setup_logging(verbose: bool) -> None:

@@ -27,6 +27,7 @@ from cp_memory.render import build_messages, build_prompt
 
 from .engines import BenchEngine, Reply
 from .evidence import EvidenceIndex
+from .export import PromptExport
 from .ingest import Ingested
 from .metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
 from .modes import (
@@ -126,9 +127,10 @@ def select_questions(conv: Conversation, limit: int | None) -> list[QA]:
 
 def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Sequence[tuple[int, Conversation]],
                  users: Sequence[Ingested], questions: Sequence[Sequence[QA]], settings: RunSettings, *,
-                 progress: bool = True, on_record: Callable[[RequestRecord], None] | None = None
-                 ) -> list[RequestRecord]:
-    """Run every (conversation, k, mode) and return the records in execution order."""
+                 progress: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
+                 export: PromptExport | None = None) -> list[RequestRecord]:
+    """Run every (conversation, k, mode) and return the records in execution order; ``export`` collects
+    the prompts sent (``--export-prompts``)."""
     from tqdm import tqdm
 
     specs = mode_specs(settings)
@@ -148,6 +150,9 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
                     bar.set_postfix_str(f"{conv.sample_id} k={k.label} {mode}")
                     how = engine.flush()
                     engine.warmup(settings.warmup)
+                    if export is not None:
+                        export.start_run(conversation=c_idx, sample_id=conv.sample_id, k=k.label, mode=mode,
+                                         position=r_pos, warmup=settings.warmup)
                     builder = ModeBuilder(specs[mode], search, user_id=user.user_id, k=k,
                                           conversation_id=f"{conv.sample_id}/k={k.label}",
                                           mem0_kwargs=mem0_kwargs)
@@ -157,7 +162,7 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
                             history = []
                             builder.new_chat(f"{conv.sample_id}/k={k.label}/chat{(turn - 1) // settings.chat_turns}")
                         rec = _one(engine, builder, evidence, conv, c_idx, k, mode, r_pos, how, turn, qa,
-                                   history, settings)
+                                   history, settings, export)
                         records.append(rec)
                         if on_record is not None:
                             on_record(rec)
@@ -180,19 +185,24 @@ def mode_specs(settings: RunSettings) -> dict[str, ModeSpec]:
 
 def _one(engine: BenchEngine, builder: ModeBuilder, evidence: EvidenceIndex, conv: Conversation, c_idx: int,
          k: KSpec, mode: str, r_pos: int, how: str, turn: int, qa: QA, history: list[dict[str, Any]],
-         settings: RunSettings) -> RequestRecord:
+         settings: RunSettings, export: PromptExport | None = None) -> RequestRecord:
     t0 = time.perf_counter()
     built = builder.build(qa.question)
     carrier = {"results": [], "context_pilot": {"context": built.context}}
     if settings.chat:
         messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
         build_ms = (time.perf_counter() - t0) * 1e3
+        if export is not None:
+            export.add(turn=turn, measured=not (settings.exclude_first_turn and turn == 1),
+                       user=str(messages[-1]["content"]), new_chat=not history)
         reply: Reply = engine.chat(messages, max_tokens=settings.max_tokens)
         history.append(messages[-1])
         history.append({"role": "assistant", "content": reply.text})
     else:
         prompt = build_prompt(qa.question, carrier, template=PROMPT_TEMPLATE)
         build_ms = (time.perf_counter() - t0) * 1e3
+        if export is not None:
+            export.add(turn=turn, measured=not (settings.exclude_first_turn and turn == 1), prompt=prompt)
         reply = engine.complete(prompt, max_tokens=settings.max_tokens)
     builder.sent(built, reply.error is None)
     ev = evidence.score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
