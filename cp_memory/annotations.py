@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 __all__ = [
-    "ORDER_TEMPLATE", "LOCATION_TEMPLATE", "SAME_TURN_TEMPLATE", "LABEL_TEMPLATE",
+    "ORDER_TEMPLATE", "LOCATION_TEMPLATE", "SAME_TURN_TEMPLATE", "DOC_LABEL_TEMPLATE",
     "doc_label", "order_annotation", "location_annotation",
 ]
 
@@ -22,19 +22,22 @@ ORDER_TEMPLATE = "Please read the context in the following priority order: {rank
 LOCATION_TEMPLATE = "Please refer to {label} in the previous conversation (turn {turn})."
 LOCATION_TEMPLATE_NO_TURN = "Please refer to {label} in the previous conversation."
 SAME_TURN_TEMPLATE = "{label} above has the same content."
-LABEL_TEMPLATE = "[Doc {n}]"
+#: The label of a block in a prompt: "[Doc 3]". Positional in rendered prompts ({n} = 1-based position);
+#: the default labeller of order_annotation/location_annotation fills it with a block id, as the paper does.
+#: (Not the agents' segment-label template, which has its own name in cp_memory.agents.segment.)
+DOC_LABEL_TEMPLATE = "[Doc {n}]"
 
 Label = Callable[[Hashable], str] | Mapping[Hashable, str] | None
 
 
 def doc_label(position: int) -> str:
     """The label a prompt shows for the block at 1-based ``position``: ``[Doc 3]``."""
-    return LABEL_TEMPLATE.format(n=position)
+    return DOC_LABEL_TEMPLATE.format(n=position)
 
 
 def _labeller(label: Label) -> Callable[[Hashable], str]:
     if label is None:
-        return lambda b: LABEL_TEMPLATE.format(n=b)
+        return lambda b: DOC_LABEL_TEMPLATE.format(n=b)
     if isinstance(label, Mapping):
         def from_map(b: Hashable) -> str:
             try:
@@ -75,7 +78,7 @@ def location_annotation(block_id: Hashable, *, label: str | None = None, turn: i
     ``label`` is the label the block had when it was sent (default ``[Doc {block_id}]``); ``turn`` the
     1-based turn it was sent in. Without a turn the paper's own wording is used.
     """
-    text = label if label is not None else LABEL_TEMPLATE.format(n=block_id)
+    text = label if label is not None else DOC_LABEL_TEMPLATE.format(n=block_id)
     if template is None:
         template = LOCATION_TEMPLATE if turn is not None else LOCATION_TEMPLATE_NO_TURN
     return template.format(label=text, turn=turn, id=block_id)

@@ -6,14 +6,30 @@ chunk. The index only sees block ids; the text matters for rendering and for con
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ContextBlock", "normalize_text", "text_digest", "check_block_ids", "blocks_from_mem0"]
+__all__ = ["ContextBlock", "Mem0Blocks", "normalize_text", "text_digest", "estimate_tokens", "check_block_ids",
+           "blocks_from_mem0"]
+
+logger = logging.getLogger(__name__)
 
 _SPACE = re.compile(r"\s+")
+
+
+def estimate_tokens(text: str) -> int:
+    """THE rough token count of cp_memory: about 4 characters per token, rounded up, at least 1.
+
+    The default wherever a token length is needed and no tokenizer is given (the index's cache model via
+    the wrapper, the agents' segmenter). Pass a real tokenizer's count (``token_len``/``token_lens``)
+    when you have one.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    return max(1, (len(text) + 3) // 4)
 
 
 def normalize_text(text: str) -> str:
@@ -84,18 +100,57 @@ def check_block_ids(blocks: Any, what: str = "blocks") -> list[Hashable]:
     return out
 
 
-def blocks_from_mem0(results: Any) -> list[ContextBlock]:
-    """Turn mem0 search results (``{"results": [...]}`` or a list of dicts) into blocks.
+@dataclass(frozen=True)
+class Mem0Blocks:
+    """mem0 search results as blocks (:func:`blocks_from_mem0`).
 
-    Block id = the memory ``id``; text = ``memory``. Raises ``ValueError`` for a result without them.
+    ``blocks[i]`` is made from ``results[i]``, which sat at ``indices[i]`` in mem0's response; ``collapsed``
+    are the response positions dropped because their id repeats an earlier result's (the first is kept).
+    """
+
+    blocks: tuple[ContextBlock, ...]
+    results: tuple[Mapping[str, Any], ...]
+    indices: tuple[int, ...]
+    collapsed: tuple[int, ...] = ()
+
+    @property
+    def ids(self) -> tuple[Hashable, ...]:
+        return tuple(b.id for b in self.blocks)
+
+
+def blocks_from_mem0(results: Any) -> Mem0Blocks:
+    """THE converter from mem0 search results (``{"results": [...]}`` or the list) to blocks.
+
+    Rules: each result is a mapping with an ``id`` that is a ``str`` or an ``int`` (else ``ValueError``
+    naming the result's position); the block text is ``str(memory)``, or ``""`` when ``memory`` is None or
+    absent; a repeated id keeps its first result and the repeats are collapsed with a logged warning
+    (reported in ``collapsed``). Anything that is not a result list raises ``TypeError``.
     """
     if isinstance(results, Mapping):
-        results = results.get("results", [])
-    if not isinstance(results, Sequence):
-        raise TypeError(f"mem0 results must be a list of dicts, got {type(results).__name__}")
-    out = []
+        results = results.get("results")
+    if results is None or isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
+        raise TypeError(f"mem0 results must be a list of dicts (or {{'results': [...]}}), "
+                        f"got {type(results).__name__}")
+    blocks: list[ContextBlock] = []
+    kept: list[Mapping[str, Any]] = []
+    indices: list[int] = []
+    collapsed: list[int] = []
+    seen: set[Hashable] = set()
     for i, r in enumerate(results):
-        if not isinstance(r, Mapping) or "id" not in r or "memory" not in r:
-            raise ValueError(f"mem0 result {i} has no 'id'/'memory' fields: {r!r:.200}")
-        out.append(ContextBlock(id=r["id"], text=str(r["memory"])))
-    return out
+        if not isinstance(r, Mapping) or "id" not in r:
+            raise ValueError(f"mem0 result {i} has no 'id' field: {r!r:.200}")
+        rid = r["id"]
+        if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+            raise ValueError(f"mem0 result {i} has an id of type {type(rid).__name__} ({rid!r:.100}); "
+                             "expected str or int")
+        if rid in seen:
+            logger.warning("mem0 returned memory id %r more than once in one response (result %d); "
+                           "kept its first copy", rid, i)
+            collapsed.append(i)
+            continue
+        seen.add(rid)
+        memory = r.get("memory")
+        blocks.append(ContextBlock(id=rid, text="" if memory is None else str(memory)))
+        kept.append(r)
+        indices.append(i)
+    return Mem0Blocks(tuple(blocks), tuple(kept), tuple(indices), tuple(collapsed))

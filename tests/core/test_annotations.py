@@ -59,6 +59,6 @@ def test_context_block():
     with pytest.raises(ValueError):
         ContextBlock("x", "t", tokens=-1)
     got = blocks_from_mem0({"results": [{"id": "a", "memory": "likes tea", "score": 0.3}]})
-    assert got == [ContextBlock("a", "likes tea")]
+    assert got.blocks == (ContextBlock("a", "likes tea"),)
     with pytest.raises(ValueError, match="no 'id'"):
         blocks_from_mem0([{"memory": "x"}])
