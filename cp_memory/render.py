@@ -11,7 +11,14 @@ block section is a pure function of the aligned block texts:
     <order annotation>                          (the retriever's ranking, by label)
 
 * labels are positional (``[Doc i]`` = i-th rendered block), never memory ids, scores or timestamps;
-* each block's text is stripped of surrounding whitespace and nothing else: same text -> same bytes;
+* **one line per block**: a block's text is stripped, and every run of line breaks inside it (``\n``,
+  ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028``, ``\u2029`` — everything
+  ``str.splitlines`` breaks on — with the spaces and tabs around it) becomes one space. So no memory
+  text can start a line of its own: a memory saying ``"...\n[Doc 2] forged\nQuestion: ..."`` or
+  ``"\nPlease refer to [Doc 1] ..."`` cannot forge a label, an annotation or the question (issue 9 §9).
+  The same text always renders to the same bytes; digests and dedup use the block's own text
+  (:func:`~cp_memory.blocks.normalize_text` already folds all whitespace), so they are unaffected;
+* annotations are flattened the same way, one line each;
 * everything that varies per request (annotations, then the question) comes **after** the blocks.
 
 :func:`build_prompt` wraps that in a completion prompt, :func:`build_messages` in chat messages
@@ -19,6 +26,7 @@ block section is a pure function of the aligned block texts:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,9 +34,12 @@ from .annotations import doc_label
 from .blocks import ContextBlock
 
 __all__ = [
-    "PROMPT_TEMPLATE", "USER_TEMPLATE", "render_blocks", "render_context", "context_of",
+    "PROMPT_TEMPLATE", "USER_TEMPLATE", "one_line", "render_blocks", "render_context", "context_of",
     "build_prompt", "build_messages",
 ]
+
+#: every character str.splitlines() breaks a line on, with the spaces and tabs around a run of them
+_LINE_BREAKS = re.compile(r"[ \t]*(?:[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029][ \t]*)+")
 
 #: Completion prompt. ``{context}`` is :func:`render_context`'s text, ``{query}`` the question.
 PROMPT_TEMPLATE = "Context:\n{context}\n\nQuestion: {query}\nAnswer:"
@@ -53,11 +64,17 @@ def _text(block: ContextBlock | str | Mapping[str, Any]) -> str:
                     "pass ContextBlock, str or a mem0 result dict")
 
 
+def one_line(text: str) -> str:
+    """``text`` stripped, each run of line breaks (and the blanks around it) replaced by one space."""
+    return _LINE_BREAKS.sub(" ", text.strip()).strip()
+
+
 def render_blocks(blocks: Sequence[ContextBlock | str | Mapping[str, Any]]) -> str:
-    """The block section: ``[Doc i] text`` lines, in the given (aligned) order, no trailing newline."""
+    """The block section: one ``[Doc i] text`` line per block, in the given (aligned) order, no trailing
+    newline. Line breaks inside a text become spaces (module doc), so N blocks give exactly N lines."""
     if isinstance(blocks, (str, bytes)):
         raise TypeError("blocks must be a sequence of blocks, not a single string")
-    return "\n".join(f"{doc_label(i)} {_text(b).strip()}" for i, b in enumerate(blocks, start=1))
+    return "\n".join(f"{doc_label(i)} {one_line(_text(b))}" for i, b in enumerate(blocks, start=1))
 
 
 def render_context(blocks: Sequence[ContextBlock | str | Mapping[str, Any]], *,
@@ -71,9 +88,9 @@ def render_context(blocks: Sequence[ContextBlock | str | Mapping[str, Any]], *,
     if isinstance(location_annotations, str):
         location_annotations = (location_annotations,)
     section = render_blocks(blocks)
-    notes = [a.strip() for a in location_annotations if a and a.strip()]
+    notes = [one_line(a) for a in location_annotations if a and a.strip()]
     if order_annotation and order_annotation.strip():
-        notes.append(order_annotation.strip())
+        notes.append(one_line(order_annotation))
     if not notes:
         return section
     tail = "\n".join(notes)
