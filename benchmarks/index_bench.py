@@ -162,14 +162,24 @@ CLAUSES = [
 ]
 
 
-def _chars_sent(turns: list[list[ContextBlock]], spans: bool) -> int:
+def _sent(turns: list[list[ContextBlock]], spans: bool) -> tuple[int, int]:
+    """(block text characters, characters of everything the prompts carry) over one chat's turns.
+
+    Everything = the rendered context of each turn: ``[Doc i]`` lines of the kept (possibly trimmed)
+    blocks plus the location annotations of dropped blocks and the span notes of trimmed ones."""
     dedup = Deduplicator(spans=spans)
-    return sum(len(b.text) for blocks in turns for b in dedup.dedup("conv", blocks).blocks)
+    text = rendered = 0
+    for blocks in turns:
+        result = dedup.dedup("conv", blocks)
+        notes = [d.annotation for d in result.dropped] + [t.annotation for t in result.trims]
+        text += sum(len(b.text) for b in result.blocks)
+        rendered += len(render_context(list(result.blocks), location_annotations=notes))
+    return text, rendered
 
 
 def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: int = 0) -> dict:
-    """Characters of block text sent in multi-turn chats, whole-block dedup alone vs. with span dedup."""
-    rows = []
+    """What multi-turn chats send, whole-block dedup alone vs. with span dedup: block text only, and
+    everything the prompts carry (labels, location annotations, span notes)."""
     rng = np.random.default_rng(seed)
     docs = []
     for i in range(200):
@@ -177,23 +187,28 @@ def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: 
         docs.append(ContextBlock(f"contract-{i}", f"Contract {i} between party {i} and party {i + 1}, "
                                  f"effective on day {i % 28 + 1}. Its subject is item {i * 7 % 101}. "
                                  + " ".join(CLAUSES[c] for c in clauses)))
-    chats = [[list(rng.choice(docs, size=5, replace=False)) for _ in range(turns_per_chat)] for _ in range(40)]
-    rows.append(("templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs",
-                 sum(_chars_sent(c, False) for c in chats), sum(_chars_sent(c, True) for c in chats)))
-    convs = load_locomo(locomo)
-    off = on = 0
-    for conv in convs:
+    workloads = [("templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs",
+                  [[list(rng.choice(docs, size=5, replace=False)) for _ in range(turns_per_chat)]
+                   for _ in range(40)])]
+    chats = []
+    for conv in load_locomo(locomo):
         blocks = [ContextBlock(o.id, o.text) for o in conv.observations]
         retriever = TfidfRetriever([b.text for b in blocks])
         qs = [q.question for q in conv.qa if q.category != 5]
-        for start in range(0, len(qs), turns_per_chat):
-            chat = [[blocks[i] for i in retriever.search(q, k)] for q in qs[start:start + turns_per_chat]]
-            off += _chars_sent(chat, False)
-            on += _chars_sent(chat, True)
-    rows.append((f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", off, on))
-    for name, a, b in rows:
-        log.info("%s: %d -> %d chars (%.1f%% saved)", name, a, b, 100 * (1 - b / a))
-    return {"rows": [{"workload": n, "chars_block_dedup": a, "chars_with_spans": b} for n, a, b in rows]}
+        chats += [[[blocks[i] for i in retriever.search(q, k)] for q in qs[start:start + turns_per_chat]]
+                  for start in range(0, len(qs), turns_per_chat)]
+    workloads.append((f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", chats))
+    rows = []
+    for name, work in workloads:
+        off = [_sent(c, False) for c in work]
+        on = [_sent(c, True) for c in work]
+        row = {"workload": name, "chars_block_dedup": sum(a for a, _ in off),
+               "chars_with_spans": sum(a for a, _ in on), "prompt_chars_block_dedup": sum(b for _, b in off),
+               "prompt_chars_with_spans": sum(b for _, b in on)}
+        rows.append(row)
+        log.info("%s: block text %d -> %d chars, everything sent %d -> %d chars", name, row["chars_block_dedup"],
+                 row["chars_with_spans"], row["prompt_chars_block_dedup"], row["prompt_chars_with_spans"])
+    return {"rows": rows}
 
 
 def markdown(speed: dict | None, hits: dict | None, spans: dict | None = None) -> str:
@@ -207,17 +222,19 @@ def markdown(speed: dict | None, hits: dict | None, spans: dict | None = None) -
         out += [f"| {b['contexts']:,} contexts | {b['best_s']:.3f} | {b['median_s']:.3f} |" for b in speed["build"]]
         out.append("")
     if hits:
-        out += [f"LoCoMo, {hits['requests']} questions (categories 1-4), TF-IDF top-k over each conversation's "
-                f"observations, one prefix cache of {hits['capacity_tokens']:,} tokens:", "",
-                "| k | mode | prefix-cache hit ratio | tokens to prefill vs baseline | extra blocks / request "
-                "| align median (ms) |",
+        out += [(f"LoCoMo, {hits['requests']} questions (categories 1-4), TF-IDF top-k over each conversation's "
+                 f"observations, one prefix cache of {hits['capacity_tokens']:,} tokens:"), "",
+                ("| k | mode | prefix-cache hit ratio | tokens to prefill vs baseline | extra blocks / request "
+                 "| align median (ms) |"),
                 "|---:|---|---:|---:|---:|---:|"]
         base = {r["k"]: r["prefill_tokens"] for r in hits["rows"] if r["mode"] == "baseline"}
         out += [f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_tokens'] / base[r['k']]:.2f}x | "
                 f"{r['extra_blocks_per_request']:.2f} | {r['align_ms_median']:.3f} |" for r in hits["rows"]]
     if spans:
-        out += ["", "| workload | block text sent, whole-block dedup | with span dedup | saved |", "|---|---:|---:|---:|"]
-        out += [f"| {r['workload']} | {r['chars_block_dedup']:,} chars | {r['chars_with_spans']:,} chars | "
+        out += ["", ("| workload | everything sent, whole-block dedup | with span dedup | saved | "
+                     "block text only: saved |"), "|---|---:|---:|---:|---:|"]
+        out += [f"| {r['workload']} | {r['prompt_chars_block_dedup']:,} chars | {r['prompt_chars_with_spans']:,} chars | "
+                f"{100 * (1 - r['prompt_chars_with_spans'] / r['prompt_chars_block_dedup']):.1f}% | "
                 f"{100 * (1 - r['chars_with_spans'] / r['chars_block_dedup']):.1f}% |" for r in spans["rows"]]
     return "\n".join(out)
 
@@ -228,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--locomo", help="path to locomo10.json (default ../shared/data/locomo10.json)")
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--out", default="results")
+    ap.add_argument("--json", metavar="FILE", help="also write the numbers here (e.g. docs/results/index_spans.json)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     speed = bench_speed(tuple(int(s) for s in args.sizes.split(","))) if args.what in ("speed", "all") else None
@@ -240,7 +258,34 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (out / f"index_bench-{stamp}.json").write_text(json.dumps({"speed": speed, "locomo": hits, "spans": spans}, indent=2))
     (out / f"index_bench-{stamp}.md").write_text(table + "\n")
+    if args.json:
+        payload = {"command": "python -m benchmarks.index_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "git_commit": _git_commit(),
+                   "machine": _machine(), "speed": speed, "locomo": hits, "spans": spans}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(payload, indent=1) + "\n")
     return 0
+
+
+def _git_commit() -> str | None:
+    import subprocess
+
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                         cwd=Path(__file__).resolve().parent)
+    return out.stdout.strip() or None
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores (shared with other jobs), Python {platform.python_version()}"
 
 
 if __name__ == "__main__":
