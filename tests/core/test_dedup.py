@@ -1,3 +1,4 @@
+import sys
 import threading
 
 import pytest
@@ -88,17 +89,72 @@ def test_bad_input(bad):
         Deduplicator(max_conversations=0)
 
 
-def test_thread_safety():
+def _check_conversation(d: Deduplicator, results: list, *, sent_once: bool) -> None:
+    """Exact invariants of one conversation's committed turns (issue 10 §7)."""
+    by_turn = {r.turn: r for r in results}
+    assert sorted(by_turn) == list(range(1, len(results) + 1))          # turns 1..n, no gaps, no repeats
+    first_send: dict = {}
+    for t in sorted(by_turn):
+        r = by_turn[t]
+        for pos, b in enumerate(r.blocks, start=1):
+            first_send.setdefault(b.id, (t, pos))
+        for drop in r.dropped:                                           # points to a real earlier send
+            loc = drop.location
+            assert loc.turn <= t and loc.block_id == drop.block_id
+            assert by_turn[loc.turn].blocks[loc.position - 1].id == drop.block_id
+            assert loc.label in drop.annotation
+            assert f"(turn {loc.turn})" in drop.annotation if loc.turn < t else "above" in drop.annotation
+    kept = [b.id for r in results for b in r.blocks]
+    if sent_once:
+        assert len(kept) == len(set(kept))                               # each block sent once
+    assert {b: (loc.turn, loc.position) for b, loc in d.sent(results[0].conversation_id).items()} == first_send
+
+
+def test_thread_safety_exact_invariants_under_concurrent_plan_commit_and_dedup():
     d = Deduplicator()
-    def run(t):
-        for i in range(200):
-            d.dedup(f"c{t % 2}", [i % 17, (i * 3) % 17])
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert set(d.sent("c0")) <= set(range(17))
+    committed: dict[str, list] = {c: [] for c in ("c0", "c1", "c2", "c3")}
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def blocks_for(t: int, i: int) -> list[ContextBlock]:
+        ids = [(t * 7 + i * 3 + j) % 23 for j in range(4)]
+        return [ContextBlock(b, f"fact number {b}") for b in ids]
+
+    def run(t: int) -> None:
+        try:
+            start.wait()
+            for i in range(150):
+                conv = f"c{(t + i) % 4}"
+                if conv in ("c0", "c1"):                                 # one-phase: atomic
+                    r = d.dedup(conv, blocks_for(t, i))
+                else:                                                    # two-phase, some turns fail
+                    plan = d.plan(conv, blocks_for(t, i) + [ContextBlock(("poison", t, i), "never sent")]
+                                  if i % 5 == 0 else blocks_for(t, i))
+                    if i % 5 == 0:
+                        d.rollback(plan)
+                        continue
+                    r = d.commit(plan)
+                with lock:
+                    committed[conv].append(r)
+        except BaseException as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)                 # switch threads often: plans and commits interleave
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    for conv, results in committed.items():
+        assert results and all(r.committed and r.conversation_id == conv for r in results)
+        _check_conversation(d, results, sent_once=conv in ("c0", "c1"))
+        assert not any(isinstance(b, tuple) and b[0] == "poison" for b in d.sent(conv))
 
 
 def test_peek_reports_earlier_turns_without_registering():
