@@ -1,7 +1,8 @@
 """cp_memory: ContextPilot-style context reuse for Mem0 and agent frameworks.
 
-The core (index, alignment, scheduling, dedup, annotations) needs only numpy and scipy. The mem0 wrapper
-(``ContextPilotMemory``), the embedded default and the engine clients load lazily, on first use.
+The core (index, alignment, scheduling, dedup, annotations, render, scope) needs only numpy and scipy. The
+mem0 wrappers (``ContextPilotMemory`` and twins, ``ContextPilotConfig``: mem0 + pydantic), the embedded
+default and the engine clients load lazily, on first use.
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "ContextPilotMemory": "cp_memory.memory",
     "AsyncContextPilotMemory": "cp_memory.memory",
+    "ContextPilotMemoryClient": "cp_memory.memory",
+    "AsyncContextPilotMemoryClient": "cp_memory.memory",
+    "ContextPilotConfig": "cp_memory.config",
     "default_memory": "cp_memory.embedded",
 }
 

@@ -36,6 +36,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .scope import ENTITY_KEYS, entity_partition
+
 if TYPE_CHECKING:  # pragma: no cover
     from mem0 import AsyncMemory, Memory
 
@@ -92,18 +94,64 @@ def bundled_model_path() -> Path:
     return path
 
 
-PARTITION_KEYS: tuple[str, ...] = ("user_id", "agent_id", "run_id")
+PARTITION_KEYS: tuple[str, ...] = ENTITY_KEYS
+
+#: The partition a payload or filter belongs to: ``user_id``, else ``agent_id``, else ``run_id``.
+partition_of = entity_partition
 
 
-def partition_of(fields: Mapping[str, Any] | None) -> str | None:
-    """The partition a payload or filter belongs to: ``user_id``, else ``agent_id``, else ``run_id``."""
-    if not isinstance(fields, Mapping):
-        return None
-    for key in PARTITION_KEYS:
-        value = fields.get(key)
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
-            return f"{key}={str(value).strip()}"
-    return None
+class CollectionLocks:
+    """One re-entrant lock per Qdrant collection of one client, plus one for the client's collection list.
+
+    qdrant-client's local mode is not thread-safe: a search that runs while another thread inserts into
+    the same collection can index past the end of its payload arrays (``IndexError: index 75 is out of
+    bounds for axis 0 with size 75``). Every call into a local collection therefore holds its lock.
+    """
+
+    def __init__(self) -> None:
+        self.client = threading.RLock()
+        self._locks: dict[str, threading.RLock] = {}
+
+    def __call__(self, collection: str) -> threading.RLock:
+        with self.client:
+            lock = self._locks.get(collection)
+            if lock is None:
+                lock = self._locks[collection] = threading.RLock()
+            return lock
+
+
+class SerialisedStore:
+    """A mem0 vector store (one collection) whose every method call holds that collection's lock."""
+
+    def __init__(self, store: Any, lock: threading.RLock) -> None:
+        object.__setattr__(self, "_store", store)
+        object.__setattr__(self, "_lock", lock)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+        lock = self._lock
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return attr(*args, **kwargs)
+        return locked
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._store, name, value)
+
+
+def serialise_local(memory: Any, locks: CollectionLocks | None = None) -> None:
+    """Make a mem0 Memory on local Qdrant thread-safe: its vector store and entity store hold a lock per
+    collection (a :class:`UserPartitionedQdrant` does that itself)."""
+    locks = locks or CollectionLocks()
+    vs = memory.vector_store
+    if not isinstance(vs, (UserPartitionedQdrant, SerialisedStore)):
+        memory.vector_store = SerialisedStore(vs, locks(vs.collection_name))
+    entity = getattr(memory, "entity_store", None)  # mem0 >= 2.2 shares the Qdrant client with it
+    if entity is not None and not isinstance(entity, SerialisedStore) and hasattr(memory, "_entity_store"):
+        memory._entity_store = SerialisedStore(entity, locks(getattr(entity, "collection_name", "__entities")))
 
 
 class UserPartitionedQdrant:
@@ -134,17 +182,18 @@ class UserPartitionedQdrant:
         self.on_disk = on_disk
         self.is_local = True
         self._prefix = f"{collection_name}__p"
-        self._lock = threading.RLock()
+        self.locks = CollectionLocks()
+        self._lock = self.locks.client
         self._parts: dict[str, Any] = {}
         self._routes = self._store(f"{collection_name}__routes", 1)
 
     def _store(self, name: str, dims: int) -> Any:
-        with warnings.catch_warnings():  # mem0 asks a shared client for payload indexes: no-op locally
+        with self.locks.client, warnings.catch_warnings():  # mem0 asks for payload indexes: no-op locally
             warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
             store = self._qdrant_cls(collection_name=name, embedding_model_dims=dims, client=self.client,
                                      on_disk=self.on_disk)
         store.is_local = True
-        return store
+        return SerialisedStore(store, self.locks(name))
 
     def _name(self, partition: str) -> str:
         return self._prefix + hashlib.sha1(partition.encode("utf-8")).hexdigest()[:20]
@@ -157,7 +206,9 @@ class UserPartitionedQdrant:
             return store
 
     def _existing(self) -> list[Any]:
-        names = [c.name for c in self.client.get_collections().collections if c.name.startswith(self._prefix)]
+        with self.locks.client:
+            collections = self.client.get_collections().collections
+        names = [c.name for c in collections if c.name.startswith(self._prefix)]
         return [self._part(n) for n in sorted(names)]
 
     def _targets(self, filters: Mapping[str, Any] | None) -> list[Any]:
@@ -170,7 +221,7 @@ class UserPartitionedQdrant:
         with self._lock:
             if name in self._parts:
                 return True
-        return bool(self.client.collection_exists(name))
+            return bool(self.client.collection_exists(name))
 
     def _route(self, vector_id: Any) -> Any:
         hit = self._routes.get(vector_id)
@@ -241,10 +292,12 @@ class UserPartitionedQdrant:
         return out[:top_k], None
 
     def list_cols(self) -> Any:
-        return self.client.get_collections()
+        with self.locks.client:
+            return self.client.get_collections()
 
     def col_info(self) -> Any:
-        return self.client.get_collection(collection_name=self._routes.collection_name)
+        with self.locks.client:
+            return self.client.get_collection(collection_name=self._routes.collection_name)
 
     def delete_col(self) -> None:
         for store in self._existing():
@@ -353,6 +406,8 @@ def default_memory(path: str | os.PathLike[str] | None = None, *, async_: bool =
         vs = memory.vector_store
         memory.vector_store = UserPartitionedQdrant(vs.client, vs.collection_name, vs.embedding_model_dims,
                                                     on_disk=bool(store_cfg.get("on_disk", False)))
+    if local:
+        serialise_local(memory, getattr(memory.vector_store, "locks", None))
     logger.debug("embedded mem0 %s ready (qdrant=%s)", cls.__name__,
                  config["vector_store"]["config"].get("path") or config["vector_store"]["config"].get("url"))
     return memory

@@ -121,9 +121,12 @@ def test_partitions_survive_restart(tmp_path):
 
 
 def test_single_collection_layout_still_available():
+    from cp_memory.embedded import SerialisedStore
+
     memory = default_memory(collection_name="flat", partition=False)
     from mem0.vector_stores.qdrant import Qdrant
 
-    assert type(memory.vector_store) is Qdrant
+    assert isinstance(memory.vector_store, SerialisedStore)       # local Qdrant is serialised (thread safety)
+    assert type(memory.vector_store._store) is Qdrant
     with pytest.raises(ValueError):
         default_memory(qdrant={"url": "http://127.0.0.1:9", "api_key": "k"}, partition=True)

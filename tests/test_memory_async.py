@@ -59,8 +59,7 @@ async def test_same_as_mem0_reordered_and_prefix(amem):
     plain = await amem.search(QA[0], filters={"user_id": A}, top_k=8)
     out = await cp.search(QA[0], filters={"user_id": A}, top_k=8)
     assert sorted(r["id"] for r in out["results"]) == sorted(r["id"] for r in plain["results"])
-    info = out["context_pilot"]
-    assert [plain["results"][i]["id"] for i in info["original_ranks"]] == [r["id"] for r in out["results"]]
+    assert [plain["results"][r["rank"]]["id"] for r in out["results"]] == [r["id"] for r in out["results"]]
     second = (await cp.search(QA[1], filters={"user_id": A}, top_k=8))["context_pilot"]
     assert second["prefix_len"] > 0
     assert build_prompt(QA[1], {"context_pilot": second}).startswith("Context:\n[Doc 1] ")
@@ -68,12 +67,16 @@ async def test_same_as_mem0_reordered_and_prefix(amem):
 
 async def test_dedup_across_turns(amem):
     cp = AsyncContextPilotMemory(amem)
-    t1 = (await cp.search(QA[0], filters={"user_id": A}, top_k=5, conversation_id="c"))["context_pilot"]
+    r1 = await cp.search(QA[0], filters={"user_id": A}, top_k=5, conversation_id="c")
+    with cp.sending(r1):          # the model call would go here; success commits the turn
+        await asyncio.sleep(0)
+    t1 = r1["context_pilot"]
     t2 = (await cp.search(QA[1], filters={"user_id": A}, top_k=5, conversation_id="c"))["context_pilot"]
-    assert t2["turn"] == 2 and t2["duplicates"]
-    assert set(t2["duplicates"]) <= set(t1["order"]) and not set(t2["order"]) & set(t1["order"])
+    sent = {s["id"] for s in t2["sent"]}
+    assert t2["turn"] == 2 and sent
+    assert sent <= set(t1["order"]) and not set(t2["order"]) & set(t1["order"])
     other = (await cp.search(QA[1], filters={"user_id": A}, top_k=5, conversation_id="d"))["context_pilot"]
-    assert other["duplicates"] == []
+    assert other["sent"] == []
 
 
 async def test_passthrough_update_delete(amem):
@@ -83,6 +86,7 @@ async def test_passthrough_update_delete(amem):
     assert (await cp.get(mid))["memory"] == "Ava grows tomatoes."
     first = await cp.search("What does Ava grow?", filters={"user_id": "ava"}, conversation_id="x")
     assert "tomatoes" in first["context_pilot"]["context"]
+    cp.commit(first)
     await cp.update(mid, text="Ava grows chillies.")
     second = await cp.search("What does Ava grow?", filters={"user_id": "ava"}, conversation_id="x")
     ctx = second["context_pilot"]["context"]
@@ -134,6 +138,7 @@ async def test_restart_restores_index(amem, tmp_path, monkeypatch):
     monkeypatch.setattr(amem, "close", lambda: None)
     async with AsyncContextPilotMemory(amem, index_dir=tmp_path) as cp:
         first = (await cp.search(QA[0], filters={"user_id": A}, top_k=5))["context_pilot"]
+    assert cp.close() is None       # mem0's AsyncMemory.close() is sync, and so is the wrapper's
     cp2 = AsyncContextPilotMemory(amem, index_dir=tmp_path)
     again = (await cp2.search(QA[0], filters={"user_id": A}, top_k=5))["context_pilot"]
     assert again["prefix_len"] == 5 and again["order"] == first["order"]

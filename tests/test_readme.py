@@ -31,5 +31,5 @@ def test_mem0_example_runs():
     printed = out.getvalue()
     assert "'Alice moved to Lisbon in 2023.'" in printed
     assert "Bob" not in printed                       # another user's memory never shows up
-    assert "in the previous conversation (turn 1)" in printed
-    assert printed.rstrip().endswith("Question: Where does Alice live?\nAnswer:")
+    assert printed.rstrip().splitlines()[-1].count("in the previous conversation (turn 1)") >= 1
+    assert "Question: Where does Alice live?\nAnswer:" in printed

@@ -1,0 +1,108 @@
+"""ContextPilotConfig: every tunable of the mem0 wrapper in one validated place.
+
+    from cp_memory import ContextPilotConfig, ContextPilotMemory
+    config = ContextPilotConfig(extra_budget=0.1, index_dir="/var/lib/app/cpidx")
+    memory = ContextPilotMemory(mem0_memory, config=config)
+    memory = ContextPilotMemory.from_config({"mem0": {...}, "context_pilot": {"extra_budget": 0.1}})
+
+mem0 users know ``MemoryConfig``/``from_config``; this is the same idea for the ContextPilot side. Keyword
+arguments to the wrappers (``ContextPilotMemory(memory, extra_budget=0.1)``) are a thin layer over it: they
+are validated by the same model. ``config.model_dump()`` is safe to log (it holds no secrets).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["ContextPilotConfig", "TailOrder", "ResultsOrder", "CommitMode"]
+
+TailOrder = Literal["frequency", "retrieval"]
+ResultsOrder = Literal["aligned", "mem0"]
+CommitMode = Literal["explicit", "on_search"]
+
+
+class ContextPilotConfig(BaseModel):
+    """Configuration of :class:`~cp_memory.memory.ContextPilotMemory` (and its async/hosted twins)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # --- alignment (paper §4-5) -------------------------------------------------------------------
+    alpha: float = Field(0.001, ge=0, description="positional weight of the index distance (paper Eq. 1)")
+    annotate: bool = Field(True, description="add the order annotation restoring mem0's ranking")
+    tail_order: TailOrder = Field("frequency", description="order of blocks after the shared prefix")
+    extra_budget: float = Field(
+        0.0, ge=0, le=1,
+        description="superset alignment: a cached prefix may bring in up to extra_budget*top_k other memories "
+                    "of the same scope that this query did not retrieve (prompt gets longer)")
+    swap_budget: float = Field(
+        0.0, ge=0, le=1,
+        description="length-neutral superset: adopt up to swap_budget*top_k cached memories of the same scope "
+                    "and drop as many of the lowest-ranked retrieved ones (prompt keeps top_k blocks)")
+    protect: float = Field(0.5, ge=0, le=1,
+                           description="swap never drops a memory ranked in this top fraction of mem0's ranking")
+    capacity_tokens: int | None = Field(None, gt=0, description="model the engine cache size per index")
+    results_order: ResultsOrder = Field(
+        "aligned",
+        description="order of response['results']: 'aligned' (the prompt order, the product) or 'mem0' (mem0's "
+                    "ranking, for code that treats results[0] as the best match; the aligned order and the "
+                    "rendered context stay in response['context_pilot'])")
+
+    # --- multi-turn dedup (paper §6) ----------------------------------------------------------------
+    dedup: bool = Field(True, description="replace memories sent earlier in a conversation by pointers")
+    content_dedup: bool = Field(True, description="a different memory with the same text is a duplicate too")
+    run_id_as_conversation: bool = Field(
+        False,
+        description="treat filters['run_id'] as the dedup conversation when no conversation_id is given "
+                    "(off: dedup needs an explicit conversation_id, so plain mem0 callers get every result)")
+    commit: CommitMode = Field(
+        "explicit",
+        description="'explicit': a turn counts as sent only after commit(response) (rollback on failure); "
+                    "'on_search': the search registers it at once (no protection against failed sends)")
+    max_overfetch: int = Field(50, ge=0, description="bound on extra results asked of mem0 to make up for dedup")
+    max_conversations: int = Field(10_000, ge=1, description="conversations whose dedup record is kept (LRU)")
+    max_pending_turns: int = Field(10_000, ge=1, description="uncommitted turns kept for commit/rollback (LRU)")
+
+    # --- per-scope state ----------------------------------------------------------------------------
+    max_scopes: int = Field(1024, ge=1, description="scopes whose index stays in memory (LRU)")
+    max_requests_per_scope: int = Field(1024, ge=1, description="live requests per index before eviction")
+    index_dir: Path | None = Field(None, description="folder for per-scope index snapshots")
+    snapshot_every: int = Field(16, ge=1, description="inserts between two snapshots of a scope's index")
+
+    # --- mem0 calls ---------------------------------------------------------------------------------
+    retry_attempts: int = Field(3, ge=1, description="attempts for transient mem0 failures (network, rate limit)")
+    retry_wait_s: float = Field(0.05, ge=0, description="first back-off between attempts (exponential, max 2 s)")
+
+    @model_validator(mode="after")
+    def _one_superset_kind(self) -> ContextPilotConfig:
+        if self.extra_budget > 0 and self.swap_budget > 0:
+            raise ValueError("extra_budget and swap_budget are exclusive: superset adds memories to the prompt, "
+                             "swap replaces low-ranked ones; choose one")
+        return self
+
+    @classmethod
+    def from_kwargs(cls, config: ContextPilotConfig | dict[str, Any] | None = None,
+                    **kwargs: Any) -> ContextPilotConfig:
+        """``config`` (a model or a dict) updated with keyword arguments; everything validated here.
+
+        Accepts the names used before the config object existed (``max_users``,
+        ``max_requests_per_user``) as aliases of ``max_scopes`` / ``max_requests_per_scope``.
+        """
+        aliases = {"max_users": "max_scopes", "max_requests_per_user": "max_requests_per_scope"}
+        for old, new in aliases.items():
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"pass {new} or {old}, not both")
+                kwargs[new] = kwargs.pop(old)
+        if config is None:
+            base: dict[str, Any] = {}
+        elif isinstance(config, ContextPilotConfig):
+            if not kwargs:
+                return config
+            base = config.model_dump()
+        elif isinstance(config, dict):
+            base = dict(config)
+        else:
+            raise TypeError(f"config must be a ContextPilotConfig or a dict, got {type(config).__name__}")
+        return cls.model_validate({**base, **kwargs})

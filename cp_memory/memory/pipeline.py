@@ -1,0 +1,350 @@
+"""The search pipeline, I/O-free: mem0 results -> blocks -> index/alignment -> dedup -> render.
+
+Written once and driven by two thin drivers (:mod:`.flow`), sync and async. Each step is a pure function
+of its inputs plus the wrapper's own state (per-scope indexes, dedup records, pending turns):
+
+1. :meth:`SearchPipeline.plan` — the scope, the dedup conversation and how many results to ask mem0 for
+   (``top_k`` plus, bounded, the number of memories the conversation already sent);
+2. :meth:`~SearchPipeline.window` — mem0's results become blocks; the first ``top_k`` *fresh* ones (not
+   sent before, no same-text copy of another) form the window; duplicate ids are collapsed with a warning;
+3. :meth:`~SearchPipeline.align` — the fresh blocks are inserted into the scope's context index, which
+   returns the aligned order (plus superset/swap extras: ids to verify with mem0 before use);
+4. :meth:`~SearchPipeline.finish` — extras that passed verification join, the conversation's dedup plan
+   replaces already-sent memories by location annotations, labels and the order annotation are made and
+   the context is rendered. The turn is pending until :meth:`commit` (or committed now, ``commit="on_search"``).
+
+Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, which never raises).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..annotations import doc_label, order_annotation
+from ..blocks import ContextBlock
+
+
+def estimate_tokens(text: str) -> int:  # TODO: use cp_memory.blocks.estimate_tokens once it lands
+    return max(1, len(text) // 4)
+from ..config import ContextPilotConfig
+from ..dedup import DedupResult, Deduplicator
+from ..index import Placement
+from ..lru import LRUMap
+from ..render import render_context
+from .calls import SearchCall
+from .filters import admits
+from ..scope import Scope
+from .state import ScopeState, ScopeStore
+from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
+
+__all__ = ["SearchPipeline", "Plan", "Window", "Aligned", "PendingTurn", "results_of"]
+
+logger = logging.getLogger(__name__)
+
+
+def results_of(response: Any) -> list[Any] | None:
+    """mem0's result list from either response shape (``{"results": [...]}`` or a bare list)."""
+    if isinstance(response, Mapping):
+        results = response.get("results")
+        return results if isinstance(results, list) else None
+    return response if isinstance(response, list) else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    call: SearchCall
+    conversation: str | None
+    fetch_k: int | None
+
+
+@dataclass(frozen=True)
+class Window:
+    """mem0's results for one search, split into the blocks the prompt can use."""
+
+    plan: Plan
+    response: Any
+    results: list[Mapping[str, Any]]            # mem0's results, ids collapsed (rank = position)
+    fresh: list[ContextBlock]                   # the first top_k not-yet-sent blocks, mem0 order
+    pre_sent: list[ContextBlock]                # window results believed already sent (or same-text copies)
+    short: int                                  # fresh blocks missing to reach top_k although mem0 had more
+
+
+@dataclass(frozen=True)
+class Aligned:
+    window: Window
+    state: ScopeState | None
+    placement: Placement | None
+    extra_keys: tuple[tuple[Hashable, str], ...]   # (id, digest) of extras to verify
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    conversation_key: tuple[Scope, str]
+    dedup: DedupResult
+    state: ScopeState | None
+    request_id: Hashable | None
+
+
+class SearchPipeline:
+    """The wrapper's state and the I/O-free steps of one search. Thread-safe."""
+
+    def __init__(self, config: ContextPilotConfig) -> None:
+        self.config = config
+        self.scopes = ScopeStore(config)
+        self.deduplicator = Deduplicator(max_conversations=config.max_conversations, content=config.content_dedup)
+        self.pending: LRUMap[str, PendingTurn] = LRUMap(config.max_pending_turns)
+
+    # ------------------------------------------------------------------ 1. plan
+    def plan(self, call: SearchCall, conversation_id: Any) -> Plan:
+        conversation = None
+        if self.config.dedup and call.scope is not None:
+            conv = conversation_id
+            if conv is None and self.config.run_id_as_conversation:
+                conv = call.scope.run_id
+            if conv is not None:
+                if not isinstance(conv, (str, int)) or isinstance(conv, bool) or not str(conv).strip():
+                    raise TypeError(f"conversation_id must be a non-empty str, got {conversation_id!r}")
+                conversation = str(conv).strip()
+        fetch_k = call.top_k
+        if conversation is not None and call.top_k is not None and call.scope is not None:
+            sent = self.deduplicator.sent_count(self._conversation_key(call.scope, conversation))
+            fetch_k = call.top_k + min(sent, self.config.max_overfetch)
+        return Plan(call, conversation, fetch_k)
+
+    @staticmethod
+    def _conversation_key(scope: Scope, conversation: str) -> tuple[Scope, str]:
+        return (scope.entities, conversation)
+
+    def refetch_k(self, window: Window) -> int | None:
+        """A larger top_k when the window came up short because of same-text copies (one retry, bounded)."""
+        plan = window.plan
+        if window.short <= 0 or plan.fetch_k is None or plan.call.top_k is None:
+            return None
+        bound = plan.call.top_k + self.config.max_overfetch
+        new_k = min(bound, plan.fetch_k + 2 * window.short)
+        return new_k if new_k > plan.fetch_k else None
+
+    # ------------------------------------------------------------------ 2. window
+    def window(self, plan: Plan, response: Any) -> Window | None:
+        """Blocks of mem0's results; None when the response is not a result list (returned untouched)."""
+        raw = results_of(response)
+        if raw is None:
+            return None
+        results: list[Mapping[str, Any]] = []
+        seen: set[Hashable] = set()
+        for i, r in enumerate(raw):
+            if not isinstance(r, Mapping) or "id" not in r:
+                raise ValueError(f"mem0 result {i} has no 'id': {r!r:.200}")
+            rid = r["id"]
+            try:
+                hash(rid)
+            except TypeError:
+                raise ValueError(f"mem0 result {i} has an unhashable id {rid!r:.100}") from None
+            if rid is None:
+                raise ValueError(f"mem0 result {i} has id None")
+            if rid in seen:
+                logger.warning("mem0 returned memory id %r twice in one response; kept its first copy", rid)
+                continue
+            seen.add(rid)
+            results.append(r)
+        blocks = [ContextBlock(id=r["id"], text="" if r.get("memory") is None else str(r["memory"]))
+                  for r in results]
+        top_k = plan.call.top_k if plan.call.top_k is not None else len(blocks)
+        where: Sequence[Any] = (None,) * len(blocks)
+        if plan.conversation is not None and plan.call.scope is not None:
+            where = self.deduplicator.peek(self._conversation_key(plan.call.scope, plan.conversation), blocks)
+        fresh: list[ContextBlock] = []
+        pre_sent: list[ContextBlock] = []
+        digests: set[str] = set()
+        for block, loc in zip(blocks, where):
+            if len(fresh) >= top_k:
+                break
+            copy = (plan.conversation is not None and self.config.content_dedup and bool(block.text.strip())
+                    and block.digest in digests)
+            if loc is not None or copy:
+                pre_sent.append(block)
+            else:
+                fresh.append(block)
+                digests.add(block.digest)
+        had_more = plan.fetch_k is not None and len(raw) >= plan.fetch_k
+        short = top_k - len(fresh) if had_more and pre_sent else 0
+        return Window(plan, response, results, fresh, pre_sent, max(0, short))
+
+    # ------------------------------------------------------------------ 3. align
+    def align(self, window: Window) -> Aligned:
+        scope = window.plan.call.scope
+        if scope is None or not window.fresh:
+            return Aligned(window, None, None, ())
+        state = self.scopes.get(scope)
+        keys = [b.key for b in window.fresh]
+        lens = [estimate_tokens(b.text) for b in window.fresh] if self.config.capacity_tokens else None
+        with state.lock:
+            placement = state.index.insert(keys, token_lens=lens)
+            state.requests.append(placement.request_id)
+            while len(state.requests) > self.config.max_requests_per_scope:
+                state.index.evict(state.requests.popleft())
+            self.scopes.note_insert(state)
+        fresh_keys = set(keys)
+        window_ids = {b.id for b in window.fresh} | {b.id for b in window.pre_sent}
+        extra = tuple(k for k in placement.extra
+                      if isinstance(k, tuple) and len(k) == 2 and k not in fresh_keys and k[0] not in window_ids)
+        if extra and not window.plan.call.extras_allowed:
+            logger.debug("superset/swap extras refused: the call narrows results in ways they cannot be checked for")
+            extra = ()
+        return Aligned(window, state, placement, extra)
+
+    def check_extra(self, aligned: Aligned, key: tuple[Hashable, str], item: Any) -> ContextBlock | None:
+        """An extra, if mem0's current copy has the same text and passes the caller's whole filter set."""
+        call = aligned.window.plan.call
+        if not isinstance(item, Mapping) or str(item.get("id", key[0])) != str(key[0]):
+            return None
+        block = ContextBlock(id=key[0], text="" if item.get("memory") is None else str(item["memory"]))
+        if block.key != key:
+            return None  # edited since it was cached: its text would not hit the prefix anyway
+        if not admits(call.filters, item, show_expired=call.show_expired):
+            logger.warning("superset alignment proposed memory %s outside the caller's filters (%s); left out",
+                           key[0], call.scope)
+            return None
+        return block
+
+    # ------------------------------------------------------------------ 4. finish
+    def finish(self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]) -> Any:
+        """Dedup, label, annotate, render; the response in mem0's shape plus ``context_pilot``."""
+        window, placement = aligned.window, aligned.placement
+        plan, scope = window.plan, window.plan.call.scope
+        by_key = {b.key: b for b in window.fresh}
+        dropped: tuple[Hashable, ...] = ()
+        if placement is not None:
+            order = [by_key.get(k) or extras.get(k) for k in placement.order]  # type: ignore[call-overload]
+            candidates = [b for b in order if b is not None]
+            dropped = tuple(getattr(placement, "dropped", ()) or ())
+            if dropped and len(extras) < len(aligned.extra_keys):
+                # swap traded retrieved memories for extras that failed verification: put them all back
+                placed = {b.key for b in candidates}
+                candidates += [b for b in window.fresh if b.key not in placed]
+                dropped = ()
+        else:
+            candidates = list(window.fresh)
+        dropped_ids = {k[0] if isinstance(k, tuple) else k for k in dropped}
+        extra_ids = {b.id for b in extras.values()}
+        candidates += window.pre_sent
+        rank = {r["id"]: i for i, r in enumerate(window.results)}
+        turn_id, turn, committed, sent = None, None, False, []
+        if plan.conversation is not None and scope is not None:
+            key = self._conversation_key(scope, plan.conversation)
+            result = self.deduplicator.plan(key, candidates)
+            if self.config.commit == "on_search":
+                result, committed = self.deduplicator.commit(result), True
+            else:
+                turn_id = uuid.uuid4().hex
+                self.pending.set(turn_id, PendingTurn(key, result, aligned.state,
+                                                      None if placement is None else placement.request_id))
+            turn, kept = result.turn, list(result.blocks)
+            for d in result.dropped:
+                if d.block_id in extra_ids:
+                    continue  # an extra sent before: not retrieved, nothing to point to
+                loc = d.location
+                sent.append(SentMemory(id=str(d.block_id), turn=loc.turn, position=loc.position, label=loc.label,
+                                       annotation=d.annotation, rank=rank[d.block_id]))
+        else:
+            kept = candidates
+        labels = {b.id: doc_label(i) for i, b in enumerate(kept, start=1)}
+        retrieved = [b.id for b in kept if b.id not in extra_ids]
+        annotation = ""
+        if self.config.annotate and len(retrieved) >= 2:
+            annotation = order_annotation(sorted(retrieved, key=rank.__getitem__), retrieved, label=labels)
+        context = render_context(kept, order_annotation=annotation or None,
+                                 location_annotations=[s.annotation for s in sent])
+        by_id = {r["id"]: r for r in window.results}
+        out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
+        if self.config.results_order == "mem0":
+            out_ids.sort(key=rank.__getitem__)
+        prefix_len = 0
+        if placement is not None:
+            for a, b in zip([k.key for k in kept], placement.order[:placement.prefix_len]):
+                if a != b:
+                    break
+                prefix_len += 1
+        info = ContextPilotInfo(
+            scope=str(scope) if scope is not None else None, conversation_id=plan.conversation, turn=turn,
+            turn_id=turn_id, committed=committed,
+            original_ids=tuple(str(r["id"]) for r in window.results[:len(window.fresh) + len(window.pre_sent)]),
+            order=tuple(str(b.id) for b in kept), prefix_len=prefix_len,
+            extra=tuple(str(b.id) for b in kept if b.id in extra_ids), dropped=tuple(str(i) for i in dropped_ids),
+            request_id=None if placement is None else str(placement.request_id), sent=tuple(sent),
+            order_annotation=annotation,
+            blocks=tuple(RenderedBlock(label=labels[b.id], id=str(b.id), text=b.text, extra=b.id in extra_ids)
+                         for b in kept),
+            context=context, fetched=len(window.results))
+        return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
+
+    def fallback(self, plan: Plan, response: Any, exc: BaseException | None) -> Any:
+        """mem0's own order, plainly rendered, top_k honoured. Never raises."""
+        try:
+            raw = results_of(response)
+            if raw is None:
+                return response
+            results = [r for r in raw if isinstance(r, Mapping)][:plan.call.top_k or len(raw)]
+            texts = [str(r.get("memory") or "") for r in results]
+            ids = [str(r.get("id")) for r in results]
+            info = ContextPilotInfo(
+                scope=str(plan.call.scope) if plan.call.scope is not None else None,
+                conversation_id=plan.conversation, turn=None, original_ids=tuple(ids), order=tuple(ids),
+                blocks=tuple(RenderedBlock(label=doc_label(i), id=d, text=t)
+                             for i, (d, t) in enumerate(zip(ids, texts), start=1)),
+                context=render_context(texts), fetched=len(raw), fallback=True,
+                error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500])
+            return respond(response, [dict(r, rank=i) for i, r in enumerate(results)], info)
+        except Exception:
+            logger.exception("rendering mem0's results for the fallback failed too; returning them untouched")
+            return response
+
+    # ------------------------------------------------------------------ two-phase dedup
+    def _pending_of(self, response_or_turn: Any) -> tuple[str | None, PendingTurn | None]:
+        turn_id = response_or_turn
+        if not isinstance(response_or_turn, str):
+            info = response_or_turn.get("context_pilot") if isinstance(response_or_turn, Mapping) else \
+                getattr(response_or_turn, "context_pilot", None)
+            if not isinstance(info, Mapping):
+                raise TypeError("commit/rollback take a search response of this wrapper (or its turn_id)")
+            turn_id = info.get("turn_id")
+        if turn_id is None:
+            return None, None
+        return turn_id, self.pending.pop(turn_id)
+
+    def commit(self, response_or_turn: Any) -> int | None:
+        """Register a turn as sent; returns its turn number (None: the search had nothing to commit)."""
+        turn_id, pending = self._pending_of(response_or_turn)
+        if turn_id is None:
+            return None
+        if pending is None:
+            raise ValueError(f"turn {turn_id} is unknown: already committed or rolled back, or expired "
+                             f"(more than max_pending_turns={self.config.max_pending_turns} pending)")
+        return self.deduplicator.commit(pending.dedup).turn
+
+    def rollback(self, response_or_turn: Any) -> None:
+        """Forget a turn that was never sent: dedup unchanged, its request leaves the scope's index."""
+        turn_id, pending = self._pending_of(response_or_turn)
+        if pending is None:
+            return
+        self.deduplicator.rollback(pending.dedup)
+        if pending.state is not None and pending.request_id is not None:
+            with pending.state.lock:
+                if pending.state.index.evict(pending.request_id):
+                    try:
+                        pending.state.requests.remove(pending.request_id)
+                    except ValueError:
+                        pass
+
+
+def respond(response: Any, results: list[Any], info: ContextPilotInfo) -> Any:
+    """mem0's response shape with ``results`` replaced and ``context_pilot`` added."""
+    if isinstance(response, Mapping):
+        out = dict(response)
+        out["results"] = results
+        out["context_pilot"] = info.to_dict()
+        return out
+    return SearchResults(results, info.to_dict())
