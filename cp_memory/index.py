@@ -6,9 +6,11 @@
     index.evict(p.request_id)                   # the engine dropped this request's KV cache
 
 The index mirrors what the engine's prefix cache holds for the block sections of prompts. Each live
-request is a leaf (request id ↔ engine request id). ``capacity_tokens`` makes the index model the engine's
-cache size: it keeps a token count over the trie and evicts least recently used leaves — as SGLang's
-RadixCache does — so it never aligns a request to a prefix the engine has already dropped.
+request is a leaf (request id <-> engine request id). ``capacity_tokens`` makes the index model the
+engine's cache size: it keeps a token count over the trie and evicts least recently used leaves — as
+SGLang's RadixCache does — so it never aligns a request to a prefix the engine has already dropped
+(:mod:`cp_memory.capacity`). Alignment itself is :mod:`cp_memory.alignment` (exact) and
+:mod:`cp_memory.superset` (superset and swap); snapshots are :mod:`cp_memory.index_snapshot`.
 """
 from __future__ import annotations
 
@@ -16,22 +18,24 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .alignment import TAIL_ORDERS, Alignment, TailOrder, align_request
 from .blocks import check_block_ids
-from .capacity import LeafLRU
+from .capacity import LiveTrie
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
 from .index_snapshot import OPTION_NAMES, dump, load
 from .scheduling import schedule as schedule_paths
-from .tree import Node, path_of, prefix_of, radix_insert, remove_leaf
+from .tree import Node, path_of, prefix_of
 
 __all__ = ["ContextIndex", "Placement", "BatchPlan"]
 
 logger = logging.getLogger(__name__)
+
+Ids = tuple[Hashable, ...]
 
 
 @dataclass(frozen=True)
@@ -47,13 +51,13 @@ class Placement:
     (the first occurrence is kept).
     """
 
-    order: tuple
+    order: Ids
     search_path: tuple[int, ...]
     prefix_len: int
     request_id: Hashable
-    extra: tuple = ()
-    duplicates: tuple = ()
-    dropped: tuple = ()
+    extra: Ids = ()
+    duplicates: Ids = ()
+    dropped: Ids = ()
 
 
 @dataclass(frozen=True)
@@ -61,15 +65,15 @@ class BatchPlan:
     """Offline build result (Algorithm 4 + 5): per input context its order, search path and request id,
     and ``schedule``, the execution order as indices into the input."""
 
-    orders: tuple[tuple, ...]
+    orders: tuple[Ids, ...]
     search_paths: tuple[tuple[int, ...], ...]
     request_ids: tuple[Hashable, ...]
     schedule: tuple[int, ...]
-    duplicates: tuple[tuple, ...] = ()
+    duplicates: tuple[Ids, ...] = ()
 
 
-def _dedup_ids(blocks: list[Hashable]) -> tuple[list[Hashable], tuple]:
-    seen: set = set()
+def _dedup_ids(blocks: list[Hashable]) -> tuple[list[Hashable], Ids]:
+    seen: set[Hashable] = set()
     keep, dups = [], []
     for b in blocks:
         if b in seen:
@@ -91,7 +95,7 @@ class ContextIndex:
         swap_budget: swap alignment, length-neutral (0 = off): a request may adopt up to
             ``B = int(swap_budget * len(blocks))`` cached blocks it did not retrieve, each *replacing* one
             of its own lowest-ranked blocks that is not on the adopted prefix. Exclusive with
-            ``extra_budget``; see :mod:`cp_memory.superset`.
+            ``extra_budget`` (``ValueError`` when both are on); see :mod:`cp_memory.superset`.
         protect: swap alignment never drops a block ranked in the top ``protect`` fraction of the request
             (``ceil(protect * len(blocks))`` blocks; input order is the retrieval rank).
         capacity_tokens: engine cache size to model (None = unbounded). Block sizes come from
@@ -101,6 +105,7 @@ class ContextIndex:
         linkage: scipy linkage method for :meth:`build`, one of :data:`~cp_memory.clustering.LINKAGES`.
 
     Superset and swap apply to :meth:`insert` and :meth:`match`; the offline :meth:`build` only reorders.
+    Thread-safe: one lock per index.
     """
 
     def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0, swap_budget: float = 0.0,
@@ -115,8 +120,8 @@ class ContextIndex:
         if extra_budget > 0 and swap_budget > 0:
             raise ValueError("extra_budget (superset: adds blocks) and swap_budget (swap: replaces blocks) "
                              "are exclusive; set one of them to 0")
-        if capacity_tokens is not None and (not isinstance(capacity_tokens, int) or isinstance(capacity_tokens, bool)
-                                            or capacity_tokens <= 0):
+        if capacity_tokens is not None and (not isinstance(capacity_tokens, int)
+                                            or isinstance(capacity_tokens, bool) or capacity_tokens <= 0):
             raise ValueError(f"capacity_tokens must be a positive int or None, got {capacity_tokens!r}")
         if token_len is not None and not callable(token_len):
             raise TypeError("token_len must be callable (block id -> token count)")
@@ -133,64 +138,58 @@ class ContextIndex:
         self.tail_order: TailOrder = tail_order
         self.linkage: Linkage = linkage
         self._lock = threading.RLock()
-        self._root = Node((), None, 0)
-        self._requests: dict[Hashable, Node] = {}
-        self._freq: dict[Hashable, int] = {}
-        self._tick = 0
-        self._tokens = 0
-        self._lru = LeafLRU()
-        self._nodes = 1
-        self.evicted_by_capacity = 0
+        self._live = LiveTrie(capacity_tokens)
 
     # ------------------------------------------------------------------ introspection
     def __len__(self) -> int:
-        return len(self._requests)
+        return len(self._live.requests)
 
     def __contains__(self, request_id: Hashable) -> bool:
-        return request_id in self._requests
+        return request_id in self._live.requests
 
     @property
     def cached_tokens(self) -> int:
         """Tokens the modelled cache holds (block sections only), counted once per trie node."""
-        return self._tokens
+        return self._live.tokens
 
     @property
     def node_count(self) -> int:
-        return self._nodes
+        return self._live.nodes
+
+    @property
+    def evicted_by_capacity(self) -> int:
+        """Leaves evicted by the capacity model so far."""
+        return self._live.evicted_by_capacity
 
     def request_ids(self) -> list[Hashable]:
         """Live request ids, least recently used (earliest inserted) first; kept across snapshots."""
         with self._lock:
-            return list(self._requests)
+            return list(self._live.requests)
 
-    def order_of(self, request_id: Hashable) -> tuple | None:
+    def order_of(self, request_id: Hashable) -> Ids | None:
         """The aligned order of a live request, or None."""
         with self._lock:
-            node = self._requests.get(request_id)
+            node = self._live.requests.get(request_id)
             return None if node is None else prefix_of(node)
 
     def frequency(self, block_id: Hashable) -> int:
         """How many live requests contain ``block_id``."""
-        return self._freq.get(block_id, 0)
+        return self._live.freq.get(block_id, 0)
 
     # ------------------------------------------------------------------ online mode
     def insert(self, blocks: Sequence[Hashable], request_id: Hashable | None = None, *,
                token_lens: Sequence[int] | None = None) -> Placement:
         """Align one request against the live index, insert it as a leaf and return its placement."""
         ids = check_block_ids(blocks)
+        lens: list[int] | None = None
         if token_lens is not None:
-            token_lens = list(token_lens)
-            if len(token_lens) != len(ids):
-                raise ValueError(f"token_lens has {len(token_lens)} entries for {len(ids)} blocks")
-            bad = [t for t in token_lens if not isinstance(t, int) or t < 0]
+            lens = list(token_lens)
+            if len(lens) != len(ids):
+                raise ValueError(f"token_lens has {len(lens)} entries for {len(ids)} blocks")
+            bad = [t for t in lens if not isinstance(t, int) or isinstance(t, bool) or t < 0]
             if bad:
                 raise ValueError(f"token_lens must be non-negative ints, got {bad[0]!r}")
         ids_kept, dups = _dedup_ids(ids)
-        if dups and token_lens is not None:
-            first: dict[Hashable, int] = {}
-            for b, t in zip(ids, token_lens):
-                first.setdefault(b, t)
-            token_lens = [first[b] for b in ids_kept]
         with self._lock:
             rid = self._check_request_id(request_id)
             if not ids_kept:
@@ -198,9 +197,11 @@ class ContextIndex:
             a = self._align(ids_kept)
             toks = None
             if self.capacity_tokens is not None:
-                lens = dict(zip(ids_kept, token_lens)) if token_lens is not None else {}
-                toks = [self._block_tokens(b, lens) for b in a.order]
-            node = self._attach(a.order, toks, rid)
+                given: dict[Hashable, int] = {}
+                for b, t in zip(ids, lens or ()):
+                    given.setdefault(b, t)                   # a repeated id keeps its first length
+                toks = [self._block_tokens(b, given) for b in a.order]
+            node = self._live.attach(a.order, toks, rid)
             return Placement(a.order, path_of(node), a.prefix_len, rid, a.extra, dups, a.dropped)
 
     def match(self, blocks: Sequence[Hashable]) -> Placement:
@@ -215,16 +216,15 @@ class ContextIndex:
             return Placement(a.order, path_of(a.match.end), a.prefix_len, None, a.extra, dups, a.dropped)
 
     def _align(self, ids_kept: list[Hashable]) -> Alignment:
-        """Matched prefix (exact, superset or swap) + ordered tail for a request (no mutation)."""
-        return align_request(self._root, ids_kept, self._freq, tail_order=self.tail_order,
+        return align_request(self._live.root, ids_kept, self._live.freq, tail_order=self.tail_order,
                              extra_budget=self.extra_budget, swap_budget=self.swap_budget, protect=self.protect)
 
-    def _block_tokens(self, block: Hashable, lens: dict) -> int:
-        if block in lens:
-            return lens[block]
+    def _block_tokens(self, block: Hashable, given: Mapping[Hashable, int]) -> int:
+        if block in given:
+            return given[block]
         if self.token_len is not None:
             n = self.token_len(block)
-            if not isinstance(n, int) or n < 0:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"token_len({block!r}) returned {n!r}; expected a non-negative int")
             return n
         return 1
@@ -236,73 +236,9 @@ class ContextIndex:
             hash(request_id)
         except TypeError as exc:
             raise TypeError(f"request_id must be hashable, got {type(request_id).__name__}") from exc
-        if request_id in self._requests:
+        if request_id in self._live.requests:
             raise ValueError(f"request_id {request_id!r} is already live in this index")
         return request_id
-
-    def _attach(self, order: Sequence[Hashable], toks: Sequence[int] | None, rid: Hashable) -> Node:
-        """Insert ``order`` into the trie as request ``rid``; bookkeeping for LRU, counts and capacity."""
-        node, created, splits = radix_insert(self._root, order, toks)
-        self._nodes += len(created) + splits
-        for c in created:
-            self._tokens += c.tokens
-        if node.requests is None:
-            node.requests = set()
-        node.requests.add(rid)
-        self._requests[rid] = node
-        self._tick += 1
-        n = node
-        while n is not None:
-            n.subtree += 1
-            n.last_access = self._tick
-            n = n.parent
-        freq = self._freq
-        for b in order:
-            freq[b] = freq.get(b, 0) + 1
-        if self.capacity_tokens is not None:
-            if not node.children:
-                self._push_lru(node)
-            self._enforce_capacity(node)
-        return node
-
-    # ------------------------------------------------------------------ capacity model (LRU over leaves)
-    def _push_lru(self, node: Node) -> None:
-        self._lru.push(node, len(self._requests))
-
-    def _enforce_capacity(self, protect: Node | None) -> None:
-        cap = self.capacity_tokens
-        assert cap is not None
-        self.evicted_by_capacity += self._lru.evict(lambda: self._tokens > cap, self._drop_leaf, protect)
-
-    def _drop_leaf(self, node: Node) -> None:
-        """Remove a childless trie node with all requests ending there; prune empty ancestors."""
-        for rid in list(node.requests or ()):
-            self._forget_request(rid, node)
-        self._prune(node)
-
-    def _forget_request(self, rid: Hashable, node: Node) -> None:
-        del self._requests[rid]
-        node.requests.discard(rid)  # type: ignore[union-attr]
-        freq = self._freq
-        n = node
-        while n is not None:
-            n.subtree -= 1
-            for b in n.seg:
-                c = freq.get(b, 0) - 1
-                if c > 0:
-                    freq[b] = c
-                else:
-                    freq.pop(b, None)
-            n = n.parent
-
-    def _prune(self, node: Node) -> None:
-        while node.parent is not None and not node.children and not node.requests:
-            self._tokens -= node.tokens
-            self._nodes -= 1
-            parent = remove_leaf(node)
-            if self.capacity_tokens is not None and parent.parent is not None and not parent.children:
-                self._push_lru(parent)
-            node = parent
 
     # ------------------------------------------------------------------ eviction sync
     def evict(self, request_id: Hashable) -> bool:
@@ -312,22 +248,12 @@ class ContextIndex:
         except TypeError:
             return False
         with self._lock:
-            node = self._requests.get(request_id)
-            if node is None:
-                return False
-            self._forget_request(request_id, node)
-            self._prune(node)
-            return True
+            return self._live.evict(request_id)
 
     def clear(self) -> None:
         """Forget everything (the engine flushed its cache)."""
         with self._lock:
-            self._root = Node((), None, 0)
-            self._requests.clear()
-            self._freq.clear()
-            self._lru.clear()
-            self._tokens = 0
-            self._nodes = 1
+            self._live = LiveTrie(self.capacity_tokens)
 
     # ------------------------------------------------------------------ offline mode
     def build(self, contexts: Sequence[Sequence[Hashable]], request_ids: Sequence[Hashable] | None = None,
@@ -337,31 +263,31 @@ class ContextIndex:
         if contexts is None or isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
             raise TypeError(f"contexts must be a list of block-id lists, got {type(contexts).__name__}")
         lists = [check_block_ids(c, f"contexts[{i}]") for i, c in enumerate(contexts)]
-        if request_ids is not None:
-            request_ids = list(request_ids)
-            if len(request_ids) != len(lists):
-                raise ValueError(f"got {len(request_ids)} request_ids for {len(lists)} contexts")
-            if len(set(request_ids)) != len(request_ids):
+        rid_list = list(request_ids) if request_ids is not None else None
+        if rid_list is not None:
+            if len(rid_list) != len(lists):
+                raise ValueError(f"got {len(rid_list)} request_ids for {len(lists)} contexts")
+            if len(set(rid_list)) != len(rid_list):
                 raise ValueError("request_ids must be distinct")
         if token_lens is not None and len(token_lens) != len(lists):
             raise ValueError(f"got {len(token_lens)} token_lens lists for {len(lists)} contexts")
         deduped = [_dedup_ids(c) for c in lists]
-        kept = [k for k, _ in deduped]
-        orders = cluster_orders(kept, alpha=self.alpha, method=self.linkage, tail_order=self.tail_order)
+        orders = cluster_orders([k for k, _ in deduped], alpha=self.alpha, method=self.linkage,
+                                tail_order=self.tail_order)
         with self._lock:
             rids = []
             nodes: list[Node | None] = []
             for i, order in enumerate(orders):
-                rid = self._check_request_id(request_ids[i] if request_ids is not None else None)
+                rid = self._check_request_id(rid_list[i] if rid_list is not None else None)
                 rids.append(rid)
                 if not order:
                     nodes.append(None)
                     continue
                 toks = None
                 if self.capacity_tokens is not None:
-                    lens = dict(zip(lists[i], token_lens[i])) if token_lens is not None else {}
-                    toks = [self._block_tokens(b, lens) for b in order]
-                nodes.append(self._attach(order, toks, rid))
+                    given = dict(zip(lists[i], token_lens[i])) if token_lens is not None else {}
+                    toks = [self._block_tokens(b, given) for b in order]
+                nodes.append(self._live.attach(order, toks, rid))
             paths = tuple(path_of(n) if n is not None and n.alive else () for n in nodes)
         return BatchPlan(tuple(orders), paths, tuple(rids), tuple(schedule_paths(paths)),
                          tuple(d for _, d in deduped))
@@ -380,65 +306,45 @@ class ContextIndex:
         Block and request ids must be str, int, finite float, bool, bytes or tuples of those.
         """
         with self._lock:
-            return dump(self.options(), self._tick, self._root, self._requests.items())
+            live = self._live
+            return dump(self.options(), live.tick, live.root, live.requests.items())
 
     @classmethod
     def restore(cls, data: bytes, **overrides: Any) -> ContextIndex:
         """Rebuild an index from :meth:`snapshot` bytes.
 
-        ``overrides`` (any of ``alpha``, ``extra_budget``, ``swap_budget``, ``protect``, ``capacity_tokens``,
-        ``tail_order``, ``linkage``, ``token_len``) win over the stored configuration: a caller restores with its own settings. A
-        smaller ``capacity_tokens`` than the snapshot holds evicts least recently used leaves at once.
-        Live requests keep their least-recently-used order (:meth:`request_ids`).
+        ``overrides`` (any of ``alpha``, ``extra_budget``, ``swap_budget``, ``protect``,
+        ``capacity_tokens``, ``tail_order``, ``linkage``, ``token_len``) win over the stored configuration:
+        a caller restores with its own settings. Superset and swap are one choice: overriding one of
+        ``extra_budget``/``swap_budget`` with a value > 0 turns the other off. A smaller ``capacity_tokens``
+        than the snapshot holds evicts least recently used leaves at once. Live requests keep their least-recently-used order
+        (:meth:`request_ids`).
 
         Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, not a
         JSON object, wrong field types, unknown version, inconsistent tree). Bad overrides raise as the
         constructor does (``TypeError`` for an unknown name).
         """
-        unknown = set(overrides) - set(OPTION_NAMES) - {"token_len"}
+        known = (*OPTION_NAMES, "token_len")
+        unknown = sorted(set(overrides) - set(known))
         if unknown:
-            raise TypeError(f"restore() got unknown option(s) {sorted(unknown)}; known: {OPTION_NAMES + ('token_len',)}")
+            raise TypeError(f"restore() got unknown option(s) {unknown}; known: {known}")
         cls(**overrides)                       # a bad override is the caller's error, reported as such
         snap = load(data)
+        options = {**snap.options, **overrides}
+        for mode, other in (("extra_budget", "swap_budget"), ("swap_budget", "extra_budget")):
+            if overrides.get(mode, 0) > 0 and other not in overrides:
+                options[other] = 0.0
         try:
-            index = cls(**{**snap.options, **overrides})
+            index = cls(**options)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"corrupt ContextIndex snapshot: stored options: {exc}") from None
         try:
-            index._adopt(snap.root, snap.requests, snap.tick)
+            with index._lock:
+                sized = None if index.token_len is None else (lambda b: index._block_tokens(b, {}))
+                index._live.adopt(snap.root, snap.requests, snap.tick, sized)
         except (TypeError, ValueError) as exc:   # token_len rejected a stored block, ...
             raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
         return index
-
-    def _adopt(self, root: Node, requests: list[tuple[Hashable, Node]], tick: int) -> None:
-        """Take over a restored tree: recompute every derived count, rebuild the LRU heap, fit capacity."""
-        with self._lock:
-            nodes = []
-            stack = [root]
-            while stack:
-                n = stack.pop()
-                nodes.append(n)
-                stack.extend(n.children.values())
-            capped = self.capacity_tokens is not None
-            for n in nodes[1:]:
-                if capped and n.toks is None and self.token_len is not None:
-                    n.toks = tuple(self._block_tokens(b, {}) for b in n.seg)
-                self._tokens += n.tokens
-            self._root, self._nodes, self._tick = root, len(nodes), tick
-            for rid, node in requests:
-                self._requests[rid] = node
-                n: Node | None = node
-                while n is not None:
-                    n.subtree += 1
-                    n = n.parent
-            freq = self._freq
-            for n in nodes[1:]:
-                for b in n.seg:
-                    freq[b] = freq.get(b, 0) + n.subtree
-            if capped:
-                for n in sorted((n for n in nodes[1:] if not n.children), key=lambda n: n.last_access):
-                    self._push_lru(n)
-                self._enforce_capacity(None)
 
 
 def _number(x: object) -> bool:

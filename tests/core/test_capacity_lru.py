@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from cp_memory.capacity import LiveTrie
 from cp_memory.index import ContextIndex
 from cp_memory.tree import Node
 
@@ -71,25 +72,25 @@ def test_capacity_evictions_match_a_brute_force_lru_over_a_long_stream(seed):
             model.evict(step)
         assert set(index.request_ids()) == model.live(), f"diverged at step {step}"
         assert index.cached_tokens == TOK * sum(len(k) for k in model.entries) <= CAP
-    assert len(index._lru) <= 4 * len(index) + 1024 + 1        # stale heap entries stay bounded
+    assert len(index._live.lru) <= 4 * len(index) + 1024 + 1   # stale heap entries stay bounded
 
 
-class ScanLRUIndex(ContextIndex):
+class ScanLiveTrie(LiveTrie):
     """Reference capacity model: scan every leaf for the least recently used one (no heap)."""
 
-    def _enforce_capacity(self, protect: Node) -> None:
+    def enforce_capacity(self, protect: Node | None) -> None:
         assert self.capacity_tokens is not None
         path = set()
         n: Node | None = protect
         while n is not None:
             path.add(id(n))
             n = n.parent
-        while self._tokens > self.capacity_tokens:
-            leaves = [x for x in _nodes(self._root) if x.parent is not None and not x.children
+        while self.tokens > self.capacity_tokens:
+            leaves = [x for x in _nodes(self.root) if x.parent is not None and not x.children
                       and id(x) not in path]
             if not leaves:
                 return
-            self._drop_leaf(min(leaves, key=lambda x: x.last_access))
+            self.drop_leaf(min(leaves, key=lambda x: x.last_access))
             self.evicted_by_capacity += 1
 
 
@@ -105,7 +106,8 @@ def _nodes(root: Node):
 def test_capacity_evictions_with_shared_prefixes_match_a_leaf_scan(seed):
     rng = random.Random(100 + seed)
     index = ContextIndex(capacity_tokens=30, token_len=lambda b: 2)
-    scan = ScanLRUIndex(capacity_tokens=30, token_len=lambda b: 2)
+    scan = ContextIndex(capacity_tokens=30, token_len=lambda b: 2)
+    scan._live = ScanLiveTrie(30)
     for step in range(3000):
         live = index.request_ids()
         if live and rng.random() < 0.3:

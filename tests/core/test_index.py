@@ -199,7 +199,7 @@ def test_concurrent_inserts_from_8_threads_keep_the_index_consistent():
     assert index.cached_tokens <= 400
     # token accounting matches the tree
     total = 0
-    stack = [index._root]
+    stack = [index._live.root]
     while stack:
         n = stack.pop()
         total += n.tokens
@@ -213,7 +213,7 @@ def test_build_then_insert_continues_from_the_built_tree():
     assert len(index) == 3 and len(plan.schedule) == 3
     p = index.insert(["b", "a", "z"])
     assert p.prefix_len == 2
-    assert prefix_of(index._requests[p.request_id]) == p.order
+    assert prefix_of(index._live.requests[p.request_id]) == p.order
 
 
 def test_build_bad_input():

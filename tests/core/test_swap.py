@@ -125,5 +125,7 @@ def test_swap_options_survive_a_snapshot_and_can_be_overridden():
     assert (again.swap_budget, again.protect) == (0.2, 0.7)
     off = ContextIndex.restore(data, swap_budget=0.0)
     assert off.insert([1, 2, 3, 4, 5, 6, 7, 8, 50, 51]).dropped == ()
+    superset = ContextIndex.restore(data, extra_budget=0.1)     # choosing superset turns swap off
+    assert (superset.extra_budget, superset.swap_budget) == (0.1, 0.0)
     with pytest.raises(ValueError, match="exclusive"):
-        ContextIndex.restore(data, extra_budget=0.1)
+        ContextIndex.restore(data, extra_budget=0.1, swap_budget=0.1)
