@@ -30,8 +30,16 @@ from typing import Literal, get_args
 from .superset import superset_prefix, swap_prefix
 from .tree import Match, Node
 
-__all__ = ["Match", "Alignment", "align_request", "longest_prefix", "order_tail", "protected_count",
-           "TailOrder", "TAIL_ORDERS"]
+__all__ = [
+    "TAIL_ORDERS",
+    "Alignment",
+    "Match",
+    "TailOrder",
+    "align_request",
+    "longest_prefix",
+    "order_tail",
+    "protected_count",
+]
 
 #: How the blocks after the matched prefix are ordered (module doc).
 TailOrder = Literal["frequency", "retrieval"]
@@ -51,6 +59,7 @@ def longest_prefix(root: Node, req: Mapping[Hashable, int]) -> Match:
     while stack:
         node = pop()
         children = node.children
+        cands: Sequence[Node]
         if len(children) == 1:
             for b, c in children.items():
                 cands = (c,) if b in req else ()

@@ -14,8 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 __all__ = [
-    "ORDER_TEMPLATE", "LOCATION_TEMPLATE", "SAME_TURN_TEMPLATE", "DOC_LABEL_TEMPLATE",
-    "doc_label", "order_annotation", "location_annotation",
+    "DOC_LABEL_TEMPLATE",
+    "LOCATION_TEMPLATE",
+    "ORDER_TEMPLATE",
+    "SAME_TURN_TEMPLATE",
+    "doc_label",
+    "location_annotation",
+    "order_annotation",
 ]
 
 ORDER_TEMPLATE = "Please read the context in the following priority order: {ranking} and answer the question."

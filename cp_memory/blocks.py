@@ -12,8 +12,15 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ContextBlock", "Mem0Blocks", "normalize_text", "text_digest", "estimate_tokens", "check_block_ids",
-           "blocks_from_mem0"]
+__all__ = [
+    "ContextBlock",
+    "Mem0Blocks",
+    "blocks_from_mem0",
+    "check_block_ids",
+    "estimate_tokens",
+    "normalize_text",
+    "text_digest",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +92,7 @@ def check_block_ids(blocks: Any, what: str = "blocks") -> list[Hashable]:
     """
     if blocks is None:
         raise TypeError(f"{what} must be a list or tuple of hashable block ids, got None")
-    if isinstance(blocks, (str, bytes)) or isinstance(blocks, (Mapping, set, frozenset)) \
-            or not isinstance(blocks, (Sequence, Iterable)):
+    if isinstance(blocks, (str, bytes, Mapping, set, frozenset)) or not isinstance(blocks, (Sequence, Iterable)):
         raise TypeError(
             f"{what} must be an ordered list or tuple of hashable block ids, got {type(blocks).__name__}")
     out = list(blocks)
@@ -141,7 +147,7 @@ def blocks_from_mem0(results: Any) -> Mem0Blocks:
             raise ValueError(f"mem0 result {i} has no 'id' field: {r!r:.200}")
         rid = r["id"]
         if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-            raise ValueError(f"mem0 result {i} has an id of type {type(rid).__name__} ({rid!r:.100}); "
+            raise ValueError(f"mem0 result {i} has an id of type {type(rid).__name__} ({rid!r:.100}); "  # noqa: TRY004 - a bad mem0 response, not a bad argument
                              "expected str or int")
         if rid in seen:
             logger.warning("mem0 returned memory id %r more than once in one response (result %d); "

@@ -14,16 +14,16 @@ contexts). A leaf's own new blocks follow the index's tail policy (retrieval ord
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
-from typing import Literal, get_args
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, Literal, get_args
 
 import numpy as np
-from scipy.cluster.hierarchy import linkage
+from scipy.cluster.hierarchy import linkage  # type: ignore[import-untyped]
 
 from .alignment import TailOrder
 from .distance import DEFAULT_ALPHA, pairwise_distances
 
-__all__ = ["cluster_orders", "DEFAULT_LINKAGE", "Linkage", "LINKAGES"]
+__all__ = ["DEFAULT_LINKAGE", "LINKAGES", "Linkage", "cluster_orders"]
 
 #: scipy ``linkage`` methods that are defined for an arbitrary (non-Euclidean) distance such as Eq. 1.
 Linkage = Literal["average", "single", "complete", "weighted"]
@@ -31,19 +31,19 @@ LINKAGES: tuple[Linkage, ...] = get_args(Linkage)
 DEFAULT_LINKAGE: Linkage = "average"
 
 
-def _id_sort_key(ids: Sequence[Hashable]) -> Callable[[Hashable], object]:
+def _id_sort_key(ids: Sequence[Hashable]) -> Callable[[Hashable], Any]:
     try:
-        sorted(ids)
+        sorted(ids)  # type: ignore[type-var]  # ids of one comparable type sort as themselves
         return lambda b: b
     except TypeError:
         return lambda b: (type(b).__name__, repr(b))
 
 
 def cluster_orders(contexts: Sequence[Sequence[Hashable]], *, alpha: float = DEFAULT_ALPHA,
-                   method: Linkage = DEFAULT_LINKAGE, tail_order: TailOrder = "frequency") -> list[tuple]:
+                   method: Linkage = DEFAULT_LINKAGE, tail_order: TailOrder = "frequency") -> list[tuple[Hashable, ...]]:
     """Aligned order for each context of a batch (Algorithm 4). Contexts must hold distinct ids."""
     n = len(contexts)
-    uniq: dict[frozenset, int] = {}
+    uniq: dict[frozenset[Hashable], int] = {}
     reps: list[Sequence[Hashable]] = []
     which = []
     for ctx in contexts:
@@ -63,17 +63,17 @@ def cluster_orders(contexts: Sequence[Sequence[Hashable]], *, alpha: float = DEF
     freq = Counter(b for ctx in contexts for b in ctx)
     idkey = _id_sort_key(list(freq))
 
-    def shared_order(blocks) -> list:
+    def shared_order(blocks: Iterable[Hashable]) -> list[Hashable]:
         return sorted(blocks, key=lambda b: (-freq[b], idkey(b)))
 
-    def leaf_order(ctx: Sequence[Hashable], own: set) -> list:
+    def leaf_order(ctx: Sequence[Hashable], own: set[Hashable]) -> list[Hashable]:
         rest = [b for b in ctx if b in own]
         if tail_order == "frequency":
             rank = {b: i for i, b in enumerate(ctx)}
             rest.sort(key=lambda b: (-freq[b], rank[b]))
         return rest
 
-    content: list[frozenset] = [frozenset(r) for r in reps]
+    content: list[frozenset[Hashable]] = [frozenset(r) for r in reps]
     parent = [-1] * m
     if m > 1:
         z = linkage(pairwise_distances(reps, alpha), method=method)
@@ -85,7 +85,7 @@ def cluster_orders(contexts: Sequence[Sequence[Hashable]], *, alpha: float = DEF
     total = len(content)
     # drop empty internal nodes: intersections only shrink upwards, so above an empty node all are empty
     eff = [p if p >= 0 and content[p] else -1 for p in parent]
-    docs: list[tuple] = [()] * total
+    docs: list[tuple[Hashable, ...]] = [()] * total
     for v in range(total - 1, -1, -1):  # linkage numbers parents after their children
         if v >= m and not content[v]:
             continue

@@ -49,12 +49,19 @@ from typing import Literal
 from .annotations import LOCATION_TEMPLATE
 from .blocks import ContextBlock
 from .dedup_plan import (
-    Conversation, DedupResult, DroppedBlock, Location, PlanTicket, SpanTrim, plan_turn, register_send,
+    Conversation,
+    DedupResult,
+    DroppedBlock,
+    Location,
+    PlanTicket,
+    SpanTrim,
+    plan_turn,
+    register_send,
     sent_location,
 )
 from .lru import LRUMap
 
-__all__ = ["Location", "DroppedBlock", "SpanTrim", "DedupResult", "Deduplicator"]
+__all__ = ["DedupResult", "Deduplicator", "DroppedBlock", "Location", "SpanTrim"]
 
 logger = logging.getLogger(__name__)
 

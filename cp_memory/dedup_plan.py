@@ -19,8 +19,19 @@ from dataclasses import dataclass, field
 from .annotations import SAME_TURN_TEMPLATE, doc_label, location_annotation
 from .blocks import ContextBlock, normalize_text, text_digest
 
-__all__ = ["Location", "DroppedBlock", "SpanTrim", "DedupResult", "Conversation", "Send", "PlanTicket",
-           "plan_turn", "register_send", "sent_location", "SPAN_TEMPLATE"]
+__all__ = [
+    "SPAN_TEMPLATE",
+    "Conversation",
+    "DedupResult",
+    "DroppedBlock",
+    "Location",
+    "PlanTicket",
+    "Send",
+    "SpanTrim",
+    "plan_turn",
+    "register_send",
+    "sent_location",
+]
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 SPAN_TEMPLATE = "Parts of {label} repeat {where}."

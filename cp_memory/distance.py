@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 import numpy as np
-import scipy.sparse as sp
+import numpy.typing as npt
+import scipy.sparse as sp  # type: ignore[import-untyped]
 
-__all__ = ["context_distance", "pairwise_distances", "DEFAULT_ALPHA"]
+__all__ = ["DEFAULT_ALPHA", "context_distance", "pairwise_distances"]
 
 DEFAULT_ALPHA = 0.001
 
@@ -31,7 +32,8 @@ def context_distance(a: Sequence[Hashable], b: Sequence[Hashable], alpha: float 
     return 1.0 - len(shared) / max(len(pa), len(pb)) + alpha * pos
 
 
-def pairwise_distances(contexts: Sequence[Sequence[Hashable]], alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+def pairwise_distances(contexts: Sequence[Sequence[Hashable]],
+                       alpha: float = DEFAULT_ALPHA) -> npt.NDArray[np.float64]:
     """Condensed (scipy ``pdist``-style) Eq. 1 distance vector for ``n`` contexts.
 
     Overlap counts come from one sparse product ``A @ A.T``; the positional sums from one dense update per
@@ -61,13 +63,13 @@ def pairwise_distances(contexts: Sequence[Sequence[Hashable]], alpha: float = DE
     bounds = np.flatnonzero(np.diff(cols_sorted)) + 1
     starts = np.concatenate(([0], bounds))
     ends = np.concatenate((bounds, [len(cols_sorted)]))
-    for s, e in zip(starts, ends):
-        if e - s < 2:
+    for s0, e0 in zip(starts, ends):
+        if e0 - s0 < 2:
             continue
-        sel = order[s:e]
+        sel = order[s0:e0]
         who = rows_a[sel]
-        p = pos_a[sel]
-        displacement[np.ix_(who, who)] += np.abs(p[:, None] - p[None, :])
+        at = pos_a[sel]
+        displacement[np.ix_(who, who)] += np.abs(at[:, None] - at[None, :])
 
     longest = np.maximum(lens[:, None], lens[None, :])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -75,4 +77,5 @@ def pairwise_distances(contexts: Sequence[Sequence[Hashable]], alpha: float = DE
     dist[shared == 0] = 1.0
     np.fill_diagonal(dist, 0.0)
     iu = np.triu_indices(n, k=1)
-    return dist[iu]
+    out: npt.NDArray[np.float64] = dist[iu]
+    return out

@@ -31,7 +31,7 @@ from .index_snapshot import OPTION_NAMES, dump, load
 from .scheduling import schedule as schedule_paths
 from .tree import Node, path_of, prefix_of
 
-__all__ = ["ContextIndex", "Placement", "BatchPlan"]
+__all__ = ["BatchPlan", "ContextIndex", "Placement"]
 
 logger = logging.getLogger(__name__)
 

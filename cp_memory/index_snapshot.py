@@ -31,7 +31,7 @@ from typing import Any
 
 from .tree import Node, prefix_of
 
-__all__ = ["SNAPSHOT_VERSION", "MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "Restored", "dump", "load"]
+__all__ = ["MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "SNAPSHOT_VERSION", "Restored", "dump", "load"]
 
 SNAPSHOT_VERSION = 2
 MAX_SNAPSHOT_BYTES = 1 << 30          # decompressed JSON larger than this is refused
@@ -53,7 +53,7 @@ def dump(options: Mapping[str, Any], tick: int, root: Node, requests: Iterable[t
     order = list(requests)
     rank = {rid: i for i, (rid, _) in enumerate(order)}
     index_of: dict[int, int] = {}
-    nodes = []
+    nodes: list[list[Any]] = []
     stack = [root]
     while stack:
         n = stack.pop()

@@ -34,8 +34,14 @@ from .annotations import doc_label
 from .blocks import ContextBlock
 
 __all__ = [
-    "PROMPT_TEMPLATE", "USER_TEMPLATE", "one_line", "render_blocks", "render_context", "context_of",
-    "build_prompt", "build_messages",
+    "PROMPT_TEMPLATE",
+    "USER_TEMPLATE",
+    "build_messages",
+    "build_prompt",
+    "context_of",
+    "one_line",
+    "render_blocks",
+    "render_context",
 ]
 
 #: every character str.splitlines() breaks a line on, with the spaces and tabs around a run of them
@@ -106,8 +112,10 @@ def context_of(search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -
     """
     if isinstance(search_result, Mapping):
         info = search_result.get("context_pilot")
-        if isinstance(info, Mapping) and isinstance(info.get("context"), str):
-            return info["context"]
+        if isinstance(info, Mapping):
+            context = info.get("context")
+            if isinstance(context, str):
+                return context
         results = search_result.get("results", [])
     else:
         results = search_result

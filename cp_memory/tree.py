@@ -19,22 +19,34 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Node", "Match", "radix_insert", "prefix_of", "path_of", "remove_leaf", "children_in"]
+__all__ = ["Match", "Node", "children_in", "path_of", "prefix_of", "radix_insert", "remove_leaf"]
 
 
 class Node:
-    __slots__ = ("seg", "toks", "parent", "children", "slot", "next_slot", "requests", "depth",
-                 "subtree", "last_access", "alive")
+    __slots__ = (
+        "alive",
+        "children",
+        "depth",
+        "last_access",
+        "next_slot",
+        "parent",
+        "requests",
+        "seg",
+        "slot",
+        "subtree",
+        "toks",
+    )
 
-    def __init__(self, seg: tuple, parent: Node | None, slot: int, toks: tuple | None = None) -> None:
+    def __init__(self, seg: tuple[Hashable, ...], parent: Node | None, slot: int,
+                 toks: tuple[int, ...] | None = None) -> None:
         self.seg = seg
         self.toks = toks
         self.parent = parent
         self.children: dict[Hashable, Node] = {}
         self.slot = slot
         self.next_slot = 0
-        self.requests: set | None = None
-        self.depth = (parent.depth if parent is not None else 0) + len(seg)
+        self.requests: set[Hashable] | None = None
+        self.depth: int = (parent.depth if parent is not None else 0) + len(seg)
         self.subtree = 0           # live requests ending in this subtree
         self.last_access = 0
         self.alive = True
@@ -67,7 +79,7 @@ class Match:
         """The node holding the prefix's last block."""
         return self.child if self.child is not None and self.m else self.node
 
-    def blocks(self) -> tuple:
+    def blocks(self) -> tuple[Hashable, ...]:
         """The prefix itself."""
         prefix = prefix_of(self.node)
         if self.child is not None and self.m:
@@ -86,13 +98,13 @@ def children_in(node: Node, req: Mapping[Hashable, int]) -> Sequence[Node]:
     return [c for c in map(get, req) if c is not None]
 
 
-def prefix_of(node: Node) -> tuple:
+def prefix_of(node: Node) -> tuple[Hashable, ...]:
     """Full block order from the root down to ``node``."""
     segs = []
     while node.parent is not None:
         segs.append(node.seg)
         node = node.parent
-    out: list = []
+    out: list[Hashable] = []
     for seg in reversed(segs):
         out.extend(seg)
     return tuple(out)
@@ -107,7 +119,7 @@ def path_of(node: Node) -> tuple[int, ...]:
     return tuple(reversed(slots))
 
 
-def _new_child(parent: Node, seg: tuple, toks: tuple | None) -> Node:
+def _new_child(parent: Node, seg: tuple[Hashable, ...], toks: tuple[int, ...] | None) -> Node:
     child = Node(seg, parent, parent.next_slot, toks)
     parent.next_slot += 1
     parent.children[seg[0]] = child

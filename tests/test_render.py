@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import Deduplicator
 from cp_memory.render import (
-    PROMPT_TEMPLATE, build_messages, build_prompt, context_of, one_line, render_blocks, render_context,
+    PROMPT_TEMPLATE,
+    build_messages,
+    build_prompt,
+    context_of,
+    one_line,
+    render_blocks,
+    render_context,
 )
 
 ORDER = "Please read the context in the following priority order: [Doc 2] > [Doc 1] and answer the question."

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import DedupResult, Deduplicator, DroppedBlock, Location
+from cp_memory.dedup import Deduplicator, DedupResult, DroppedBlock, Location
 
 
 def blocks(*ids):
@@ -44,10 +44,9 @@ def test_a_failed_turn_does_not_poison_the_retry():
 
 def test_turn_context_manager_commits_on_success_only():
     d = Deduplicator()
-    with pytest.raises(RuntimeError):
-        with d.turn("c", blocks(1, 2)) as plan:
-            assert plan.committed is False
-            raise RuntimeError("engine down")
+    with pytest.raises(RuntimeError), d.turn("c", blocks(1, 2)) as plan:
+        assert plan.committed is False
+        raise RuntimeError("engine down")
     assert d.sent_count("c") == 0
     with d.turn("c", blocks(1, 2)) as plan:
         assert plan.kept_ids == (1, 2)

@@ -94,7 +94,7 @@ def test_concurrent_use_keeps_the_bound_and_evicts_each_entry_once():
 
     def work(t: int) -> None:
         for i in range(500):
-            m.get_or_create(t * 1000 + i, lambda: i)
+            m.get_or_create(t * 1000 + i, lambda i=i: i)
             m.get(t * 1000 + i // 2)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
