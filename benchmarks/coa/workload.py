@@ -19,16 +19,21 @@ from cp_memory.locomo import Conversation
 from ..locomo.metrics import token_f1
 from ..retrieval import TfidfRetriever
 
-__all__ = ["Item", "session_blocks", "build_workload", "f1_score"]
+__all__ = ["Item", "build_multiturn", "build_workload", "f1_score", "session_blocks"]
 
 
 @dataclass(frozen=True)
 class Item:
+    """One question with its retrieved sessions. In a multi-turn workload ``chat`` names the chat
+    (the CoA ``conversation_id``) and ``turn`` its 0-based position; single-turn items have ``chat=None``."""
+
     conversation: str
     question: str
     answer: str
     category: int
     blocks: tuple[ContextBlock, ...]
+    chat: str | None = None
+    turn: int = 0
 
 
 def session_blocks(conv: Conversation) -> list[ContextBlock]:
@@ -58,6 +63,34 @@ def build_workload(convs: Sequence[Conversation], *, questions_per_conversation:
                               tuple(blocks[i] for i in top)))
     rng.shuffle(items)
     return items
+
+
+def build_multiturn(convs: Sequence[Conversation], *, questions_per_conversation: int, k: int,
+                    turns: int, seed: int = 0) -> list[Item]:
+    """The same questions as :func:`build_workload`, grouped into chats of ``turns`` consecutive
+    questions about one LoCoMo conversation (a user asking follow-ups): later turns retrieve sessions
+    that earlier turns already sent, which the chain de-duplicates. Chats are listed in a random
+    interleaving that keeps each chat's turns in order."""
+    if turns < 1:
+        raise ValueError(f"turns must be >= 1, got {turns}")
+    rng = random.Random(seed)
+    by_conv: dict[str, list[Item]] = defaultdict(list)
+    for it in build_workload(convs, questions_per_conversation=questions_per_conversation, k=k, seed=seed):
+        by_conv[it.conversation].append(it)
+    chats: list[list[Item]] = []
+    for conv, items in by_conv.items():
+        for c, start in enumerate(range(0, len(items), turns)):
+            chat = f"{conv}/chat{c}"
+            chats.append([Item(it.conversation, it.question, it.answer, it.category, it.blocks, chat, t)
+                          for t, it in enumerate(items[start:start + turns])])
+    out: list[Item] = []
+    queues = [list(c) for c in chats]
+    while queues:
+        q = rng.choice(queues)
+        out.append(q.pop(0))
+        if not q:
+            queues.remove(q)
+    return out
 
 
 def f1_score(prediction: str, gold: str) -> float:

@@ -129,8 +129,17 @@ class SGLangRouter(ManagedServer):
         self.log_level = log_level
         self.python = python or sys.executable
         self.extra_args = tuple(str(a) for a in extra_args)
+        self.prometheus_port: int | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        """The router's Prometheus exporter (per-worker request counters and latencies)."""
+        if self.prometheus_port is None:
+            raise RuntimeError("sglang-router is not started")
+        return f"http://{self.host}:{self.prometheus_port}/metrics"
 
     def command(self, port: int) -> list[str]:
+        self.prometheus_port = free_port(self.host)
         cmd = [
             self.python, "-m", "sglang_router.launch_router",
             "--worker-urls", *self.worker_urls,
@@ -139,7 +148,7 @@ class SGLangRouter(ManagedServer):
             "--port", str(port),
             # its Prometheus exporter binds 29000 by default: two routers would collide
             "--prometheus-host", self.host,
-            "--prometheus-port", str(free_port(self.host)),
+            "--prometheus-port", str(self.prometheus_port),
             "--worker-startup-timeout-secs", str(max(1, int(self.startup_timeout))),
             "--worker-startup-check-interval", "1",
             "--log-level", self.log_level,

@@ -1,0 +1,140 @@
+"""The benchmark's arms (routing policies) and the worker pool each arm runs on.
+
+Every arm gets fresh (cold) llama-server workers. Arms of kind ``agent`` give ChainOfAgents one client per
+worker and route with :class:`~cp_memory.agents.AgentRouter`; arms of kind ``sglang`` put SGLang's own
+router (``sglang-router``, :class:`~cp_memory.engine.router.SGLangRouter`) in front of the same workers
+and give ChainOfAgents a single client pointing at it. The chain, its segmenter and its prompts are the
+same in every arm: only where each request runs differs.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from cp_memory.agents import AgentRouter
+from cp_memory.engine import EngineClient, LlamaServer
+from cp_memory.engine.router import SGLangRouter
+
+logger = logging.getLogger("benchmarks.coa")
+
+__all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "parse_overrides", "pool"]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A routing policy: ``agent`` arms pass ``agent`` to AgentRouter, ``sglang`` arms ``router`` to
+    SGLangRouter (an empty dict = the router's own defaults)."""
+
+    name: str
+    kind: Literal["agent", "sglang"]
+    agent: dict[str, Any] = field(default_factory=dict)
+    router: dict[str, Any] = field(default_factory=dict)
+    color: str = "#888888"
+
+    def describe(self) -> str:
+        args = self.agent if self.kind == "agent" else self.router
+        what = "AgentRouter" if self.kind == "agent" else "sglang-router"
+        return f"{what}({', '.join(f'{k}={v}' for k, v in args.items()) or 'defaults'})"
+
+
+#: the arms, by name; --arms picks some, --agent-args / --sglang-tuned override their settings
+ARMS: dict[str, Arm] = {a.name: a for a in (
+    Arm("round_robin", "agent", {"policy": "round_robin"}, color="#9e9e9e"),
+    Arm("sglang_cache_aware", "sglang", {"policy": "cache_aware"}, color="#ff9f40"),
+    Arm("sglang_cache_aware_tuned", "sglang", {"policy": "cache_aware", "balance_abs_threshold": 8,
+                                               "cache_threshold": 0.5}, color="#d62728"),
+    Arm("agent_aware", "agent", {"policy": "affinity"}, color="#1f77b4"),
+    # ablations, for the "why": the old safeguard and SGLang's pool-wide safeguard rule
+    Arm("agent_aware_abs2", "agent", {"policy": "affinity", "balance_abs_threshold": 2}, color="#aec7e8"),
+    Arm("agent_aware_global", "agent", {"policy": "affinity", "balance_scope": "global"}, color="#9edae5"),
+)}
+
+
+def parse_overrides(spec: str) -> dict[str, Any]:
+    """``"a=1,b=0.5,c=target"`` -> ``{"a": 1, "b": 0.5, "c": "target"}`` (ints, floats, else strings)."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, raw = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value, got {part!r}")
+        value: Any = raw.strip()
+        for conv in (int, float):
+            try:
+                value = conv(value)
+                break
+            except ValueError:
+                continue
+        out[key.strip()] = value
+    return out
+
+
+_METRIC = re.compile(r"^(llamacpp:[a-z_]+)\s+([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def engine_metrics(server: LlamaServer) -> dict[str, float]:
+    """llama-server's ``/metrics`` counters (``llamacpp:prompt_tokens_total`` = tokens prefilled, ...)."""
+    try:
+        resp = httpx.get(f"{server.base_url}/metrics", timeout=10)
+        resp.raise_for_status()
+    except httpx.HTTPError as exc:
+        logger.warning("no /metrics from %s: %s", server.base_url, exc)
+        return {}
+    return {m.group(1).split(":", 1)[1]: float(m.group(2)) for m in _METRIC.finditer(resp.text)}
+
+
+_LAUNCH = re.compile(rb"launch_slot_.*processing task")
+
+
+def requests_served(server: LlamaServer) -> int:
+    """Completion requests a llama-server served, counted from its log (one ``launch_slot_`` line each)."""
+    if server.log_path is None or not Path(server.log_path).exists():
+        return 0
+    return len(_LAUNCH.findall(Path(server.log_path).read_bytes()))
+
+
+@dataclass
+class Pool:
+    """One arm's running workers and the AgentRouter ChainOfAgents uses."""
+
+    workers: list[LlamaServer]
+    router: AgentRouter[EngineClient]
+    clients: list[EngineClient]
+    sglang: SGLangRouter | None
+
+
+@contextlib.contextmanager
+def pool(arm: Arm, *, model: Path, workers: int, threads: int, cache_mib: int, ctx_size: int,
+         capacity_tokens: int | None, log_dir: Path | None = None) -> Iterator[Pool]:
+    """Start ``workers`` cold llama-servers (and the SGLang router for ``sglang`` arms); stop them after."""
+    servers = [LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib,
+                           log_path=None if log_dir is None else log_dir / f"{arm.name}-w{i}.log")
+               for i in range(workers)]
+    clients: list[EngineClient] = []
+    sglang: SGLangRouter | None = None
+    try:
+        for s in servers:
+            s.start()
+        if arm.kind == "sglang":
+            sglang = SGLangRouter([s.base_url for s in servers], request_timeout_s=600,
+                                  log_path=None if log_dir is None else log_dir / f"{arm.name}-router.log",
+                                  **arm.router).start()
+            clients = [EngineClient(sglang.base_url, model=servers[0].alias, timeout=600, max_retries=2)]
+            router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")
+        else:
+            clients = [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
+            router = AgentRouter(clients, capacity_tokens=capacity_tokens, **arm.agent)
+        yield Pool(servers, router, clients, sglang)
+    finally:
+        for c in clients:
+            c.close()
+        if sglang is not None:
+            sglang.stop()
+        for s in servers:
+            s.stop()
