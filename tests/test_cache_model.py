@@ -201,3 +201,42 @@ def test_model_equals_llama_server_cached_tokens(server: Any, max_tokens: int) -
     assert [r[0] for r in rows] == [r[1] for r in rows], rows
     assert all(r[0] <= r[2] for r in rows)             # a radix cache would reuse at least as much
     assert sum(r[0] for r in rows) > 0
+
+
+@pytest.mark.engine
+def test_model_equals_llama_server_on_locomo_prompts(server: Any) -> None:
+    """The benchmark's own prompt shapes: LoCoMo observations, TF-IDF top-12, baseline then aligned order,
+    the warm-up prompt first, 8 generated tokens per answer."""
+    from benchmarks.index_bench import render
+    from benchmarks.locomo.engines import WARMUP_PROMPT
+    from benchmarks.retrieval import TfidfRetriever
+    from cp_memory.engine import EngineClient
+    from cp_memory.index import ContextIndex
+    from cp_memory.locomo import LocomoNotFound, load_locomo
+
+    try:
+        conv = load_locomo()[0]
+    except LocomoNotFound as exc:
+        pytest.skip(str(exc))
+    texts = {o.id: o.text for o in conv.observations}
+    ids = list(texts)
+    retriever = TfidfRetriever([texts[i] for i in ids])
+    questions = [q.question for q in conv.qa if q.category != 5][:6]
+    for aligned in (False, True):
+        server.restart()
+        model = LlamaServerCache()
+        index = ContextIndex()
+        with EngineClient(server.base_url) as client:
+            got, want = [], []
+            for prompt in [WARMUP_PROMPT] + [
+                render(index.insert(r).order if aligned else r, texts, r, q)
+                for q in questions for r in [[ids[i] for i in retriever.search(q, 12)]]
+            ]:
+                ids_ = client.tokenize(prompt)
+                assert ids_ is not None
+                reply = client.complete(prompt, max_tokens=8, temperature=0.0)
+                got.append(reply.cached_tokens)
+                want.append(model.serve(ids_, generated=(reply.completion_tokens or 1) - 1).cached)
+        assert got == want
+        if aligned:
+            assert sum(got) > 0
