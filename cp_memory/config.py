@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ContextPilotConfig", "TailOrder", "ResultsOrder", "CommitMode"]
+__all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 
 TailOrder = Literal["frequency", "retrieval"]
 ResultsOrder = Literal["aligned", "mem0"]

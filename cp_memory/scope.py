@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ENTITY_KEYS", "Scope", "scope_of", "entity_ids", "entity_partition", "canonical_json"]
+__all__ = ["ENTITY_KEYS", "Scope", "canonical_json", "entity_ids", "entity_partition", "scope_of"]
 
 #: mem0's entity keys, in the order used for display and partitioning.
 ENTITY_KEYS: tuple[str, ...] = ("user_id", "agent_id", "run_id")

@@ -20,9 +20,9 @@ from tests.mem0_fixtures import require_mem0
 
 require_mem0()
 
-from cp_memory.index import ContextIndex  # noqa: E402
-from cp_memory.memory import ContextPilotConfig, ContextPilotInfo, ContextPilotMemory  # noqa: E402
-from cp_memory.render import build_messages, build_prompt  # noqa: E402
+from cp_memory.index import ContextIndex
+from cp_memory.memory import ContextPilotConfig, ContextPilotInfo, ContextPilotMemory
+from cp_memory.render import build_messages, build_prompt
 
 pytestmark = pytest.mark.mem0
 

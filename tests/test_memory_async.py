@@ -10,10 +10,10 @@ from tests.mem0_fixtures import aingest, observations, require_mem0
 
 require_mem0()
 
-from cp_memory.index import ContextIndex  # noqa: E402
-from cp_memory.embedded import default_memory  # noqa: E402
-from cp_memory.memory import AsyncContextPilotMemory  # noqa: E402
-from cp_memory.render import build_prompt  # noqa: E402
+from cp_memory.embedded import default_memory
+from cp_memory.index import ContextIndex
+from cp_memory.memory import AsyncContextPilotMemory
+from cp_memory.render import build_prompt
 
 pytestmark = pytest.mark.mem0
 

@@ -13,11 +13,11 @@ import pytest
 from tests.mem0_fixtures import require_mem0
 
 require_mem0()
-import httpx  # noqa: E402
-from mem0 import AsyncMemoryClient, MemoryClient  # noqa: E402
-from mem0.client.types import SearchMemoryOptions  # noqa: E402
+import httpx
+from mem0 import AsyncMemoryClient, MemoryClient
+from mem0.client.types import SearchMemoryOptions
 
-from cp_memory.memory import (  # noqa: E402
+from cp_memory.memory import (
     AsyncContextPilotMemory,
     AsyncContextPilotMemoryClient,
     ContextPilotMemory,
@@ -185,7 +185,7 @@ def test_other_methods_pass_through_with_their_own_signatures():
             except Exception as exc:  # the same error both ways (mem0's own error mapping)
                 outcomes.append((type(exc).__name__, str(exc)))
         assert outcomes[0] == outcomes[1], name
-    strip = lambda reqs: [r for r in reqs if r[1] != "/v1/ping/"]  # noqa: E731
+    strip = lambda reqs: [r for r in reqs if r[1] != "/v1/ping/"]
     assert strip(wrapped.requests) == strip(direct.requests)
 
 

@@ -30,10 +30,10 @@ import os
 # mem0's classes): keep cp_memory's offline default unless the application chose otherwise.
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
-from ..config import ContextPilotConfig  # noqa: E402
-from ..scope import ENTITY_KEYS, Scope, scope_of  # noqa: E402
-from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory  # noqa: E402
-from .wrappers import (  # noqa: E402
+from ..config import ContextPilotConfig
+from ..scope import ENTITY_KEYS, Scope, scope_of
+from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
+from .wrappers import (
     AsyncContextPilotMemory,
     AsyncContextPilotMemoryClient,
     ContextPilotMemory,
@@ -41,7 +41,16 @@ from .wrappers import (  # noqa: E402
 )
 
 __all__ = [
-    "AsyncContextPilotMemory", "AsyncContextPilotMemoryClient", "ContextPilotConfig", "ContextPilotInfo",
-    "ContextPilotMemory", "ContextPilotMemoryClient", "ENTITY_KEYS", "RenderedBlock", "Scope", "SearchResults",
-    "SentMemory", "scope_of",
+    "ENTITY_KEYS",
+    "AsyncContextPilotMemory",
+    "AsyncContextPilotMemoryClient",
+    "ContextPilotConfig",
+    "ContextPilotInfo",
+    "ContextPilotMemory",
+    "ContextPilotMemoryClient",
+    "RenderedBlock",
+    "Scope",
+    "SearchResults",
+    "SentMemory",
+    "scope_of",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..scope import Scope, scope_of
 
-__all__ = ["SearchCall", "local_call", "hosted_call", "valid_top_k"]
+__all__ = ["SearchCall", "hosted_call", "local_call", "valid_top_k"]
 
 #: hosted ``search`` options that narrow the result set (part of the scope; extras are refused with them)
 _HOSTED_NARROWING = ("categories", "metadata", "show_expired", "latest_only", "fields")

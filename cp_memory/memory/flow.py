@@ -15,7 +15,7 @@ from typing import Any, Union
 from .calls import SearchCall
 from .pipeline import SearchPipeline
 
-__all__ = ["Mem0Search", "Mem0Get", "search_flow", "drive", "adrive"]
+__all__ = ["Mem0Get", "Mem0Search", "adrive", "drive", "search_flow"]
 
 logger = logging.getLogger(__name__)
 

@@ -11,36 +11,32 @@ of its inputs plus the wrapper's own state (per-scope indexes, dedup records, pe
    returns the aligned order (plus superset/swap extras: ids to verify with mem0 before use);
 4. :meth:`~SearchPipeline.finish` — extras that passed verification join, the conversation's dedup plan
    replaces already-sent memories by location annotations, labels and the order annotation are made and
-   the context is rendered. The turn is pending until :meth:`commit` (or committed now, ``commit="on_search"``).
+   the context is rendered. The turn is pending until committed (:mod:`.turns`), or committed at once
+   (``commit="on_search"``).
 
 Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, which never raises).
 """
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..annotations import doc_label, order_annotation
-from ..blocks import ContextBlock
-
-
-def estimate_tokens(text: str) -> int:  # TODO: use cp_memory.blocks.estimate_tokens once it lands
-    return max(1, len(text) // 4)
+from ..blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..config import ContextPilotConfig
-from ..dedup import DedupResult, Deduplicator
+from ..dedup import Deduplicator
 from ..index import Placement
-from ..lru import LRUMap
 from ..render import render_context
+from ..scope import Scope
 from .calls import SearchCall
 from .filters import admits
-from ..scope import Scope
 from .state import ScopeState, ScopeStore
+from .turns import Turns
 from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
 
-__all__ = ["SearchPipeline", "Plan", "Window", "Aligned", "PendingTurn", "results_of"]
+__all__ = ["Aligned", "Plan", "SearchPipeline", "Window", "respond", "results_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +76,6 @@ class Aligned:
     extra_keys: tuple[tuple[Hashable, str], ...]   # (id, digest) of extras to verify
 
 
-@dataclass(frozen=True)
-class PendingTurn:
-    conversation_key: tuple[Scope, str]
-    dedup: DedupResult
-    state: ScopeState | None
-    request_id: Hashable | None
-
-
 class SearchPipeline:
     """The wrapper's state and the I/O-free steps of one search. Thread-safe."""
 
@@ -95,7 +83,7 @@ class SearchPipeline:
         self.config = config
         self.scopes = ScopeStore(config)
         self.deduplicator = Deduplicator(max_conversations=config.max_conversations, content=config.content_dedup)
-        self.pending: LRUMap[str, PendingTurn] = LRUMap(config.max_pending_turns)
+        self.turns = Turns(self.deduplicator, config.max_pending_turns)
 
     # ------------------------------------------------------------------ 1. plan
     def plan(self, call: SearchCall, conversation_id: Any) -> Plan:
@@ -133,25 +121,8 @@ class SearchPipeline:
         raw = results_of(response)
         if raw is None:
             return None
-        results: list[Mapping[str, Any]] = []
-        seen: set[Hashable] = set()
-        for i, r in enumerate(raw):
-            if not isinstance(r, Mapping) or "id" not in r:
-                raise ValueError(f"mem0 result {i} has no 'id': {r!r:.200}")
-            rid = r["id"]
-            try:
-                hash(rid)
-            except TypeError:
-                raise ValueError(f"mem0 result {i} has an unhashable id {rid!r:.100}") from None
-            if rid is None:
-                raise ValueError(f"mem0 result {i} has id None")
-            if rid in seen:
-                logger.warning("mem0 returned memory id %r twice in one response; kept its first copy", rid)
-                continue
-            seen.add(rid)
-            results.append(r)
-        blocks = [ContextBlock(id=r["id"], text="" if r.get("memory") is None else str(r["memory"]))
-                  for r in results]
+        converted = blocks_from_mem0(raw)      # ids checked, repeated ids collapsed (with a warning)
+        results, blocks = list(converted.results), list(converted.blocks)
         top_k = plan.call.top_k if plan.call.top_k is not None else len(blocks)
         where: Sequence[Any] = (None,) * len(blocks)
         if plan.conversation is not None and plan.call.scope is not None:
@@ -239,9 +210,7 @@ class SearchPipeline:
             if self.config.commit == "on_search":
                 result, committed = self.deduplicator.commit(result), True
             else:
-                turn_id = uuid.uuid4().hex
-                self.pending.set(turn_id, PendingTurn(key, result, aligned.state,
-                                                      None if placement is None else placement.request_id))
+                turn_id = self.turns.open(result, aligned.state, None if placement is None else placement.request_id)
             turn, kept = result.turn, list(result.blocks)
             for d in result.dropped:
                 if d.block_id in extra_ids:
@@ -301,43 +270,6 @@ class SearchPipeline:
         except Exception:
             logger.exception("rendering mem0's results for the fallback failed too; returning them untouched")
             return response
-
-    # ------------------------------------------------------------------ two-phase dedup
-    def _pending_of(self, response_or_turn: Any) -> tuple[str | None, PendingTurn | None]:
-        turn_id = response_or_turn
-        if not isinstance(response_or_turn, str):
-            info = response_or_turn.get("context_pilot") if isinstance(response_or_turn, Mapping) else \
-                getattr(response_or_turn, "context_pilot", None)
-            if not isinstance(info, Mapping):
-                raise TypeError("commit/rollback take a search response of this wrapper (or its turn_id)")
-            turn_id = info.get("turn_id")
-        if turn_id is None:
-            return None, None
-        return turn_id, self.pending.pop(turn_id)
-
-    def commit(self, response_or_turn: Any) -> int | None:
-        """Register a turn as sent; returns its turn number (None: the search had nothing to commit)."""
-        turn_id, pending = self._pending_of(response_or_turn)
-        if turn_id is None:
-            return None
-        if pending is None:
-            raise ValueError(f"turn {turn_id} is unknown: already committed or rolled back, or expired "
-                             f"(more than max_pending_turns={self.config.max_pending_turns} pending)")
-        return self.deduplicator.commit(pending.dedup).turn
-
-    def rollback(self, response_or_turn: Any) -> None:
-        """Forget a turn that was never sent: dedup unchanged, its request leaves the scope's index."""
-        turn_id, pending = self._pending_of(response_or_turn)
-        if pending is None:
-            return
-        self.deduplicator.rollback(pending.dedup)
-        if pending.state is not None and pending.request_id is not None:
-            with pending.state.lock:
-                if pending.state.index.evict(pending.request_id):
-                    try:
-                        pending.state.requests.remove(pending.request_id)
-                    except ValueError:
-                        pass
 
 
 def respond(response: Any, results: list[Any], info: ContextPilotInfo) -> Any:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ForwardingProxy", "with_conversation", "transient_errors", "retrying"]
+__all__ = ["ForwardingProxy", "retrying", "transient_errors", "with_conversation"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,13 @@ def transient_errors() -> tuple[type[BaseException], ...]:
 def retrying(fn: Callable[..., Any], attempts: int, wait_s: float,
              retry_on: tuple[type[BaseException], ...]) -> Callable[..., Any]:
     """``fn`` with bounded tenacity retries (works for sync and async callables alike)."""
-    from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+    from tenacity import (
+        before_sleep_log,
+        retry,
+        retry_if_exception_type,
+        stop_after_attempt,
+        wait_exponential,
+    )
     return retry(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=wait_s, max=2.0),
                  retry=retry_if_exception_type(retry_on), reraise=True,
                  before_sleep=before_sleep_log(logger, logging.WARNING))(fn)

@@ -31,7 +31,7 @@ from ..index import ContextIndex
 from ..lru import LRUMap
 from ..scope import Scope
 
-__all__ = ["ScopeState", "ScopeStore", "SNAPSHOT_SUFFIX"]
+__all__ = ["SNAPSHOT_SUFFIX", "ScopeState", "ScopeStore"]
 
 logger = logging.getLogger(__name__)
 

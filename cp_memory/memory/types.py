@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["RenderedBlock", "SentMemory", "ContextPilotInfo", "SearchResults"]
+__all__ = ["ContextPilotInfo", "RenderedBlock", "SearchResults", "SentMemory"]
 
 
 class _Frozen(BaseModel):

@@ -27,14 +27,24 @@ from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 from ..config import ContextPilotConfig
 from ..dedup import Deduplicator
 from ..index import ContextIndex
+from ..scope import ENTITY_KEYS, entity_ids, scope_of
 from .calls import SearchCall, hosted_call, local_call
 from .flow import adrive, drive, search_flow
 from .pipeline import SearchPipeline
-from .proxy import OWN_NAMES, ForwardingProxy, retrying, transient_errors, with_conversation
-from ..scope import ENTITY_KEYS, entity_ids, scope_of
+from .proxy import (
+    OWN_NAMES,
+    ForwardingProxy,
+    retrying,
+    transient_errors,
+    with_conversation,
+)
 
-__all__ = ["ContextPilotMemory", "AsyncContextPilotMemory", "ContextPilotMemoryClient",
-           "AsyncContextPilotMemoryClient"]
+__all__ = [
+    "AsyncContextPilotMemory",
+    "AsyncContextPilotMemoryClient",
+    "ContextPilotMemory",
+    "ContextPilotMemoryClient",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -146,11 +156,11 @@ class _Wrapper(ForwardingProxy):
         Returns the committed turn number (None when the search had no conversation). Raises
         ``ValueError`` for a turn committed or rolled back before.
         """
-        return self._cp_pipeline.commit(response)
+        return self._cp_pipeline.turns.commit(response)
 
     def rollback(self, response: Any) -> None:
         """The turn of ``response`` was not sent (the model call failed): forget it. Idempotent."""
-        self._cp_pipeline.rollback(response)
+        self._cp_pipeline.turns.rollback(response)
 
     @contextlib.contextmanager
     def sending(self, response: Any) -> Iterator[Any]:
@@ -229,7 +239,7 @@ class ContextPilotMemory(_Wrapper, Memory):
     def __enter__(self) -> ContextPilotMemory:
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         self.close()
         return False
 
@@ -258,7 +268,7 @@ class AsyncContextPilotMemory(_Wrapper, AsyncMemory):
     async def __aenter__(self) -> AsyncContextPilotMemory:
         return self
 
-    async def __aexit__(self, *exc: Any) -> bool:
+    async def __aexit__(self, *exc: object) -> bool:
         self.close()
         return False
 

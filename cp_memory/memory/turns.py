@@ -1,0 +1,85 @@
+"""Two-phase turns: a search plans a conversation turn; it counts as sent only once committed.
+
+A failed model call must not poison dedup: if a turn were registered at search time and its prompt never
+reached the model, a retry would send location annotations pointing at memories the model never saw. So
+``search`` returns a *pending* turn (``context_pilot["turn_id"]``); the caller commits it once the prompt
+was sent (:meth:`Turns.commit`) or rolls it back (:meth:`Turns.rollback`: the dedup record is untouched
+and the request leaves the scope's index, which must only model prompts the engine really prefilled).
+Pending turns are bounded (LRU, ``max_pending_turns``): an abandoned turn simply expires.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..dedup import Deduplicator, DedupResult
+from ..lru import LRUMap
+from .state import ScopeState
+
+__all__ = ["PendingTurn", "Turns"]
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    dedup: DedupResult
+    state: ScopeState | None
+    request_id: Hashable | None
+
+
+def _turn_id_of(response_or_turn: Any) -> str | None:
+    if isinstance(response_or_turn, str):
+        return response_or_turn
+    info = response_or_turn.get("context_pilot") if isinstance(response_or_turn, Mapping) else \
+        getattr(response_or_turn, "context_pilot", None)
+    if not isinstance(info, Mapping):
+        raise TypeError("commit/rollback take a search response of this wrapper (or its turn_id), "
+                        f"got {type(response_or_turn).__name__}")
+    turn_id = info.get("turn_id")
+    return turn_id if isinstance(turn_id, str) else None
+
+
+class Turns:
+    """Pending turns by id. Thread-safe (the LRU map and the deduplicator lock themselves)."""
+
+    def __init__(self, deduplicator: Deduplicator, max_pending: int) -> None:
+        self.deduplicator = deduplicator
+        self.max_pending = max_pending
+        self._pending: LRUMap[str, PendingTurn] = LRUMap(max_pending)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def open(self, plan: DedupResult, state: ScopeState | None, request_id: Hashable | None) -> str:
+        """Keep a planned turn until it is committed or rolled back; returns its id."""
+        turn_id = uuid.uuid4().hex
+        self._pending.set(turn_id, PendingTurn(plan, state, request_id))
+        return turn_id
+
+    def commit(self, response_or_turn: Any) -> int | None:
+        """Register a turn as sent; returns its turn number (None: the search had nothing to commit)."""
+        turn_id = _turn_id_of(response_or_turn)
+        if turn_id is None:
+            return None
+        pending = self._pending.pop(turn_id)
+        if pending is None:
+            raise ValueError(f"turn {turn_id} is unknown: already committed or rolled back, or expired "
+                             f"(more than max_pending_turns={self.max_pending} pending)")
+        return self.deduplicator.commit(pending.dedup).turn
+
+    def rollback(self, response_or_turn: Any) -> None:
+        """Forget a turn that was never sent. Idempotent."""
+        turn_id = _turn_id_of(response_or_turn)
+        pending = self._pending.pop(turn_id) if turn_id is not None else None
+        if pending is None:
+            return
+        self.deduplicator.rollback(pending.dedup)
+        state, rid = pending.state, pending.request_id
+        if state is not None and rid is not None:
+            with state.lock:
+                if state.index.evict(rid):
+                    try:
+                        state.requests.remove(rid)
+                    except ValueError:
+                        pass
