@@ -37,7 +37,14 @@ from .export import PromptExport
 from .ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from .judge import Judge
 from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, parse_top_k
-from .report import Summary, machine_info, markdown_table, summarize, write_results
+from .report import (
+    Summary,
+    machine_info,
+    markdown_table,
+    summarize,
+    write_results,
+    write_summary_json,
+)
 from .runner import (
     PROMPT_TEMPLATE,
     SYSTEM_PROMPT,
@@ -394,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--report", metavar="RESULTS",
                    help="only print the table of an earlier run (its folder or results.json); runs nothing")
     o.add_argument("--out", default="results", help="parent folder of the results folder (default results/)")
+    o.add_argument("--summary-json", metavar="FILE",
+                   help="also write meta + per-(k, mode) summary, no per-request texts (small enough to commit, "
+                        "e.g. docs/results/locomo_*.json); works with --report too")
     o.add_argument("--export-prompts", metavar="FILE",
                    help="also write the exact prompt sequence (per mode and k, with flush and warm-up points) as "
                         "compact JSON (.gz: gzipped) for python -m benchmarks.replay FILE --engine-url URL")
@@ -445,7 +455,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.error("cannot read %s: %s", args.report, exc)
             return 2
-        sys.stdout.write(markdown_table(summarize(records), meta) + "\n")
+        summaries = summarize(records)
+        sys.stdout.write(markdown_table(summaries, meta) + "\n")
+        if args.summary_json:
+            write_summary_json(args.summary_json, summaries, meta, source=args.report)
         return 0
     from cp_memory.embedded import set_offline_env
 
@@ -462,5 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:  # engine failed to start, nothing ingested, ...
         logger.error("%s", exc)
         return 1
+    if args.summary_json:
+        write_summary_json(args.summary_json, result.summaries, result.meta, source=str(result.folder))
     sys.stdout.write(result.table + "\n\nresults: " + str(result.folder) + "\n")
     return 0

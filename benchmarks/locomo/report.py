@@ -32,6 +32,7 @@ __all__ = [
     "plot",
     "summarize",
     "write_results",
+    "write_summary_json",
 ]
 
 #: The paper's Mem0 + LoCoMo numbers (Qwen3-4B, SGLang, H100, GPT-4.1 judge), for side-by-side tables.
@@ -388,6 +389,18 @@ def write_results(folder: Path, records: Sequence[RequestRecord], summaries: Seq
     if front is not None:
         out["pareto"] = front
     return out
+
+
+def write_summary_json(path: str | Path, summaries: Sequence[Summary], meta: Mapping[str, Any], *,
+                       source: str | None = None) -> Path:
+    """Meta and the per-(k, mode) summary only (no request texts): the committed JSON behind a table."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    keep = {k: v for k, v in meta.items() if k not in ("prompt_template",)}
+    command = "python -m benchmarks.locomo " + " ".join(str(a) for a in meta.get("argv", []))
+    payload = {"command": command, "source": source, "meta": keep, "summary": [asdict(s) for s in summaries]}
+    p.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
+    return p
 
 
 def load_records(path: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
