@@ -12,8 +12,15 @@ The request id is sent as ``rid`` in the body (SGLang uses it as its internal re
 and vLLM ignore unknown body fields) and as the ``X-Request-Id`` header.
 
 Connection errors and 5xx/429 answers are retried a bounded number of times with exponential
-backoff (tenacity); after that, or on a 4xx answer, a malformed stream, or an error event in the
-stream, an :class:`EngineError` with a clear message is raised.
+backoff (tenacity), or after the server's ``Retry-After`` when that is longer; after that, or on a
+4xx answer, a malformed stream, or an error event in the stream, an :class:`EngineError` with a
+clear message is raised.
+
+Every call is bounded: ``timeout`` caps each wait (connect, a read), ``total_timeout`` the whole
+call, retries and their waits included (default ``timeout * (max_retries + 1)``; a retry that would
+start past it is not made), and ``max_response_bytes`` the bytes read of one answer (default
+16 MiB; an error answer is read up to 64 KiB only). Hitting a bound raises
+:class:`EngineDeadlineExceeded` (a :class:`TimeoutError`) or :class:`EngineResponseTooLarge`.
 
 Layout: :mod:`.sse` parses the stream, :mod:`.transport` plans requests, attempts and errors,
 :mod:`.admin` holds the admin endpoints as flows; the two clients below only do the I/O, the same
@@ -31,6 +38,7 @@ import httpx
 from tenacity import AsyncRetrying, Retrying
 
 from . import admin
+from .deadline import loop_timer, thread_timer
 from .errors import (
     EngineConnectionError,
     EngineDeadlineExceeded,
@@ -41,7 +49,7 @@ from .errors import (
     EngineTimeout,
 )
 from .sse import CompletionResult
-from .transport import Call, ClientConfig, Reply, Request
+from .transport import DEFAULT_MAX_RESPONSE_BYTES, Call, ClientConfig, Reply, Request
 
 logger = logging.getLogger(__name__)
 
@@ -76,22 +84,37 @@ class _ClientBase:
         extra_body: Mapping[str, Any] | None = None,
         retry_wait_s: float = 0.25,
         retry_wait_max_s: float = 4.0,
+        total_timeout: float | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if total_timeout is None:
+            total_timeout = timeout * (max_retries + 1)
+        if not total_timeout > 0:
+            raise ValueError(f"total_timeout must be > 0 (or None for the default), "
+                             f"got {total_timeout!r}")
+        if max_response_bytes <= 0:
+            raise ValueError(f"max_response_bytes must be > 0, got {max_response_bytes!r}")
         base = base_url.rstrip("/").removesuffix("/v1")
         self.base_url = base
         self.model = model
         self.timeout = timeout
+        self.total_timeout = total_timeout
+        self.max_response_bytes = max_response_bytes
         self.max_retries = max_retries
         self.send_request_id = send_request_id
         self.extra_body = dict(extra_body or {})
-        headers = {"Accept": "text/event-stream"}
+        # identity: a compressed answer could expand far past the byte cap within one chunk
+        headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._config = ClientConfig(base_url=base, headers=headers, timeout=timeout,
-                                    max_retries=max_retries, retry_wait_s=retry_wait_s,
-                                    retry_wait_max_s=retry_wait_max_s)
+                                    total_timeout=total_timeout, max_retries=max_retries,
+                                    retry_wait_s=retry_wait_s, retry_wait_max_s=retry_wait_max_s,
+                                    max_response_bytes=max_response_bytes)
         self._http = self._make_http()
 
     def _make_http(self) -> Any:
@@ -131,6 +154,8 @@ class EngineClient(_ClientBase):
     ``max_retries`` extra attempts follow a failed connection or a 5xx/429 answer.
     ``send_request_id=False`` stops sending ``rid`` (for strict servers such as api.openai.com);
     ``extra_body`` is merged into every completion request body (e.g. ``{"ignore_eos": True}``).
+    ``timeout`` bounds each wait, ``total_timeout`` each call (default ``timeout * (max_retries
+    + 1)``), ``max_response_bytes`` each answer (default 16 MiB): see the module docstring.
     """
 
     _http: httpx.Client
@@ -196,7 +221,8 @@ class EngineClient(_ClientBase):
         return result
 
     def _attempt(self, call: Call[T]) -> T:
-        with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response:
+        with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response, \
+                call.alarm(response, thread_timer):
             handler = call.on_response(response.status_code, response.headers)
             for chunk in response.iter_bytes():
                 if handler.feed(chunk):
@@ -272,7 +298,8 @@ class AsyncEngineClient(_ClientBase):
         return result
 
     async def _attempt(self, call: Call[T]) -> T:
-        async with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response:
+        async with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response, \
+                call.alarm(response, loop_timer):
             handler = call.on_response(response.status_code, response.headers)
             async for chunk in response.aiter_bytes():
                 if handler.feed(chunk):

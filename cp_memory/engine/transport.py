@@ -1,22 +1,22 @@
 """The HTTP + retry layer, written once for both clients and free of I/O.
 
 A :class:`Call` is one logical request: its :class:`Request`, the client's :class:`ClientConfig`,
-a total deadline, and the handler that turns the answer's bytes into a result. The sync and async
-clients only move bytes: per attempt they open ``http.stream(**call.httpx_kwargs())``, feed the
+a total deadline, and the handler (:mod:`.answers`) that turns the answer's bytes into a result.
+The sync and async clients only move bytes: per attempt they open
+``http.stream(**call.httpx_kwargs())`` under ``call.attempt()`` and ``call.alarm(...)``, feed the
 chunks to ``call.on_response(...)`` and return ``handler.finish()``; tenacity repeats that under
-:meth:`Call.retrying`. Everything else — timeouts per attempt, the deadline, byte caps, which
-failures are retried, ``Retry-After``, and the error messages — lives here.
+:meth:`Call.retrying`. Everything else — timeouts per attempt, the deadline, which failures are
+retried, ``Retry-After`` against the deadline, and the error messages — lives here.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, NoReturn, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import httpx
 from tenacity import (
@@ -26,23 +26,26 @@ from tenacity import (
     wait_exponential,
 )
 
+from .answers import Body, Bounded, Handler, Reply, RetryableStatus, completion_handler
+from .deadline import Schedule, SocketAlarm
 from .errors import (
     EngineConnectionError,
+    EngineDeadlineExceeded,
     EngineError,
     EngineStatusError,
     EngineTimeout,
 )
-from .sse import CompletionResult, StreamDecoder, error_detail
+from .sse import CompletionResult
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Call", "ClientConfig", "Reply", "Request"]
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "Call", "ClientConfig", "Reply", "Request"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
-#: an error answer is read up to this many bytes (enough for any message; never a whole 50 MB page)
-ERROR_BODY_LIMIT = 64 * 1024
+#: default cap on the bytes of one answer (~50k streamed tokens; a server ignoring max_tokens)
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,11 @@ class ClientConfig:
     base_url: str
     headers: Mapping[str, str]
     timeout: float
+    total_timeout: float
     max_retries: int
     retry_wait_s: float
     retry_wait_max_s: float
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     @property
     def connect_timeout(self) -> float:
@@ -76,42 +81,6 @@ class Request:
     request_id: str | None = None
 
 
-@dataclass(frozen=True)
-class Reply:
-    """An admin request's answer: status and (bounded) body."""
-
-    status: int
-    body: bytes
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", "replace")
-
-    def json(self) -> Any:
-        """The body as JSON, ``None`` when it is not JSON."""
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
-
-
-class Handler(Protocol[T_co]):
-    """Consumes an answer's body: ``feed`` returns ``True`` to stop reading early."""
-
-    def feed(self, data: bytes) -> bool: ...
-
-    def finish(self) -> T_co: ...
-
-
-class _RetryableStatus(Exception):
-    """A 5xx / 429 answer: worth another attempt (turned into an EngineStatusError at the end)."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-
-
 _RETRYABLE_TRANSPORT = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
@@ -123,89 +92,72 @@ _RETRYABLE_TRANSPORT = (
 
 
 def _is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (_RetryableStatus, *_RETRYABLE_TRANSPORT))
-
-
-class _ErrorBody:
-    """Collects the start of an error answer, then raises the matching error."""
-
-    def __init__(self, call: Call[Any], status: int) -> None:
-        self.call = call
-        self.status = status
-        self.body = bytearray()
-
-    def feed(self, data: bytes) -> bool:
-        self.body += data[: ERROR_BODY_LIMIT - len(self.body)]
-        return len(self.body) >= ERROR_BODY_LIMIT
-
-    def finish(self) -> NoReturn:
-        detail = error_detail(self.body.decode("utf-8", "replace"))
-        if self.status >= 500 or self.status == 429:
-            raise _RetryableStatus(self.status, detail)
-        raise EngineStatusError(f"{self.call.request.method} {self.call.url} was rejected: "
-                                f"HTTP {self.status}: {detail}", status=self.status)
-
-
-class _Stream:
-    def __init__(self, call: Call[CompletionResult], headers: httpx.Headers) -> None:
-        self.call = call
-        event_stream = "text/event-stream" in headers.get("content-type", "")
-        self.decoder = StreamDecoder(call.url, call.t0, chat=call.request.chat,
-                                     event_stream=event_stream)
-
-    def feed(self, data: bytes) -> bool:
-        return self.decoder.feed(data)
-
-    def finish(self) -> CompletionResult:
-        return self.decoder.result(self.call.request.request_id)
-
-
-class _Body:
-    def __init__(self, status: int) -> None:
-        self.status = status
-        self.body = bytearray()
-
-    def feed(self, data: bytes) -> bool:
-        self.body += data
-        return False
-
-    def finish(self) -> Reply:
-        return Reply(self.status, bytes(self.body))
+    return isinstance(exc, (RetryableStatus, *_RETRYABLE_TRANSPORT))
 
 
 class Call(Generic[T]):
     """One logical request and its attempts. I/O-free: the clients do the I/O."""
 
     def __init__(self, request: Request, config: ClientConfig,
-                 handler: Callable[[Call[T], int, httpx.Headers], Handler[T]]) -> None:
+                 handler: Callable[[Call[T], int, httpx.Headers], Handler[T]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.request = request
         self.config = config
         self._handler = handler
+        self._clock = clock
+        self.deadline = clock() + config.total_timeout
         self.t0 = 0.0
+        self.attempts = 0
+        self.received = 0  # bytes of the current attempt's answer
         self._wait_exp = wait_exponential(multiplier=config.retry_wait_s,
                                           max=config.retry_wait_max_s)
+        self._gave_up_early: str | None = None
 
     @classmethod
     def completion(cls, request: Request, config: ClientConfig) -> Call[CompletionResult]:
-        return Call(request, config, _completion_handler)
+        return Call(request, config, completion_handler)
 
     @classmethod
     def admin(cls, request: Request, config: ClientConfig) -> Call[Reply]:
-        return Call(request, config, lambda call, status, headers: _Body(status))
+        return Call(request, config, lambda call, status, headers: Body(status))
 
     @property
     def url(self) -> str:
         return f"{self.config.base_url}{self.request.path}"
 
+    @property
+    def where(self) -> str:
+        return f"{self.request.method} {self.url}"
+
+    # -- the deadline ----------------------------------------------------------------------
+    def remaining(self) -> float:
+        return self.deadline - self._clock()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def deadline_error(self) -> EngineDeadlineExceeded:
+        return EngineDeadlineExceeded(
+            f"{self.where}: no complete answer within the call's deadline (total_timeout="
+            f"{self.config.total_timeout:g}s; {self.attempts} attempt(s), {self.received} bytes "
+            f"of the last answer read)")
+
+    def alarm(self, response: httpx.Response, schedule: Schedule) -> SocketAlarm:
+        """Context manager around reading ``response``: ends a read blocked at the deadline."""
+        return SocketAlarm(response, self.remaining(), schedule)
+
     # -- one attempt -----------------------------------------------------------------------
     def httpx_kwargs(self) -> dict[str, Any]:
         """Arguments of ``http.stream(...)`` for the next attempt."""
         req = self.request
+        left = max(self.remaining(), 0.001)
         kwargs: dict[str, Any] = {
             "method": req.method,
             "url": req.path,
             "headers": {**self.config.headers, **req.headers},
-            "timeout": httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout),
+            # no single wait (connect, write, headers, a read) may pass the deadline
+            "timeout": httpx.Timeout(min(self.config.timeout, left),
+                                     connect=min(self.config.connect_timeout, left)),
         }
         if req.json is not None:
             kwargs["json"] = req.json
@@ -220,8 +172,12 @@ class Call(Generic[T]):
     def _convert(self, exc: BaseException) -> None:
         """Turn a transport error not worth retrying into an :class:`EngineError`; anything
         else (retryable errors go to tenacity as they are) is left to propagate."""
-        where = f"{self.request.method} {self.url}"
-        if isinstance(exc, (EngineError, _RetryableStatus, *_RETRYABLE_TRANSPORT)):
+        where = self.where
+        if isinstance(exc, (EngineError, RetryableStatus)):
+            return
+        if isinstance(exc, httpx.HTTPError) and self.expired():
+            raise self.deadline_error() from exc  # a wait clipped to the deadline, or the alarm
+        if isinstance(exc, _RETRYABLE_TRANSPORT):
             return
         if isinstance(exc, httpx.TimeoutException):
             raise EngineTimeout(f"{where} timed out after {self.config.timeout:g}s: "
@@ -230,8 +186,9 @@ class Call(Generic[T]):
             raise EngineError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
 
     def on_response(self, status: int, headers: httpx.Headers) -> Handler[T]:
-        """The handler for this answer's body."""
-        return self._handler(self, status, headers)
+        """The handler for this answer's body, bounded by the byte cap and the deadline."""
+        self.received = 0
+        return Bounded(self, self._handler(self, status, headers))
 
     # -- attempts --------------------------------------------------------------------------
     def retrying(self) -> dict[str, Any]:
@@ -239,27 +196,47 @@ class Call(Generic[T]):
         return {
             "retry": retry_if_exception(_is_retryable),
             "stop": self._stop,
-            "wait": self._wait_exp,
+            "wait": self._wait,
             "before_sleep": before_sleep_log(logger, logging.WARNING),
             "retry_error_callback": self._give_up,
         }
 
+    def _wait(self, state: RetryCallState) -> float:
+        """Exponential backoff, or the server's ``Retry-After`` when that is longer."""
+        wait = float(self._wait_exp(state))
+        exc = state.outcome.exception() if state.outcome is not None else None
+        retry_after = getattr(exc, "retry_after", None)
+        return max(wait, retry_after) if isinstance(retry_after, float) else wait
+
     def _stop(self, state: RetryCallState) -> bool:
-        return state.attempt_number >= self.config.max_retries + 1
+        if state.attempt_number >= self.config.max_retries + 1:
+            return True
+        wait, left = self._wait(state), self.remaining()
+        if wait < left:
+            return False
+        exc = state.outcome.exception() if state.outcome is not None else None
+        asked = getattr(exc, "retry_after", None)
+        self._gave_up_early = (
+            f"; not retried: the server asked to wait {asked:g}s (Retry-After)"
+            if isinstance(asked, float) and asked >= wait
+            else f"; not retried: the next attempt (in {wait:g}s) would start")
+        self._gave_up_early += (f" past the call's deadline (total_timeout="
+                                f"{self.config.total_timeout:g}s, {max(left, 0):.1f}s left)")
+        return True
 
     def _give_up(self, state: RetryCallState) -> NoReturn:
         exc = state.outcome.exception() if state.outcome is not None else None
-        n = state.attempt_number
-        where = f"{self.request.method} {self.url}"
-        if isinstance(exc, _RetryableStatus):
-            raise EngineStatusError(f"{where} failed after {n} attempt(s): HTTP {exc.status}: "
-                                    f"{exc.detail}", status=exc.status) from exc
+        n, why = state.attempt_number, self._gave_up_early or ""
+        if isinstance(exc, RetryableStatus):
+            raise EngineStatusError(f"{self.where} failed after {n} attempt(s): HTTP {exc.status}: "
+                                    f"{exc.detail}{why}", status=exc.status,
+                                    retry_after=exc.retry_after) from exc
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
             raise EngineConnectionError(
-                f"cannot connect to the engine at {self.config.base_url} ({where}) after {n} "
-                f"attempt(s): {exc or type(exc).__name__}. Is the server running?") from exc
-        raise EngineConnectionError(f"{where} failed after {n} attempt(s): "
-                                    f"{type(exc).__name__}: {exc}") from exc
+                f"cannot connect to the engine at {self.config.base_url} ({self.where}) after {n} "
+                f"attempt(s): {exc or type(exc).__name__}. Is the server running?{why}") from exc
+        raise EngineConnectionError(f"{self.where} failed after {n} attempt(s): "
+                                    f"{type(exc).__name__}: {exc}{why}") from exc
 
 
 class _Attempt:
@@ -269,7 +246,12 @@ class _Attempt:
         self.call = call
 
     def __enter__(self) -> None:
-        self.call.t0 = time.perf_counter()
+        call = self.call
+        call.attempts += 1
+        call.received = 0
+        if call.expired():
+            raise call.deadline_error()
+        call.t0 = time.perf_counter()
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -282,10 +264,3 @@ class _Attempt:
     async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         self.__exit__(typ, exc, tb)
-
-
-def _completion_handler(call: Call[CompletionResult], status: int,
-                        headers: httpx.Headers) -> Handler[CompletionResult]:
-    if status >= 400:
-        return _ErrorBody(call, status)
-    return _Stream(call, headers)

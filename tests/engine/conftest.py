@@ -3,10 +3,12 @@ HTTP server that answers whatever a test tells it to (for malformed streams and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -59,7 +61,8 @@ def random_server(random_model: Path) -> Iterator[Any]:
 # loopback fake engine
 # ---------------------------------------------------------------------------------------------
 
-Responder = Callable[["FakeRequest"], tuple[int, dict[str, str], bytes]]
+Payload = bytes | Iterable[bytes]
+Responder = Callable[["FakeRequest"], tuple[int, dict[str, str], Payload]]
 
 
 @dataclass
@@ -68,6 +71,9 @@ class FakeRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    t: float = 0.0  #: time.monotonic() on arrival
+    sent: int = 0  #: body bytes the server managed to write
+    complete: bool = False  #: the whole body was written (the client did not hang up first)
 
 
 @dataclass
@@ -75,6 +81,8 @@ class FakeEngine:
     url: str
     requests: list[FakeRequest] = field(default_factory=list)
     responder: Responder | None = None
+    #: set at teardown: streaming responders should end when it is set
+    closing: threading.Event = field(default_factory=threading.Event)
 
 
 def sse(*events: Any, done: bool = True) -> bytes:
@@ -102,7 +110,7 @@ def fake_engine() -> Iterator[FakeEngine]:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw
-            req = FakeRequest(self.command, self.path, dict(self.headers), body)
+            req = FakeRequest(self.command, self.path, dict(self.headers), body, time.monotonic())
             state.requests.append(req)
             if state.responder is None:
                 status, headers, payload = 404, {"content-type": "text/plain"}, b"no responder"
@@ -111,9 +119,20 @@ def fake_engine() -> Iterator[FakeEngine]:
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            if isinstance(payload, bytes):
+                self.send_header("content-length", str(len(payload)))
+                payload = [payload]
+            self.end_headers()  # without a length (HTTP/1.0), the body ends when we close
+            try:
+                for chunk in payload:
+                    if state.closing.is_set():
+                        return
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                    req.sent += len(chunk)
+                req.complete = True
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading: what the bounds are for
 
         do_GET = _serve
         do_POST = _serve
@@ -130,6 +149,51 @@ def fake_engine() -> Iterator[FakeEngine]:
     try:
         yield state
     finally:
+        state.closing.set()
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=5)
+
+
+# ---------------------------------------------------------------------------------------------
+# both clients behind one face
+# ---------------------------------------------------------------------------------------------
+
+
+class AsyncAsSync:
+    """An :class:`AsyncEngineClient` behind a blocking facade: each call runs in a fresh event
+    loop with a fresh client, so a test written once checks that both clients behave the same."""
+
+    def __init__(self, url: str, **kw: Any) -> None:
+        self.url, self.kw = url, kw
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        from cp_memory.engine import AsyncEngineClient
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            async with AsyncEngineClient(self.url, **self.kw) as client:
+                return await getattr(client, name)(*args, **kwargs)
+
+        return lambda *args, **kwargs: asyncio.run(call(*args, **kwargs))
+
+    def __enter__(self) -> AsyncAsSync:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+MakeClient = Callable[..., Any]
+
+
+@pytest.fixture(params=["sync", "async"])
+def make_client(request: pytest.FixtureRequest) -> MakeClient:
+    """``make_client(url, **kw)``: an EngineClient, or an AsyncEngineClient driven through
+    :class:`AsyncAsSync`, with fast retries (2 extra attempts, 10-50 ms apart)."""
+    from cp_memory.engine import EngineClient
+
+    def make(url: str, **kw: Any) -> Any:
+        kw = {"max_retries": 2, "retry_wait_s": 0.01, "retry_wait_max_s": 0.05, **kw}
+        return EngineClient(url, **kw) if request.param == "sync" else AsyncAsSync(url, **kw)
+
+    return make

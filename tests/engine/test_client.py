@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from cp_memory.engine import AsyncEngineClient, EngineClient, EngineError, EngineStatusError
-from cp_memory.engine.sse import StreamDecoder
+from cp_memory.engine import (
+    AsyncEngineClient,
+    EngineError,
+    EngineStatusError,
+)
 from cp_memory.engine._server import free_port
+from cp_memory.engine.sse import StreamDecoder
 
-from .conftest import FakeEngine, FakeRequest, sse
+from .conftest import FakeEngine, FakeRequest, MakeClient, sse
 
 SSE = {"content-type": "text/event-stream"}
 
@@ -31,42 +32,6 @@ def _chat_chunk(content: str | None = None, finish: str | None = None, **extra: 
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102,
          "prompt_tokens_details": {"cached_tokens": 90}}
-
-
-class AsyncAsSync:
-    """An :class:`AsyncEngineClient` behind a blocking facade: each call runs in a fresh event
-    loop with a fresh client, so every test below checks both clients behave the same."""
-
-    def __init__(self, url: str, **kw: Any) -> None:
-        self.url, self.kw = url, kw
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            async with AsyncEngineClient(self.url, **self.kw) as client:
-                return await getattr(client, name)(*args, **kwargs)
-
-        return lambda *args, **kwargs: asyncio.run(call(*args, **kwargs))
-
-    def __enter__(self) -> AsyncAsSync:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-MakeClient = Callable[..., Any]
-
-
-@pytest.fixture(params=["sync", "async"])
-def make_client(request: pytest.FixtureRequest) -> MakeClient:
-    """``make_client(url, **kw)``: an EngineClient, or an AsyncEngineClient driven through
-    :class:`AsyncAsSync`, with fast retries (2 extra attempts, 10-50 ms apart)."""
-
-    def make(url: str, **kw: Any) -> Any:
-        kw = {"max_retries": 2, "retry_wait_s": 0.01, "retry_wait_max_s": 0.05, **kw}
-        return EngineClient(url, **kw) if request.param == "sync" else AsyncAsSync(url, **kw)
-
-    return make
 
 
 def test_stream_parsed_and_rid_sent(make_client: MakeClient, fake_engine: FakeEngine) -> None:
