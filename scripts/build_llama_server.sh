@@ -19,6 +19,10 @@
 #   PYTHON                    python whose pip downloads the sdist (default: .venv/bin/python, python3)
 #   JOBS                      parallel compile jobs (default: nproc)
 #   GGML_NATIVE               ON (default: tune for this CPU) or OFF (portable x86-64 build)
+#   GGML_AMX                  OFF (default) or ON: compile ggml's Intel AMX kernels into a native
+#                             build. Off because they died with SIGILL (Q4 models) in a VM whose
+#                             CPU advertises AMX; BUILD_INFO records "amx=off" and LlamaServer
+#                             then keeps llama.cpp's weight repacking on.
 #
 # Prints the binary's path as the last line of stdout.
 set -euo pipefail
@@ -29,6 +33,7 @@ DEST="$CACHE_ROOT/llama.cpp-$VERSION"
 BIN="$DEST/bin/llama-server"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 NATIVE="${GGML_NATIVE:-ON}"
+AMX="${GGML_AMX:-OFF}"
 
 log() { echo "[build_llama_server] $*" >&2; }
 
@@ -88,9 +93,21 @@ fi
 GEN=()
 if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 
-log "configuring (GGML_NATIVE=$NATIVE, jobs=$JOBS)"
+# -march=native turns on every ISA extension the CPU reports, AMX included; an explicit -mno-*
+# wins over -march whatever the order (GCC and Clang), so these keep AMX out of a native build.
+# (A portable build, GGML_NATIVE=OFF, has ggml's GGML_AMX_* options off by default anyway.)
+NO_AMX=""
+if [[ "$NATIVE" == "ON" && "$AMX" != "ON" ]] \
+        && echo 'int main(void){return 0;}' | c++ -x c++ -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 \
+            -fsyntax-only - >/dev/null 2>&1; then
+    NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+
+log "configuring (GGML_NATIVE=$NATIVE, AMX ${NO_AMX:+left out}${NO_AMX:-as the CPU has it}, jobs=$JOBS)"
 cmake -S "$SRC" -B "$WORK/build" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_FLAGS="${CFLAGS:-} $NO_AMX" \
+    -DCMAKE_CXX_FLAGS="${CXXFLAGS:-} $NO_AMX" \
     -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE="$NATIVE" \
     -DLLAMA_BUILD_SERVER=ON \
@@ -118,7 +135,7 @@ secs=$(( $(date +%s) - start ))
 {
     echo "llama-cpp-python sdist: $VERSION"
     "$BIN" --version 2>&1 | head -n 2
-    echo "GGML_NATIVE=$NATIVE jobs=$JOBS build_seconds=$secs"
+    echo "GGML_NATIVE=$NATIVE amx=$([[ -n "$NO_AMX" || "$NATIVE" != "ON" ]] && echo off || echo on) jobs=$JOBS build_seconds=$secs"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //')"
 } > "$DEST/BUILD_INFO"
 log "built in ${secs}s: $BIN"

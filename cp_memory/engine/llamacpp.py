@@ -83,6 +83,20 @@ def find_llama_server() -> Path:
     raise LlamaServerNotFound(f"llama-server not found under {root}; {_BUILD_HINT}")
 
 
+def _amx_kernels_possible(binary: Path) -> bool:
+    """The CPU advertises AMX and the build did not record that AMX was left out
+    (``amx=off`` in ``BUILD_INFO``, written by scripts/build_llama_server.sh)."""
+    try:
+        if "amx_int8" not in Path("/proc/cpuinfo").read_text(errors="replace"):
+            return False
+    except OSError:
+        return False
+    try:
+        return "amx=off" not in (binary.parent.parent / "BUILD_INFO").read_text(errors="replace")
+    except OSError:
+        return True
+
+
 class LlamaServer(ManagedServer):
     """``llama-server`` on a free loopback port; a context manager.
 
@@ -91,6 +105,9 @@ class LlamaServer(ManagedServer):
     sizes the host prompt cache (``--cache-ram``; 0 disables it, -1 = unlimited). Flash attention,
     ``/metrics`` and a private ``--slot-save-path`` (which enables ``POST /slots/{id}?action=erase``)
     are on; the web UI is off. Flags the binary does not know are dropped with a warning.
+    ``repack`` (llama.cpp's weight repacking, ``--no-repack`` when off) defaults to off where
+    ggml's AMX kernels could run — the CPU advertises AMX and the binary's ``BUILD_INFO`` does not
+    say it was built without them: those kernels died with SIGILL in a VM here (Q4 models).
 
     >>> with LlamaServer(random_model_path()) as server:      # doctest: +SKIP
     ...     EngineClient(server.base_url).complete("Hello")
@@ -110,6 +127,7 @@ class LlamaServer(ManagedServer):
         flash_attn: bool = True,
         metrics: bool = True,
         slot_save: bool = True,
+        repack: bool | None = None,
         alias: str | None = None,
         binary: str | os.PathLike[str] | None = None,
         host: str = "127.0.0.1",
@@ -133,6 +151,7 @@ class LlamaServer(ManagedServer):
         self.flash_attn = flash_attn
         self.metrics = metrics
         self.slot_save = slot_save
+        self.repack = repack
         self.alias = alias or self.model_path.stem
         self._binary_arg = Path(binary) if binary is not None else None
         self.extra_args = tuple(str(a) for a in extra_args)
@@ -195,6 +214,9 @@ class LlamaServer(ManagedServer):
         if self.metrics:
             cmd += self._optional("--metrics")
         cmd += self._optional("--no-webui")
+        repack = self.repack if self.repack is not None else not _amx_kernels_possible(self.binary)
+        if not repack:
+            cmd += self._optional("--no-repack")
         if self.slot_save:
             save_dir = self.workdir() / "slots"
             save_dir.mkdir(parents=True, exist_ok=True)

@@ -217,3 +217,23 @@ def test_smollm2_generates_text(llama_binary: Path) -> None:
                                max_tokens=6)
     assert res.text.strip(), res
     assert res.prompt_tokens and res.completion_tokens
+
+
+def test_repack_is_off_where_amx_kernels_could_run(llama_binary: Path, random_model: Path,
+                                                   tmp_path: Path) -> None:
+    """ggml's AMX kernels died with SIGILL here (SmolLM2 Q4_1 on a VM advertising AMX): weight
+    repacking, which routes Q4 weights to them, is off by default where they could run."""
+    from cp_memory.engine.llamacpp import _amx_kernels_possible
+
+    def cmd(**kw: Any) -> list[str]:
+        return LlamaServer(random_model, slot_save=False, binary=llama_binary, **kw).command(1)
+
+    assert "--no-repack" in cmd(repack=False)
+    assert "--no-repack" not in cmd(repack=True)
+    assert ("--no-repack" in cmd()) == _amx_kernels_possible(llama_binary)
+    fake = tmp_path / "llama.cpp-x" / "bin" / "llama-server"
+    fake.parent.mkdir(parents=True)
+    cpu_has_amx = "amx_int8" in Path("/proc/cpuinfo").read_text()
+    assert _amx_kernels_possible(fake) == cpu_has_amx  # no BUILD_INFO: assume AMX compiled in
+    (fake.parent.parent / "BUILD_INFO").write_text("GGML_NATIVE=ON amx=off jobs=2\n")
+    assert _amx_kernels_possible(fake) is False
