@@ -223,3 +223,16 @@ def test_replay_agrees_with_the_live_llama_server_run(memory: Any, tmp_path: Pat
     assert [r["cached_tokens"] for r in replayed["requests"]] == [r.cached_tokens for r in live.records]
     got = {(r["k"], r["mode"]): r["hit_ratio"] for r in replayed["summary"]}
     assert got == pytest.approx({(s.k, s.mode): s.hit_ratio for s in live.summaries})
+
+
+def test_group_by_mode_flushes_once_per_mode_and_rotates() -> None:
+    from benchmarks.replay.cli import group_by_mode
+
+    runs = [{"conversation": c, "k": k, "mode": m, "warmup": 2}
+            for k in ("20", "100") for c in (0, 1) for m in ("baseline", "aligned")]
+    grouped = group_by_mode(runs)
+    assert [(r["k"], r["mode"], r["conversation"]) for r in grouped] == [
+        ("20", "baseline", 0), ("20", "baseline", 1), ("20", "aligned", 0), ("20", "aligned", 1),
+        ("100", "aligned", 0), ("100", "aligned", 1), ("100", "baseline", 0), ("100", "baseline", 1)]
+    assert [r["flush"] for r in grouped] == [True, False] * 4
+    assert [r["warmup"] for r in grouped] == [2, 0] * 4

@@ -31,7 +31,7 @@ from .stats import markdown, summarize
 
 logger = logging.getLogger("benchmarks.replay")
 
-__all__ = ["main", "replay", "select_runs"]
+__all__ = ["group_by_mode", "main", "replay", "select_runs"]
 
 
 def select_runs(data: dict[str, Any], *, modes: Sequence[str] = (), top_k: Sequence[str] = (),
@@ -62,20 +62,43 @@ def _machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu, "python": platform.python_version()}
 
 
+def group_by_mode(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--flush per-mode``: the runs of one (k, mode) back to back (conversations in order), k in the
+    export's order, the order of modes rotating from one k to the next; a flush starts each group only."""
+    ks = list(dict.fromkeys(r["k"] for r in runs))
+    modes = list(dict.fromkeys(r["mode"] for r in runs))
+    out = []
+    for j, k in enumerate(ks):
+        for mode in modes[j % len(modes):] + modes[:j % len(modes)]:
+            group = [r for r in runs if r["k"] == k and r["mode"] == mode]
+            out += [{**r, "flush": i == 0, "warmup": r.get("warmup", 0) if i == 0 else 0}
+                    for i, r in enumerate(group)]
+    return out
+
+
 def replay(data: dict[str, Any], runs: Sequence[dict[str, Any]], *, client: StreamingClient, kind: str,
            server: LaunchedLlamaServer | None = None, max_tokens: int | None = None,
-           requests_per_run: int | None = None) -> list[dict[str, Any]]:
-    """Replay ``runs``; one record per request (the keys :func:`benchmarks.replay.stats.summarize` reads)."""
+           requests_per_run: int | None = None, deadline_s: float | None = None) -> list[dict[str, Any]]:
+    """Replay ``runs``; one record per request (the keys :func:`benchmarks.replay.stats.summarize` reads).
+
+    A run whose ``flush`` is false continues on the previous run's cache (``--flush per-mode``). With
+    ``deadline_s``, no further flush group starts once that many seconds have passed."""
     meta, lines = data["meta"], data["lines"]
     tokens = max_tokens if max_tokens is not None else int(meta.get("max_tokens", 16))
     records: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    how = "none"
     for i, run in enumerate(runs):
-        if server is not None:
-            how = server.restart()
-            client.close()
-            client = StreamingClient(server.base_url, model=client.model)
-        else:
-            how = client.flush(kind)
+        if run.get("flush", True):
+            if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+                logger.warning("deadline of %.0f s reached: %d of %d runs replayed", deadline_s, i, len(runs))
+                break
+            if server is not None:
+                how = server.restart()
+                client.close()
+                client = StreamingClient(server.base_url, model=client.model)
+            else:
+                how = client.flush(kind)
         for _ in range(int(run.get("warmup", 0))):
             warm = client.complete(str(meta.get("warmup_prompt", "Hello")), max_tokens=2)
             if warm.error:
@@ -126,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--conversations", default="", help="comma list of conversation indices (default: all)")
     s.add_argument("--requests-per-run", type=int, default=None, metavar="N", help="first N requests of each run")
     s.add_argument("--max-tokens", type=int, default=None, help="default: the export's")
+    s.add_argument("--flush", choices=("per-run", "per-mode"), default="per-run",
+                   help="per-run (default): a cold cache for every (conversation, k, mode) run, as exported; "
+                        "per-mode: the runs of one (k, mode) back to back after one flush (mode order rotated "
+                        "per k) - far fewer server restarts where a restart is slow (a large model on a GPU)")
+    s.add_argument("--deadline-s", type=float, default=None,
+                   help="start no further flush group after this many seconds (the results say so)")
     ap.add_argument("--out", default="results", help="parent folder of the results folder")
     ap.add_argument("--label", default="", help="a word for the results folder name (e.g. h200)")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -152,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = load_prompts(args.prompts)
         runs = select_runs(data, modes=_split(args.modes), top_k=_split(args.top_k),
                            conversations=[int(c) for c in _split(args.conversations)])
+        if args.flush == "per-mode":
+            runs = group_by_mode(runs)
         server = None
         if args.llama_server:
             server = LaunchedLlamaServer(args.llama_server, args.model, ctx_size=args.ctx_size, threads=args.threads,
@@ -165,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kind = client.probe()
         try:
             records = replay(data, runs, client=client, kind=kind, server=server, max_tokens=args.max_tokens,
-                             requests_per_run=args.requests_per_run)
+                             requests_per_run=args.requests_per_run, deadline_s=args.deadline_s)
         finally:
             if server is not None:
                 server.stop()
@@ -177,13 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               "command": server.command() if server else None,
               "restarts": server.restarts if server else 0,
               "start_s_mean": (sum(server.start_s) / len(server.start_s)) if server and server.start_s else None}
+    done = len({r["run"] for r in records})
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "argv": argv, "export": data["meta"], "engine": engine,
-            "machine": _machine(), "runs": len(runs), "requests": len(records),
+            "machine": _machine(), "runs": len(runs), "runs_replayed": done, "requests": len(records),
+            "flush": args.flush, "stopped_early": done < len(runs),
             "wall_s": round(time.perf_counter() - t_start, 1)}
     header = [f"**LoCoMo prompt replay** — engine: **{kind}**, model: **{engine['model']}**", "",
               f"- machine: {meta['machine']}",
-              (f"- {len(runs)} runs, {len(records)} requests, wall {meta['wall_s']} s; cache made cold before "
-               "every run; warm-ups and first turns left out"),
+              (f"- {done} of {len(runs)} runs, {len(records)} requests, wall {meta['wall_s']} s; cache made cold "
+               f"before every {'run' if args.flush == 'per-run' else '(k, mode) group'}; warm-ups and first turns "
+               "left out" + ("; STOPPED EARLY at the deadline" if done < len(runs) else "")),
               f"- prompts: {args.prompts} (exported by: {' '.join(data['meta'].get('argv', []))})"]
     table = markdown(rows, header)
     stamp = time.strftime("%Y%m%d-%H%M%S")
