@@ -304,3 +304,7 @@ class AsyncContextPilotMemoryClient(_Wrapper, AsyncMemoryClient):
 
 for _cls in (ContextPilotMemory, AsyncContextPilotMemory, ContextPilotMemoryClient, AsyncContextPilotMemoryClient):
     _mem0_like(_cls, "delete_all", "reset", "close")
+for _cls in (ContextPilotMemory, AsyncContextPilotMemory):
+    _ours, _theirs = _cls.__dict__["from_config"].__func__, _cls._cp_kind.from_config
+    _ours.__signature__ = inspect.signature(_theirs.__func__)  # (cls, config_dict): bound, as mem0's
+    _ours.__doc__ = (inspect.getdoc(_theirs) or "") + "\n\n" + (_ours.__doc__ or "")

@@ -1,0 +1,169 @@
+"""The drop-in contract (issue 11 §2): a wrapped mem0 object is indistinguishable from mem0's own except
+where documented (``search`` gains ``conversation_id``, its results are aligned and carry ``rank`` and
+``context_pilot``). Conformance: every public method of ``Memory``/``AsyncMemory`` is called directly and
+through the wrapper on the same store, and the results compared.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+from tests.mem0_fixtures import ingest, require_mem0
+
+require_mem0()
+
+from mem0 import AsyncMemory, Memory  # noqa: E402
+from mem0.memory.base import MemoryBase  # noqa: E402
+
+from cp_memory.embedded import default_config, default_memory  # noqa: E402
+from cp_memory.memory import AsyncContextPilotMemory, ContextPilotMemory  # noqa: E402
+
+pytestmark = pytest.mark.mem0
+
+PUBLIC = sorted(n for n in dir(Memory) if not n.startswith("_") and callable(getattr(Memory, n)))
+
+
+def same_signature_and_doc(ours: Any, theirs: Any, name: str) -> None:
+    if name == "from_config":     # mem0's signature; mem0's doc (if any) plus what the wrapper adds
+        assert inspect.signature(ours) == inspect.signature(theirs)
+        assert inspect.getdoc(ours).startswith(inspect.getdoc(theirs) or "")
+    elif name == "search":
+        params = dict(inspect.signature(ours).parameters)
+        assert params.pop("conversation_id").kind is inspect.Parameter.KEYWORD_ONLY
+        assert list(params.values()) == list(inspect.signature(theirs).parameters.values())
+        assert inspect.getdoc(ours).startswith(inspect.getdoc(theirs))
+        assert "conversation_id" in inspect.getdoc(ours)
+    else:
+        assert inspect.signature(ours) == inspect.signature(theirs), name
+        assert inspect.getdoc(ours) == inspect.getdoc(theirs), name
+
+
+def test_a_wrapper_is_a_mem0_memory(mem):
+    cp = ContextPilotMemory(mem)
+    assert isinstance(cp, Memory) and isinstance(cp, MemoryBase)
+    for name in PUBLIC:
+        same_signature_and_doc(getattr(cp, name), getattr(mem, name), name)
+        same_signature_and_doc(getattr(ContextPilotMemory, name), getattr(Memory, name), name)
+    assert PUBLIC == ["add", "chat", "close", "delete", "delete_all", "from_config", "get", "get_all",
+                      "history", "reset", "search", "update"]
+
+
+async def test_an_async_wrapper_is_a_mem0_async_memory():
+    amem = default_memory(async_=True)
+    try:
+        cp = AsyncContextPilotMemory(amem)
+        assert isinstance(cp, AsyncMemory) and isinstance(cp, MemoryBase)
+        for name in PUBLIC:
+            same_signature_and_doc(getattr(cp, name), getattr(amem, name), name)
+        assert inspect.iscoroutinefunction(cp.search) and inspect.iscoroutinefunction(cp.add)
+        assert not inspect.iscoroutinefunction(cp.close)            # mem0's AsyncMemory.close is sync
+        assert cp.close() is None
+    finally:
+        amem.close()
+
+
+def test_attribute_reads_writes_and_deletes_reach_the_wrapped_memory(mem):
+    cp = ContextPilotMemory(mem)
+    original = mem.embedding_model
+    try:
+        cp.embedding_model = "swapped"
+        assert mem.embedding_model == "swapped" and cp.embedding_model == "swapped"
+    finally:
+        mem.embedding_model = original
+    cp.cp_probe = 1
+    assert mem.cp_probe == 1
+    del cp.cp_probe
+    assert not hasattr(mem, "cp_probe")
+    assert cp.config is mem.config and cp.project is not None
+
+
+def test_sync_and_async_wrappers_refuse_the_other_kind():
+    amem = default_memory(async_=True)
+    try:
+        with pytest.raises(TypeError, match="AsyncContextPilotMemory"):
+            ContextPilotMemory(amem)
+    finally:
+        amem.close()
+    with pytest.raises(TypeError, match="ContextPilotMemory"):
+        AsyncContextPilotMemory(default_memory())
+
+
+def test_from_config_builds_and_wraps(tmp_path):
+    mem0_config = default_config()
+    cp = ContextPilotMemory.from_config({"mem0": mem0_config, "context_pilot": {"extra_budget": 0.2,
+                                                                                "index_dir": str(tmp_path)}})
+    assert isinstance(cp, ContextPilotMemory) and isinstance(cp.wrapped, Memory)
+    assert cp.cp_config.extra_budget == 0.2 and cp.cp_config.index_dir == tmp_path
+    plain = ContextPilotMemory.from_config(mem0_config)              # a plain mem0 config works too
+    assert plain.cp_config.extra_budget == 0.0
+    with pytest.raises(ValueError, match="unknown top-level keys"):
+        ContextPilotMemory.from_config({"mem0": mem0_config, "contextpilot": {}})
+    with pytest.raises(ValueError):
+        ContextPilotMemory.from_config({"mem0": mem0_config, "context_pilot": {"alpha": -1}})
+    cp.close()
+    plain.close()
+
+
+def _strip(result: Any) -> Any:
+    """Results without the fields that legitimately differ between two calls (ranks, scores, times)."""
+    if isinstance(result, dict):
+        return {k: _strip(v) for k, v in result.items()
+                if k not in ("score", "rank", "context_pilot", "created_at", "updated_at", "id", "user_id")}
+    if isinstance(result, list):
+        return sorted((_strip(r) for r in result), key=repr)
+    return result
+
+
+def test_conformance_every_public_method_direct_and_wrapped():
+    memory = default_memory()
+    cp = ContextPilotMemory(memory)
+    try:
+        outcomes: dict[str, list[Any]] = {}
+
+        def both(name: str, direct: Any, wrapped: Any) -> None:
+            got = []
+            for call in (direct, wrapped):
+                try:
+                    got.append(("ok", _strip(call())))
+                except Exception as exc:  # noqa: BLE001 - the same error both ways is the contract
+                    got.append((type(exc).__name__, str(exc)))
+            assert got[0] == got[1], name
+            outcomes[name] = got
+
+        ids_a = ingest(memory, "ca", ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."])
+        ids_b = ingest(memory, "cb", ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."])
+        both("add", lambda: memory.add("Cal flies kites on Sunday.", user_id="ca", infer=False),
+             lambda: cp.add("Cal flies kites on Sunday.", user_id="cb", infer=False))
+        both("get", lambda: memory.get(ids_a[0]), lambda: cp.get(ids_b[0]))
+        both("get_all", lambda: memory.get_all(filters={"user_id": "ca"}),
+             lambda: cp.get_all(filters={"user_id": "cb"}))
+        both("search", lambda: memory.search("kites", filters={"user_id": "ca"}, top_k=3),
+             lambda: cp.search("kites", filters={"user_id": "cb"}, top_k=3))
+        both("update", lambda: memory.update(ids_a[1], text="Cal likes kelp salad."),
+             lambda: cp.update(ids_b[1], text="Cal likes kelp salad."))
+        both("history", lambda: [h["event"] for h in memory.history(ids_a[1])],
+             lambda: [h["event"] for h in cp.history(ids_b[1])])
+        both("delete", lambda: memory.delete(ids_a[2]), lambda: cp.delete(ids_b[2]))
+        both("chat", lambda: memory.chat("hi"), lambda: cp.chat("hi"))
+        both("search-bad", lambda: memory.search("kites", filters={}), lambda: cp.search("kites", filters={}))
+        both("delete_all", lambda: memory.delete_all(user_id="ca"), lambda: cp.delete_all(user_id="cb"))
+        both("delete_all-bad", lambda: memory.delete_all(), lambda: cp.delete_all())
+        assert cp.get_all(filters={"user_id": "cb"})["results"] == []
+        ingest(memory, "cc", ["Cal is back."])
+        assert cp.reset() is None and memory.get_all(filters={"user_id": "cc"})["results"] == []
+        assert set(outcomes) >= {"add", "get", "get_all", "search", "update", "history", "delete", "chat",
+                                 "delete_all"}
+    finally:
+        cp.close()
+
+
+def test_results_never_exceed_top_k_and_keep_score_and_rank(mem):
+    cp = ContextPilotMemory(mem)
+    filters = {"user_id": "Caroline"}
+    for _ in range(3):
+        out = cp.search("Caroline's career and family", filters=filters, top_k=4, conversation_id="tk")
+        assert len(out["results"]) <= 4
+        assert all(isinstance(r["score"], float) and isinstance(r["rank"], int) for r in out["results"])
+        cp.commit(out)
