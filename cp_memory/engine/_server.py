@@ -17,6 +17,7 @@ import httpx
 from ._process import Watchdog, die_with_parent_prefix, shutdown
 from ._workdir import make_workdir, sweep_stale_workdirs
 from .errors import EngineError
+from .redact import redact_args, scrub, secret_values
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class ManagedServer:
 
     Work directories of dead owners (``cp_memory-*`` in the temp dir) are removed on start. The
     server's output goes to a log file (``log_path``) whose tail is quoted when start-up fails.
+    Secret command-line values (``--api-key``, ``--hf-token``, ...: :mod:`.redact`) never reach a
+    log line, a ``repr`` or an error message.
     """
 
     #: shown in messages
@@ -93,6 +96,7 @@ class ManagedServer:
         self._finalizer: weakref.finalize[..., ManagedServer] | None = None
         self._workdir: Path | None = None
         self._watchdog: Watchdog | None = None
+        self._secrets: list[str] = []  # secret values of the command line, masked in messages
 
     # -- to implement ----------------------------------------------------------------------
     def command(self, port: int) -> list[str]:
@@ -159,13 +163,18 @@ class ManagedServer:
             self._requested_port = keep
 
     def log_tail(self, n_bytes: int = 4000) -> str:
+        """The end of the server's log, secret command-line values masked."""
         if self.log_path is None or not self.log_path.exists():
             return ""
         with open(self.log_path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - n_bytes))
-            return fh.read().decode(errors="replace")
+            return scrub(fh.read().decode(errors="replace"), self._secrets)
+
+    def __repr__(self) -> str:
+        where = self.base_url if self.port is not None else "not started"
+        return f"<{type(self).__name__} {self.engine_name} {where} pid={self.pid}>"
 
     def __enter__(self) -> ManagedServer:
         return self.start()
@@ -179,7 +188,8 @@ class ManagedServer:
         launch = (die_with_parent_prefix() if self.die_with_parent else []) + cmd
         self.log_path = self._log_path_arg or (self.workdir() / "server.log")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        logger.info("starting %s: %s", self.engine_name, " ".join(cmd))
+        self._secrets = secret_values(cmd)
+        logger.info("starting %s: %s", self.engine_name, " ".join(redact_args(cmd)))
         env = None if self._env is None else {**os.environ, **self._env}
         with open(self.log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -232,7 +242,7 @@ class ManagedServer:
                     resp = http.get(url)
                     if resp.status_code == 200:
                         return
-                    last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                    last = f"HTTP {resp.status_code}: {scrub(resp.text[:200], self._secrets)}"
                 except httpx.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() > deadline:

@@ -33,6 +33,7 @@ import logging
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 from tenacity import AsyncRetrying, Retrying
@@ -99,6 +100,14 @@ class _ClientBase:
         if max_response_bytes <= 0:
             raise ValueError(f"max_response_bytes must be > 0, got {max_response_bytes!r}")
         base = base_url.rstrip("/").removesuffix("/v1")
+        parts = urlsplit(base)
+        secrets = [api_key] if api_key else []
+        self._auth: tuple[str, str] | None = None
+        if parts.username is not None or parts.password is not None:
+            # credentials in the URL become basic auth: httpx logs request URLs in the clear
+            self._auth = (unquote(parts.username or ""), unquote(parts.password or ""))
+            secrets += [s for s in (parts.password, self._auth[1]) if s]
+            base = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
         self.base_url = base
         self.model = model
         self.timeout = timeout
@@ -114,11 +123,17 @@ class _ClientBase:
         self._config = ClientConfig(base_url=base, headers=headers, timeout=timeout,
                                     total_timeout=total_timeout, max_retries=max_retries,
                                     retry_wait_s=retry_wait_s, retry_wait_max_s=retry_wait_max_s,
-                                    max_response_bytes=max_response_bytes)
+                                    max_response_bytes=max_response_bytes, secrets=tuple(secrets))
         self._http = self._make_http()
 
     def _make_http(self) -> Any:
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        key = "***" if "Authorization" in self._config.headers else None
+        return (f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
+                f"api_key={key!r}, timeout={self.timeout:g}, total_timeout="
+                f"{self.total_timeout:g})")
 
     def _completion(self, key: str, payload: Any, *, max_tokens: int, temperature: float,
                     request_id: str | None, stop: str | Sequence[str] | None) -> Call[CompletionResult]:
@@ -161,7 +176,7 @@ class EngineClient(_ClientBase):
     _http: httpx.Client
 
     def _make_http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url)
+        return httpx.Client(base_url=self.base_url, auth=self._auth)
 
     def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,
                  request_id: str | None = None,
@@ -237,7 +252,7 @@ class AsyncEngineClient(_ClientBase):
     _http: httpx.AsyncClient
 
     def _make_http(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url)
+        return httpx.AsyncClient(base_url=self.base_url, auth=self._auth)
 
     async def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,
                        request_id: str | None = None,

@@ -35,6 +35,7 @@ from .errors import (
     EngineStatusError,
     EngineTimeout,
 )
+from .redact import scrub
 from .sse import CompletionResult
 
 logger = logging.getLogger(__name__)
@@ -52,14 +53,16 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 class ClientConfig:
     """What every request of one client shares."""
 
-    base_url: str
-    headers: Mapping[str, str]
+    base_url: str  #: for messages: a password in it is masked
+    headers: Mapping[str, str] = field(repr=False)  # Authorization
     timeout: float
     total_timeout: float
     max_retries: int
     retry_wait_s: float
     retry_wait_max_s: float
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    #: values masked in every message (API key, URL password)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def connect_timeout(self) -> float:
@@ -239,6 +242,15 @@ class Call(Generic[T]):
                                     f"{type(exc).__name__}: {exc}{why}") from exc
 
 
+def _scrub_exception(exc: BaseException, secrets: tuple[str, ...]) -> None:
+    """Mask secrets in the message of an error on its way to tenacity's log or the caller (a
+    server may echo the API key in an error body)."""
+    if secrets and exc.args and isinstance(exc.args[0], str):
+        exc.args = (scrub(exc.args[0], secrets), *exc.args[1:])
+        if isinstance(exc, RetryableStatus):
+            exc.detail = scrub(exc.detail, secrets)
+
+
 class _Attempt:
     """Around one attempt: starts its clock, converts its errors (:meth:`Call._convert`)."""
 
@@ -256,6 +268,7 @@ class _Attempt:
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None:
+            _scrub_exception(exc, self.call.config.secrets)
             self.call._convert(exc)
 
     async def __aenter__(self) -> None:
