@@ -304,9 +304,9 @@ def test_model_cache_chat_dedup(memory: Any, tmp_path: Path) -> None:
 def test_cli_model_cache_quick_flags(memory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI path (argument parsing, printing the table); mem0 is the shared one."""
-    from benchmarks.locomo import cli
+    from benchmarks.locomo import cli, run
 
-    monkeypatch.setattr(cli, "make_memory", lambda **_: memory)
+    monkeypatch.setattr(run, "make_memory", lambda **_: memory)
     code = cli.main(["--engine", "model-cache", "--locomo", str(_locomo_path()), "--quick", "--questions", "2",
                      "--max-memories", "30", "--top-k", "4", "--out", str(tmp_path), "--no-progress"])
     out = capsys.readouterr().out

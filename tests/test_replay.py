@@ -74,7 +74,7 @@ class _ModelServer(ThreadingHTTPServer):
     the same cache model as the benchmark's model-cache engine."""
 
     def __init__(self) -> None:
-        from benchmarks.locomo.engines import make_cache_model
+        from benchmarks.locomo.model_cache import make_cache_model
 
         super().__init__(("127.0.0.1", 0), _Handler)
         self.new_cache = make_cache_model
