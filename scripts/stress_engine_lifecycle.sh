@@ -9,6 +9,7 @@
 #   STRESS_TEST   pytest node id(s) to repeat (default: both variants, main and worker thread,
 #                 of tests/engine/test_llamacpp.py::test_server_dies_with_a_killed_parent)
 #   PYTHON        interpreter with cp_memory installed (default .venv/bin/python)
+#   STRESS_JSON   also write the summary there as JSON (e.g. docs/results/engine_lifecycle_stress.json)
 # Each run is a fresh pytest process; a run passes when every selected test passed (not skipped:
 # CP_MEMORY_REQUIRE_ENGINE=1 turns a missing llama-server into a failure). Exit status 0 only when
 # all runs passed. The last line is machine-readable: "passed P/N".
@@ -30,6 +31,25 @@ for ((i = 1; i <= RUNS; i++)); do
         tail -n 20 "$log" | sed 's/^/    /'
     fi
 done
-echo "$(( $(date +%s) - start )) s for $RUNS runs of $TEST; logs in $LOG_DIR"
+secs=$(( $(date +%s) - start ))
+echo "$secs s for $RUNS runs of $TEST; logs in $LOG_DIR"
+if [[ -n "${STRESS_JSON:-}" ]]; then
+    mkdir -p "$(dirname "$STRESS_JSON")"
+    cat > "$STRESS_JSON" <<JSON
+{
+  "command": "STRESS_JSON=$STRESS_JSON scripts/stress_engine_lifecycle.sh $RUNS",
+  "test": "$TEST",
+  "runs": $RUNS,
+  "passed": $passed,
+  "seconds": $secs,
+  "date_utc": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "cpus": $(nproc 2>/dev/null || echo 0),
+  "load_average_at_end": "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)",
+  "llama_server": "$(head -n 2 "$(dirname "$("$PY" -c 'from cp_memory.engine import find_llama_server; print(find_llama_server())' 2>/dev/null || echo .)")/../BUILD_INFO" 2>/dev/null | tail -n 1)",
+  "note": "each run: a fresh pytest process; the owner of a llama-server (random-weight model) is SIGKILLed, from the main thread and from a worker thread; the run passes when both variants find the server gone (and its work directory removed). Machine shared with other jobs."
+}
+JSON
+    echo "wrote $STRESS_JSON"
+fi
 echo "passed $passed/$RUNS"
 [[ "$passed" -eq "$RUNS" ]]
