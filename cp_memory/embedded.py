@@ -239,8 +239,8 @@ class UserPartitionedQdrant:
         return merged[:top_k]
 
     # --- mem0 VectorStoreBase interface ---------------------------------------------------------
-    def insert(self, vectors: list, payloads: list | None = None, ids: list | None = None) -> None:
-        groups: dict[str, tuple[list, list, list]] = {}
+    def insert(self, vectors: list[Any], payloads: list[dict[str, Any]] | None = None, ids: list[Any] | None = None) -> None:
+        groups: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
         for i, vector in enumerate(vectors):
             payload = payloads[i] if payloads else {}
             point_id = i if ids is None else ids[i]
@@ -255,14 +255,14 @@ class UserPartitionedQdrant:
             self._part(name).insert(vectors=vecs, payloads=pays, ids=pids)
             self._routes.insert(vectors=[[1.0]] * len(pids), payloads=[{"p": name}] * len(pids), ids=pids)
 
-    def search(self, query: str, vectors: list, top_k: int = 5, filters: dict | None = None) -> list:
+    def search(self, query: str, vectors: list[Any], top_k: int = 5, filters: dict[str, Any] | None = None) -> list[Any]:
         return self._merge([t.search(query, vectors, top_k=top_k, filters=filters)
                             for t in self._targets(filters)], top_k) or []
 
-    def search_batch(self, queries: list, vectors_list: list, top_k: int = 1, filters: dict | None = None) -> list:
+    def search_batch(self, queries: list[str], vectors_list: list[Any], top_k: int = 1, filters: dict[str, Any] | None = None) -> list[Any]:
         return [self.search(q, v, top_k=top_k, filters=filters) for q, v in zip(queries, vectors_list)]
 
-    def keyword_search(self, query: str, top_k: int = 5, filters: dict | None = None) -> list | None:
+    def keyword_search(self, query: str, top_k: int = 5, filters: dict[str, Any] | None = None) -> list[Any] | None:
         return self._merge([t.keyword_search(query, top_k=top_k, filters=filters)
                             for t in self._targets(filters)], top_k)
 
@@ -270,7 +270,7 @@ class UserPartitionedQdrant:
         store = self._route(vector_id)
         return None if store is None else store.get(vector_id)
 
-    def update(self, vector_id: Any, vector: list | None = None, payload: dict | None = None) -> None:
+    def update(self, vector_id: Any, vector: list[float] | None = None, payload: dict[str, Any] | None = None) -> None:
         store = self._route(vector_id)
         if store is None:
             raise ValueError(f"memory {vector_id} not found")
@@ -282,8 +282,8 @@ class UserPartitionedQdrant:
             store.delete(vector_id)
         self._routes.delete(vector_id)
 
-    def list(self, filters: dict | None = None, top_k: int = 100) -> tuple[list, None]:
-        out: list = []
+    def list(self, filters: dict[str, Any] | None = None, top_k: int = 100) -> tuple[list[Any], None]:
+        out: list[Any] = []
         for target in self._targets(filters):
             points, _ = target.list(filters=filters, top_k=top_k - len(out))
             out.extend(points)

@@ -50,9 +50,9 @@ def is_expired(item: Mapping[str, Any], today: date | None = None) -> bool:
 def _compare(op: str, have: Any, want: Any) -> bool | None:
     """One operator; None when it cannot decide (unknown operator, incomparable types)."""
     if op == "eq":
-        return have == want
+        return bool(have == want)
     if op == "ne":
-        return have != want
+        return bool(have != want)
     if op in ("in", "nin"):
         if not isinstance(want, Sequence) or isinstance(want, (str, bytes)):
             return None
@@ -65,7 +65,7 @@ def _compare(op: str, have: Any, want: Any) -> bool | None:
         both_str = isinstance(have, str) and isinstance(want, str)
         if not (both_num or both_str):
             return None
-        return {"gt": have > want, "gte": have >= want, "lt": have < want, "lte": have <= want}[op]
+        return bool({"gt": have > want, "gte": have >= want, "lt": have < want, "lte": have <= want}[op])
     if op in ("contains", "icontains"):
         if not isinstance(have, str) or not isinstance(want, str):
             return None
@@ -88,7 +88,7 @@ def _field(key: str, cond: Any, fields: Mapping[str, Any]) -> bool | None:
         return all(verdicts)
     if cond == "*":
         return True
-    return have == cond
+    return bool(have == cond)
 
 
 def _evaluate(filters: Mapping[str, Any], fields: Mapping[str, Any]) -> bool | None:

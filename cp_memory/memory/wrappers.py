@@ -234,14 +234,14 @@ class ContextPilotMemory(_Wrapper, Memory):
     def from_config(cls, config_dict: dict[str, Any]) -> ContextPilotMemory:  # type: ignore[override]
         """``Memory.from_config`` then wrap: ``{"mem0": {...}, "context_pilot": {...}}`` or a plain mem0 config."""
         mem0_part, cp_part = _split_config(config_dict)
-        return cls(Memory.from_config(mem0_part), config=cp_part)
+        wrapper: ContextPilotMemory = cls(Memory.from_config(mem0_part), config=cp_part)
+        return wrapper
 
     def __enter__(self) -> ContextPilotMemory:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
 
 class AsyncContextPilotMemory(_Wrapper, AsyncMemory):
@@ -263,7 +263,8 @@ class AsyncContextPilotMemory(_Wrapper, AsyncMemory):
     def from_config(cls, config_dict: dict[str, Any]) -> AsyncContextPilotMemory:  # type: ignore[override]
         """``AsyncMemory.from_config`` then wrap (same config shapes as ContextPilotMemory.from_config)."""
         mem0_part, cp_part = _split_config(config_dict)
-        return cls(AsyncMemory.from_config(mem0_part), config=cp_part)
+        wrapper: AsyncContextPilotMemory = cls(AsyncMemory.from_config(mem0_part), config=cp_part)
+        return wrapper
 
     async def __aenter__(self) -> AsyncContextPilotMemory:
         return self
