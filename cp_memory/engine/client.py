@@ -30,6 +30,7 @@ lines in both, one with ``await``.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -90,11 +91,11 @@ class _ClientBase:
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if not 0 < timeout < math.inf:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if total_timeout is None:
             total_timeout = timeout * (max_retries + 1)
-        if not total_timeout > 0:
+        if not total_timeout > 0:  # math.inf: no deadline for the whole call
             raise ValueError(f"total_timeout must be > 0 (or None for the default), "
                              f"got {total_timeout!r}")
         if max_response_bytes <= 0:

@@ -18,6 +18,8 @@ import httpx
 
 __all__ = ["Schedule", "SocketAlarm", "loop_timer", "parse_retry_after", "thread_timer"]
 
+#: an alarm further away than this (about 115 days) is not set: timers reject huge delays
+_NEVER_S = 1e7
 #: ``schedule(delay_s, fn)`` runs ``fn`` once after ``delay_s`` and returns a cancel function
 Schedule = Callable[[float, Callable[[], None]], Callable[[], object]]
 
@@ -94,7 +96,7 @@ class SocketAlarm:
                 self._sock.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> SocketAlarm:
-        if self._sock is not None:
+        if self._sock is not None and self._delay_s < _NEVER_S:  # total_timeout=math.inf: none
             self._armed = True
             self._cancel = self._schedule(self._delay_s, self._fire)
         return self

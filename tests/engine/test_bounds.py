@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from collections.abc import Iterator
 
@@ -178,6 +179,14 @@ def test_default_deadline_is_derived_from_timeout() -> None:
         EngineClient("http://127.0.0.1:1", total_timeout=0)
     with pytest.raises(ValueError, match="max_response_bytes"):
         EngineClient("http://127.0.0.1:1", max_response_bytes=0)
+    with pytest.raises(ValueError, match="timeout"):
+        EngineClient("http://127.0.0.1:1", timeout=0)
+
+
+def test_no_total_deadline_when_asked(make_client: MakeClient, fake_engine: FakeEngine) -> None:
+    fake_engine.responder = lambda req: (200, SSE, event("ok") + b"data: [DONE]\n\n")
+    with make_client(fake_engine.url, total_timeout=math.inf) as client:
+        assert client.complete("p").text == "ok"
 
 
 def test_parse_retry_after() -> None:
