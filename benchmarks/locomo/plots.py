@@ -78,21 +78,37 @@ def plot(summaries: Sequence[Summary], path: Path, title: str, ttft: bool = True
     return path
 
 
-def pareto_plot(summaries: Sequence[Summary], path: Path, title: str) -> Path | None:
-    """Prefilled tokens (vs baseline) against evidence recall, one panel per k, one point per mode."""
+def pareto_plot(summaries: Sequence[Summary], path: Path, title: str, *, aim_prefill: float = 0.5,
+                aim_recall_drop: float = 0.01) -> Path | None:
+    """Prefilled tokens (vs baseline) against evidence recall, one panel per k, one point per mode.
+
+    Modes at the same point share one label; hollow markers: the prompt is longer than the baseline's. The
+    shaded box is the aim of issue 12 §2 (prefill <= ``aim_prefill`` x baseline, recall within
+    ``aim_recall_drop`` of the baseline's)."""
     pts = [s for s in summaries if s.prefill_vs_baseline is not None and s.evidence_recall is not None]
     ks = list(dict.fromkeys(s.k for s in pts))
     plt = _pyplot()
     if plt is None or not ks or len(pts) < 2:
         return None
-    fig, axes = plt.subplots(1, len(ks), figsize=(0.6 + 4.2 * len(ks), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(ks), figsize=(0.6 + 4.6 * len(ks), 4.2), squeeze=False)
     for ax, k in zip(axes[0], ks):
+        groups: dict[tuple[float, float], list[Summary]] = {}
         for s in (p for p in pts if p.k == k):
             assert s.prefill_vs_baseline is not None and s.evidence_recall is not None
-            ax.scatter([s.prefill_vs_baseline], [s.evidence_recall], s=22)
-            ax.annotate(s.mode.replace("aligned+", ""), (s.prefill_vs_baseline, s.evidence_recall),
-                        fontsize=6, xytext=(3, 3), textcoords="offset points")
-        ax.set_title(f"k={k}", fontsize=9)
+            groups.setdefault((round(s.prefill_vs_baseline, 3), round(s.evidence_recall, 3)), []).append(s)
+        for (x, y), same in groups.items():
+            longer = (same[0].length_vs_baseline or 1.0) > 1.0 + 1e-9
+            ax.scatter([x], [y], s=26, facecolors="none" if longer else None, edgecolors="C0", color="C0")
+            label = " = ".join(s.mode.replace("aligned+", "") for s in same)
+            ax.annotate(label, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        base = next((s for s in pts if s.k == k and s.mode == "baseline"), None)
+        if base is not None and base.evidence_recall is not None:
+            lo, hi = ax.get_ylim()
+            ax.fill_between([ax.get_xlim()[0], aim_prefill], base.evidence_recall - aim_recall_drop, hi,
+                            color="green", alpha=0.08, label="aim: <= 0.5x prefill, recall within 1 pt")
+            ax.set_ylim(lo, hi)
+            ax.legend(fontsize=6, loc="lower right")
+        ax.set_title(f"k={k} (hollow: prompt longer than baseline)", fontsize=8)
         ax.set_xlabel("prefilled tokens vs baseline (lower is better)", fontsize=8)
         ax.set_ylabel("evidence recall of the prompt", fontsize=8)
         ax.grid(alpha=0.3)
