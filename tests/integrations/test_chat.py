@@ -1,0 +1,134 @@
+"""The layout every integration shares (cp_memory.integrations.chat), on the real embedded mem0."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cp_memory.integrations.chat import (
+    ChatMemory,
+    context_messages,
+    is_context_message,
+    pointers_resolve,
+    question_of,
+    user_content,
+)
+from tests.integrations.conftest import BOB
+
+ALICE_FILTERS = {"user_id": "alice"}
+
+
+def _response(turn: int | None, sent: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"results": [], "context_pilot": {"turn": turn, "sent": sent or [], "blocks": [], "context": ""}}
+
+
+# ------------------------------------------------------------------------------------------ pure helpers
+def test_user_content_puts_memories_before_the_question_and_round_trips() -> None:
+    found = {"results": [{"id": "m1", "memory": "Alice has a cat named Miso."}]}
+    content = user_content("Does Alice have pets?", found)
+    assert content == "Context:\n[Doc 1] Alice has a cat named Miso.\n\nQuestion: Does Alice have pets?"
+    assert is_context_message(content)
+    assert question_of(content) == "Does Alice have pets?"
+    assert user_content("Hi", {"results": []}) == "Question: Hi"
+    assert not is_context_message("Question: Hi") and question_of("Question: Hi") == "Hi"
+    assert question_of("typed by the user") == "typed by the user"
+
+
+def test_pointers_resolve_only_when_the_history_holds_the_turns_they_name() -> None:
+    turn1 = "Context:\n[Doc 1] Alice moved to Lisbon in 2023.\n[Doc 2] Alice has a cat named Miso.\n\nQuestion: q1"
+    turn2 = "Context:\n[Doc 1] Alice is allergic to peanuts.\n\nQuestion: q2"
+    pointer = {"id": "m2", "turn": 1, "position": 2, "label": "[Doc 2]", "annotation": "...", "rank": 0}
+    assert pointers_resolve(_response(3, [pointer]), [turn1, turn2])
+    assert not pointers_resolve(_response(3, [pointer]), [turn2])                 # turn 1 trimmed away
+    assert not pointers_resolve(_response(3, [dict(pointer, label="[Doc 3]")]), [turn1, turn2])
+    assert not pointers_resolve(_response(1), [turn1])                           # fresh record, old history
+    assert pointers_resolve(_response(None), [turn1])                            # no dedup: nothing to check
+    assert context_messages(["hello", turn1, "Question: x", turn2]) == [turn1, turn2]
+
+
+def test_bad_arguments_fail_clearly(store: Any) -> None:
+    with pytest.raises(ValueError, match="layout"):
+        ChatMemory(store, layout="middle")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="top_k"):
+        ChatMemory(store, top_k=0)
+    with pytest.raises(ValueError, match="search_kwargs"):
+        ChatMemory(store, search_kwargs={"filters": {}})
+    chat = ChatMemory(store)
+    with pytest.raises(ValueError, match="filters"):
+        chat.turn("Where does Alice live?", filters={})
+    with pytest.raises(ValueError, match="query"):
+        chat.turn("  ", filters=ALICE_FILTERS)
+    with pytest.raises(TypeError, match="mem0 Memory"):
+        ChatMemory(object())
+
+
+# ------------------------------------------------------------------------------------------ on mem0
+def _chat(chat: ChatMemory, questions: list[str], conversation: str) -> list[Any]:
+    history: list[str] = []
+    turns = []
+    for q in questions:
+        t = chat.turn(q, filters=ALICE_FILTERS, history=history, conversation_id=conversation)
+        chat.commit(t)
+        history.append(t.content)
+        turns.append(t)
+    return turns
+
+
+def test_append_layout_points_at_memories_sent_in_earlier_turns(store: Any) -> None:
+    chat = ChatMemory(store, layout="append", top_k=3)
+    t1, t2 = _chat(chat, ["Where does Alice live?", "Where does Alice live and work?"], "chat-append")
+    assert t1.conversation_id == "chat-append" and not t1.sent
+    assert t2.sent, "turn 2 retrieves turn 1's memories again: they become pointers"
+    for sent in t2.sent:
+        assert f"Please refer to {sent['label']} in the previous conversation (turn 1)." in t2.content
+        block = next(b for b in t1.response["context_pilot"]["blocks"] if b["id"] == sent["id"])
+        assert block["text"] not in t2.content            # the memory itself is not sent twice
+        assert f"{sent['label']} {block['text']}" in t1.content
+    for t in (t1, t2):
+        assert all(fact not in t.content for fact in BOB)
+
+
+def test_late_layout_never_deduplicates(store: Any) -> None:
+    chat = ChatMemory(store, layout="late", top_k=3)
+    t1, t2 = _chat(chat, ["Where does Alice live?", "Where does Alice live?"], "chat-late")
+    assert t1.conversation_id is None and t2.conversation_id is None
+    assert t1.context.split("\n\n")[0] == t2.context.split("\n\n")[0]   # same blocks, same bytes
+    assert not t2.sent
+
+
+def test_trimmed_history_turns_dedup_off_instead_of_pointing_at_nothing(store: Any) -> None:
+    """Regression: pointers into turns the history no longer holds would silently drop memories."""
+    chat = ChatMemory(store, layout="append", top_k=3)
+    t1 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, conversation_id="chat-trim")
+    chat.commit(t1)
+    t2 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, history=[], conversation_id="chat-trim")
+    assert t2.conversation_id is None and not t2.sent
+    assert t2.context.split("\n\n")[0] == t1.context.split("\n\n")[0]    # everything sent in full again
+    t3 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, history=[t1.content, t2.content],
+                   conversation_id="chat-trim")
+    assert t3.conversation_id is None, "the conversation stays without dedup"
+
+
+def test_a_turn_whose_model_call_failed_is_not_pointed_at(store: Any) -> None:
+    chat = ChatMemory(store, layout="append", top_k=3)
+    t1 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, conversation_id="chat-fail")
+    chat.rollback(t1)                                    # the model call failed
+    t2 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, conversation_id="chat-fail")
+    assert not t2.sent and t2.response["context_pilot"]["turn"] == 1
+
+
+def test_a_turn_without_memories_is_not_counted(store: Any) -> None:
+    chat = ChatMemory(store, layout="append", top_k=3)
+    empty = chat.turn("anything", filters={"user_id": "nobody"}, conversation_id="chat-empty")
+    assert empty.content == "Question: anything" and not empty.shows_memories
+    chat.commit(empty)                                   # rolled back: no turn a pointer could name
+    again = chat.turn("anything", filters={"user_id": "nobody"}, history=[empty.content],
+                      conversation_id="chat-empty")
+    assert again.conversation_id == "chat-empty" and again.response["context_pilot"]["turn"] == 1
+
+
+async def test_async_driver_runs_a_sync_memory_in_a_thread(store: Any) -> None:
+    chat = ChatMemory(store, layout="append", top_k=2)
+    t = await chat.aturn("Does Alice have pets?", filters=ALICE_FILTERS, conversation_id="chat-async")
+    assert "Miso" in t.content and t.content.endswith("Question: Does Alice have pets?")
+    chat.commit(t)
