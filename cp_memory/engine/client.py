@@ -156,7 +156,7 @@ class _ClientBase:
         chat = key == "messages"
         request = Request("POST", "/v1/chat/completions" if chat else "/v1/completions", json=body,
                           headers={"X-Request-Id": rid} if self.send_request_id else {},
-                          stream=True, chat=chat, request_id=rid)
+                          chat=chat, request_id=rid)
         return Call.completion(request, self._config)
 
     def _admin(self, request: Request) -> Call[Reply]:

@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "Call", "ClientConfig", "Reply", "Request"]
 
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 
 #: default cap on the bytes of one answer (~50k streamed tokens; a server ignoring max_tokens)
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
@@ -53,7 +52,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 class ClientConfig:
     """What every request of one client shares."""
 
-    base_url: str  #: for messages: a password in it is masked
+    base_url: str  #: without credentials (the client moves them to basic auth)
     headers: Mapping[str, str] = field(repr=False)  # Authorization
     timeout: float
     total_timeout: float
@@ -71,15 +70,13 @@ class ClientConfig:
 
 @dataclass(frozen=True)
 class Request:
-    """One HTTP request to plan. ``stream``: a completion stream (else an admin request whose
-    status the caller interprets); ``chat`` picks the stream's text field."""
+    """One HTTP request to plan; ``chat`` and ``request_id`` matter to a completion stream."""
 
     method: str
     path: str
     json: Any = None
     params: Mapping[str, str] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    stream: bool = False
     chat: bool = False
     request_id: str | None = None
 
