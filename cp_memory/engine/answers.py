@@ -85,6 +85,8 @@ class ErrorBody:
 
 
 class Stream:
+    """A successful completion answer: SSE (or one JSON document) into a CompletionResult."""
+
     def __init__(self, call: Call[CompletionResult], headers: httpx.Headers) -> None:
         self.call = call
         event_stream = "text/event-stream" in headers.get("content-type", "")
@@ -99,6 +101,8 @@ class Stream:
 
 
 class Body:
+    """An admin answer, whatever its status: the whole body (under the cap) for the flow."""
+
     def __init__(self, status: int) -> None:
         self.status = status
         self.body = bytearray()
