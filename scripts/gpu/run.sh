@@ -6,12 +6,13 @@
 #
 # Needs results/gpu/ made by scripts/gpu/prepare.sh (carried to the GPU machine): llama-src.tar.gz,
 # tokenizer.json, the gguf wheel, prompts.json.gz. Steps, each timed into $OUT/steps.json:
-#   1. build llama-server (scripts/gpu/build_llama.sh)
-#   2. write the random-weight model (scripts/gpu/random_gguf.py)
+#   1. write the random-weight model (scripts/gpu/random_gguf.py), in the background, while
+#   2. llama-server builds (scripts/gpu/build_llama.sh)
 #   3. replay the exported prompts at k=20 and k=100 for baseline, aligned, aligned+superset
 #      (python -m benchmarks.replay, llama-server restarted per (k, mode) group)
-# Environment: OUT (results folder, default results/gpu-run), DEADLINE_S (replay: no new group after it),
-# CONVERSATIONS / REQUESTS_PER_RUN (replay subset), JOBS, CUDA_ARCH (default 90).
+# Environment: OUT (results folder, default results/gpu-run; the device tool sets it), DEADLINE_S (replay:
+# no new group after it), MODES, CONVERSATIONS / REQUESTS_PER_RUN (replay subset), MAX_TOKENS (2),
+# CACHE_RAM_MIB (16384), JOBS, CUDA_ARCH (default 90).
 set -euo pipefail
 KIND="${1:-gpu}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,27 +42,33 @@ else
     BUILD_KIND=cpu; SHAPE=tiny; NGL=(); CTX=8192
 fi
 
-log "1/3 build llama-server ($BUILD_KIND)"
+# the model is written while llama-server builds: one is disk-bound, the other CPU-bound
+MODEL="$WORK/random-qwen3-$SHAPE.gguf"
+log "1/3 random-weight model ($SHAPE) in the background"
+t_model=$SECONDS
+if [[ -f "$MODEL" ]]; then echo '{"reused": true}' > "$OUT/model.json"; MODEL_PID=""
+else "$PY" scripts/gpu/random_gguf.py model "$IN/tokenizer.json" "$MODEL" --shape "$SHAPE" > "$OUT/model.json" 2>"$WORK/model.log" &
+     MODEL_PID=$!
+fi
+log "2/3 build llama-server ($BUILD_KIND)"
 t=$SECONDS
 BIN="$(bash scripts/gpu/build_llama.sh "$IN/llama-src.tar.gz" "$WORK/build-$BUILD_KIND" "$BUILD_KIND" | tail -n 1)"
 step_done build_s "$t"
 cp "$WORK/build-$BUILD_KIND/build_times.json" "$OUT/" 2>/dev/null || true
-
-log "2/3 random-weight model ($SHAPE)"
-t=$SECONDS
-MODEL="$WORK/random-qwen3-$SHAPE.gguf"
-[[ -f "$MODEL" ]] || "$PY" scripts/gpu/random_gguf.py model "$IN/tokenizer.json" "$MODEL" --shape "$SHAPE" > "$OUT/model.json"
-step_done model_s "$t"
+if [[ -n "$MODEL_PID" ]]; then
+    wait "$MODEL_PID" || { log "writing the model failed"; cat "$WORK/model.log" >&2; exit 1; }
+fi
+step_done model_done_s "$t_model"
 
 log "3/3 replay"
 t=$SECONDS
 ARGS=(--llama-server "$BIN" --model "$MODEL" "${NGL[@]}" --ctx-size "$CTX" --cache-ram-mib "${CACHE_RAM_MIB:-16384}"
-      --top-k 20,100 --modes baseline,aligned,aligned+superset --flush per-mode --max-tokens "${MAX_TOKENS:-2}"
+      --top-k 20,100 --modes "${MODES:-baseline,aligned,aligned+superset}" --flush per-mode --max-tokens "${MAX_TOKENS:-2}"
       --out "$OUT" --label "$KIND" --server-log "$OUT/llama-server.log")
 [[ -n "${CONVERSATIONS:-}" ]] && ARGS+=(--conversations "$CONVERSATIONS")
 [[ -n "${REQUESTS_PER_RUN:-}" ]] && ARGS+=(--requests-per-run "$REQUESTS_PER_RUN")
 [[ -n "${DEADLINE_S:-}" ]] && ARGS+=(--deadline-s "$DEADLINE_S")
-PYTHONUNBUFFERED=1 "$PY" -m benchmarks.replay "$IN/prompts.json.gz" "${ARGS[@]}" | tee "$OUT/table.txt"
+PYTHONUNBUFFERED=1 "$PY" -m benchmarks.replay "$IN/prompts.json.gz" "${ARGS[@]}"
 step_done replay_s "$t"
 echo "\"total_s\": $SECONDS, \"kind\": \"$KIND\"}" >> "$STEPS"
 cat "$STEPS"
