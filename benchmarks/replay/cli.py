@@ -36,9 +36,12 @@ __all__ = ["group_by_mode", "main", "replay", "select_runs"]
 
 def select_runs(data: dict[str, Any], *, modes: Sequence[str] = (), top_k: Sequence[str] = (),
                 conversations: Sequence[int] = ()) -> list[dict[str, Any]]:
-    """The export's runs (in order) restricted to the given modes, k labels and conversation indices."""
+    """The export's runs (in order; with ``top_k``, in its k order) restricted to the given modes, k labels and
+    conversation indices."""
     runs = [r for r in data["runs"] if (not modes or r["mode"] in modes) and (not top_k or r["k"] in top_k)
             and (not conversations or r["conversation"] in conversations)]
+    if top_k:   # the k given first is replayed first (what matters most, ahead of a --deadline-s)
+        runs.sort(key=lambda r: list(top_k).index(r["k"]))
     if not runs:
         raise ValueError("no run of the export matches the --modes/--top-k/--conversations given")
     return runs
@@ -145,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--server-log", metavar="FILE", help="append llama-server's output here")
     s = ap.add_argument_group("what to replay")
     s.add_argument("--modes", default="", help="comma list (default: all in the file)")
-    s.add_argument("--top-k", default="", help="comma list of k labels (default: all)")
+    s.add_argument("--top-k", default="", help="comma list of k labels, replayed in this order (default: all, as "
+                                                "exported)")
     s.add_argument("--conversations", default="", help="comma list of conversation indices (default: all)")
     s.add_argument("--requests-per-run", type=int, default=None, metavar="N", help="first N requests of each run")
     s.add_argument("--max-tokens", type=int, default=None, help="default: the export's")

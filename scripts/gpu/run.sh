@@ -8,7 +8,7 @@
 # tokenizer.json, the gguf wheel, prompts.json.gz. Steps, each timed into $OUT/steps.json:
 #   1. write the random-weight model (scripts/gpu/random_gguf.py), in the background, while
 #   2. llama-server builds (scripts/gpu/build_llama.sh)
-#   3. replay the exported prompts at k=20 and k=100 for baseline, aligned, aligned+superset
+#   3. replay the exported prompts at k=100, then k=20, for baseline, aligned, aligned+superset
 #      (python -m benchmarks.replay, llama-server restarted per (k, mode) group)
 # Environment: OUT (results folder, default results/gpu-run; the device tool sets it), DEADLINE_S (replay:
 # no new group after it), MODES, CONVERSATIONS / REQUESTS_PER_RUN (replay subset), MAX_TOKENS (2),
@@ -63,7 +63,7 @@ step_done model_done_s "$t_model"
 log "3/3 replay"
 t=$SECONDS
 ARGS=(--llama-server "$BIN" --model "$MODEL" "${NGL[@]}" --ctx-size "$CTX" --cache-ram-mib "${CACHE_RAM_MIB:-16384}"
-      --top-k 20,100 --modes "${MODES:-baseline,aligned,aligned+superset}" --flush per-mode --max-tokens "${MAX_TOKENS:-2}"
+      --top-k 100,20 --modes "${MODES:-baseline,aligned,aligned+superset}" --flush per-mode --max-tokens "${MAX_TOKENS:-2}"
       --out "$OUT" --label "$KIND" --server-log "$OUT/llama-server.log")
 [[ -n "${CONVERSATIONS:-}" ]] && ARGS+=(--conversations "$CONVERSATIONS")
 [[ -n "${REQUESTS_PER_RUN:-}" ]] && ARGS+=(--requests-per-run "$REQUESTS_PER_RUN")
