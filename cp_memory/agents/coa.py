@@ -44,7 +44,7 @@ from cp_memory.annotations import (
     SAME_TURN_TEMPLATE,
     location_annotation,
 )
-from cp_memory.blocks import ContextBlock
+from cp_memory.blocks import ContextBlock, text_digest
 from cp_memory.dedup import Deduplicator
 from cp_memory.lru import LRUMap
 
@@ -108,6 +108,12 @@ class ChainOfAgents:
         temperature: sampling temperature of every call.
         dedup: a shared :class:`Deduplicator` for conversations (default: a new one).
         max_conversations: conversations whose CUs are remembered (least recently used dropped).
+        model_tails: tell the router how many tokens each prompt adds after its segment (previous CU,
+            question, instructions, generated tokens: the segmenter's ``token_len`` estimate), so its
+            per-worker cache models fill up as the engines' caches do (an engine caches whole prompts).
+        manager_affinity: route manager calls by their recurring prefix (the manager template's fixed
+            text) like any other reusable block: they then share one worker's cache while it is not
+            overloaded, instead of spreading their one-off prompts over every worker's cache.
     """
 
     def __init__(self, router: AgentRouter[Any], *, segment_tokens: int = 1024,
@@ -115,7 +121,8 @@ class ChainOfAgents:
                  worker_max_tokens: int = 128, manager_max_tokens: int = 32,
                  manager_stop: Sequence[str] | None = None, temperature: float = 0.0, chat: bool = False,
                  dedup: Deduplicator | None = None, max_conversations: int = 10_000,
-                 worker_template: str = WORKER_TEMPLATE, manager_template: str = MANAGER_TEMPLATE) -> None:
+                 worker_template: str = WORKER_TEMPLATE, manager_template: str = MANAGER_TEMPLATE,
+                 model_tails: bool = True, manager_affinity: bool = True) -> None:
         if not isinstance(router, AgentRouter):
             raise TypeError(f"router must be an AgentRouter, got {type(router).__name__}")
         for name, v in (("worker_max_tokens", worker_max_tokens), ("manager_max_tokens", manager_max_tokens)):
@@ -134,6 +141,11 @@ class ChainOfAgents:
         self.max_conversations = max_conversations
         self.worker_template = worker_template
         self.manager_template = manager_template
+        self.model_tails = model_tails
+        self.manager_affinity = manager_affinity
+        prefix = manager_template.split("{", 1)[0]
+        self._manager_prefix = (("manager-prefix", text_digest(prefix)),) if prefix and manager_affinity else ()
+        self._manager_prefix_tokens = tuple(self.segmenter.token_len(prefix) for _ in self._manager_prefix)
         # per conversation: turn -> the CU it ended with (the dicts are guarded by _lock)
         self._turn_cus: LRUMap[Hashable, dict[int, str]] = LRUMap(max_conversations)
         self._lock = threading.Lock()
@@ -216,18 +228,24 @@ class ChainOfAgents:
         calls: list[CallStats] = []
         try:
             for seg in plan.segments:
-                route = self.router.route(seg.keys, seg.token_lens)
                 prompt = worker_prompt(seg.text, cu, plan.question, self.worker_template)
+                route = self.router.route(seg.keys, seg.token_lens, tail_key="worker",
+                                          tail_tokens=self._tail(prompt[len(seg.text):], self.worker_max_tokens))
                 res = yield from self._call(plan, "worker", seg.position, route,
                                             self.router.client(route.worker), prompt,
                                             max_tokens=self.worker_max_tokens, request_id=route.request_id)
                 cu = res.text.strip()
                 cus.append(cu)
                 calls.append(_stats("worker", seg.position, route, seg, res, ""))
-            mroute = None if self.manager is not None else self.router.route(())
+            prompt = manager_prompt(cu, plan.question, self.manager_template)
+            mroute = None
+            if self.manager is None:
+                prefix = sum(self._manager_prefix_tokens)
+                tail = self._tail(prompt, self.manager_max_tokens)
+                mroute = self.router.route(self._manager_prefix, self._manager_prefix_tokens,
+                                           tail_tokens=max(0, tail - prefix) if tail else 0)
             client = self.manager if mroute is None else self.router.client(mroute.worker)
-            res = yield from self._call(plan, "manager", len(plan.segments), mroute, client,
-                                        manager_prompt(cu, plan.question, self.manager_template),
+            res = yield from self._call(plan, "manager", len(plan.segments), mroute, client, prompt,
                                         max_tokens=self.manager_max_tokens,
                                         request_id=mroute.request_id if mroute is not None else None,
                                         stop=self.manager_stop)
@@ -239,6 +257,10 @@ class ChainOfAgents:
         return CoAResult(plan.question, res.text.strip(), tuple(cus), tuple(calls), plan.segments,
                          time.perf_counter() - t0, plan.conversation_id, turn, plan.duplicates,
                          plan.annotations, plan.tag)
+
+    def _tail(self, text: str, max_tokens: int) -> int:
+        """Tokens a prompt's non-reusable part and its generation take in the engine cache (0: not modelled)."""
+        return self.segmenter.token_len(text) + max_tokens if self.model_tails else 0
 
     def _call(self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str,
               **kwargs: Any) -> Generator[EngineCall, Any, Any]:

@@ -14,11 +14,20 @@ Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
 2. **load safeguard** (SGLang router's rule): if the candidate's load ``hi`` and the pool's minimum ``lo``
    satisfy ``hi - lo > balance_abs_threshold`` *and* ``hi > balance_rel_threshold * lo``, the segment
    goes to the least-loaded worker instead, so affinity never floods one worker while others idle. Load
-   = requests in flight on the worker. SGLang tests the pool's max load rather than the candidate's
-   (``balance_scope="global"``): it then also overrides affinity for a candidate that is not the busy
-   worker, which costs a cold prefill for nothing — measured on the benchmark, see docs/coa.md;
-3. **least loaded**: a segment no worker holds goes to the least-loaded worker (ties: the smaller modelled
-   cache, then rotation), spreading new documents over the pool.
+   = requests in flight on the worker. Every override is a cold prefill *and* a second copy of the
+   segment in the pool, so the threshold is a real queue (default 8; SGLang's router: 64), not a blip
+   (2 cost 17% more prefilled tokens on the benchmark, docs/coa.md). SGLang tests the pool's max load
+   rather than the candidate's (``balance_scope="global"``): it then also overrides affinity for a
+   candidate that is not the busy worker, which costs a cold prefill for nothing;
+3. **home**: a segment no worker's model holds any more (the model evicted it) goes back to the worker
+   that held it last, if the safeguard allows: the pool's caches stay partitioned (one copy per
+   segment), and a model that evicted too early costs nothing — the engine may still hold it;
+4. **new content** goes to the worker whose cache model holds the least (``placement="cache"``, as
+   SGLang's router sends unmatched text to its smallest tree) among those the safeguard allows, ties to
+   the less loaded; ``placement="load"``: the least-loaded worker (ties: smaller cache, rotation).
+
+With ``tail_tokens`` the model also holds what follows the segment in each prompt (an engine caches whole
+prompts), so a worker's modelled occupancy follows its engine's.
 
 Policy ``"round_robin"`` is the cache-blind baseline. Segments are matched by *exact ordered* prefix:
 the worker indexes store position-tagged block keys ``(i, key)`` with retrieval tail order, so a cached
@@ -37,12 +46,15 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from cp_memory.index import ContextIndex
+from cp_memory.lru import LRUMap
 
 __all__ = ["AgentRouter", "Route", "RouterStats", "RoutingPolicy", "WorkerStats"]
 
 logger = logging.getLogger(__name__)
 
 ClientT = TypeVar("ClientT")
+
+_UNBOUNDED = 2**62
 
 
 class RoutingPolicy(str, enum.Enum):
@@ -54,7 +66,8 @@ class RoutingPolicy(str, enum.Enum):
 class Route:
     """Where one request goes, and why.
 
-    ``reason`` is ``"affinity"`` (cache hit in the model), ``"least_loaded"`` (new content),
+    ``reason`` is ``"affinity"`` (cache hit in the model), ``"home"`` (no worker's model holds it any
+    more: back to the worker that held it last), ``"least_loaded"`` (new content),
     ``"balance"`` (load safeguard overrode affinity) or ``"round_robin"``. ``matched_tokens`` is the
     prefix the chosen worker's cache model holds (the prediction to compare with the engine's
     ``cached_tokens``); ``segment_tokens`` the segment's size as estimated by the caller.
@@ -81,6 +94,7 @@ class WorkerStats:
     in_flight: int
     live_requests: int
     modelled_cache_tokens: int
+    home: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ class RouterStats:
 class _Counters:
     routed: int = 0
     affinity: int = 0
+    home: int = 0
     least_loaded: int = 0
     balance: int = 0
     round_robin: int = 0
@@ -119,12 +134,15 @@ class AgentRouter(Generic[ClientT]):
             load against the least-loaded worker); ``"global"`` checks the pool's max and min load before
             anything else, exactly as SGLang's router does.
         min_match_tokens: shortest cached prefix worth following.
+        placement: where new content goes: ``"cache"`` (most room) or ``"load"`` (least loaded).
+        max_homes: segments whose last worker is remembered (least recently used forgotten).
     """
 
     def __init__(self, clients: Sequence[ClientT], *, names: Sequence[str] | None = None,
                  policy: RoutingPolicy | str = RoutingPolicy.AFFINITY, capacity_tokens: int | None = None,
-                 balance_abs_threshold: int = 2, balance_rel_threshold: float = 1.5,
-                 balance_scope: str = "target", min_match_tokens: int = 1) -> None:
+                 balance_abs_threshold: int = 8, balance_rel_threshold: float = 1.5,
+                 balance_scope: str = "target", min_match_tokens: int = 1,
+                 placement: str = "cache", max_homes: int = 100_000) -> None:
         clients = list(clients)
         if not clients:
             raise ValueError("an AgentRouter needs at least one worker client")
@@ -145,6 +163,8 @@ class AgentRouter(Generic[ClientT]):
             raise ValueError(f"balance_rel_threshold must be >= 1, got {balance_rel_threshold!r}")
         if balance_scope not in ("target", "global"):
             raise ValueError(f"balance_scope must be 'target' or 'global', got {balance_scope!r}")
+        if placement not in ("cache", "load"):
+            raise ValueError(f"placement must be 'cache' or 'load', got {placement!r}")
         if not isinstance(min_match_tokens, int) or min_match_tokens < 1:
             raise ValueError(f"min_match_tokens must be a positive int, got {min_match_tokens!r}")
         self._clients = tuple(clients)
@@ -154,7 +174,13 @@ class AgentRouter(Generic[ClientT]):
         self.balance_rel_threshold = float(balance_rel_threshold)
         self.balance_scope = balance_scope
         self.min_match_tokens = min_match_tokens
-        self._indexes = tuple(ContextIndex(capacity_tokens=capacity_tokens, tail_order="retrieval")
+        self.placement = placement
+        # first block of a segment -> the worker that cached it last (kept after the model evicts it)
+        self._homes: LRUMap[Hashable, int] = LRUMap(max_homes)
+        self._heads: dict[str, Hashable] = {}   # request id -> first block, while in flight
+        # an unbounded model still counts tokens (placement compares them): a capacity nothing reaches
+        model_capacity = capacity_tokens if capacity_tokens is not None else _UNBOUNDED
+        self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval")
                               for _ in clients)
         self._load = [0] * len(clients)
         self._counters = [_Counters() for _ in clients]
@@ -188,31 +214,48 @@ class AgentRouter(Generic[ClientT]):
             for i, c in enumerate(self._counters):
                 idx = self._indexes[i]
                 out.append(WorkerStats(self.names[i], c.routed, c.affinity, c.least_loaded, c.balance,
-                                       c.round_robin, c.failed, self._load[i], len(idx), idx.cached_tokens))
+                                       c.round_robin, c.failed, self._load[i], len(idx), idx.cached_tokens,
+                                       c.home))
             return RouterStats(self.policy.value, tuple(out))
 
     # ------------------------------------------------------------------ routing
     def route(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,
-              request_id: str | None = None) -> Route:
+              request_id: str | None = None, tail_tokens: int = 0, tail_key: Hashable | None = None) -> Route:
         """Pick a worker for a request whose reusable prefix is the blocks ``keys`` (in prompt order).
 
         Counts the request as in flight on that worker until :meth:`release`, and records the blocks in
         the worker's cache model under ``request_id`` (generated when not given). ``keys`` may be empty
-        (a request with nothing reusable, e.g. the manager's): it goes to the least-loaded worker.
+        (a request with nothing reusable): it goes to the least-loaded worker.
+
+        ``tail_tokens``: the rest of the prompt after ``keys`` plus the tokens to generate. The engine
+        caches them too (llama.cpp's prompt cache stores whole prompts), so they take room in the
+        worker's cache model after ``keys``, under ``tail_key`` (None: unique to this request); 0 leaves
+        them out. A tail never counts as a matched prefix. Requests that share ``keys`` and ``tail_key``
+        share one tail in the model: use that when the engine keeps one copy per prefix (llama.cpp's
+        prompt cache replaces a cached prompt by the newer one that reuses it).
         """
         keys = list(keys)
         lens = [1] * len(keys) if token_lens is None else list(token_lens)
         if len(lens) != len(keys):
             raise ValueError(f"got {len(lens)} token_lens for {len(keys)} keys")
-        tagged = [(i, k) for i, k in enumerate(keys)]
+        if not isinstance(tail_tokens, int) or tail_tokens < 0:
+            raise ValueError(f"tail_tokens must be a non-negative int, got {tail_tokens!r}")
+        tagged: list[tuple[int, Hashable]] = [(i, k) for i, k in enumerate(keys)]
         rid = request_id if request_id is not None else uuid.uuid4().hex
         seg_tokens = sum(lens)
         with self._lock:
             worker, reason = self._choose(tagged, lens)
             matched = 0
+            if tagged or tail_tokens:
+                tail = ("tail", rid if tail_key is None else tail_key)
+                stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
+                placement = self._indexes[worker].insert(stored, rid,
+                                                         token_lens=lens + [tail_tokens] if tail_tokens else lens)
+                matched = min(placement.prefix_len, len(tagged))
             if tagged:
-                placement = self._indexes[worker].insert(tagged, rid, token_lens=lens)
-                matched = placement.prefix_len
+                self._heads[rid] = tagged[0][1]
+                if reason != "balance":
+                    self._homes.set(tagged[0][1], worker)
             self._load[worker] += 1
             c = self._counters[worker]
             c.routed += 1
@@ -239,7 +282,25 @@ class AgentRouter(Generic[ClientT]):
                 if self._imbalanced(load[best_w]):
                     return self._least_loaded(), "balance"
                 return best_w, "affinity"
+            home = self._homes.get(tagged[0][1])
+            if home is not None and not self._imbalanced(load[home]):
+                return home, "home"
+            if self.placement == "cache":
+                return self._most_room(), "least_loaded"
         return self._least_loaded(), "least_loaded"
+
+    def _most_room(self) -> int:
+        """New content: the worker whose cache model holds the least (so documents spread over the
+        pool's caches and none overflows first), among workers the load safeguard would not reject;
+        ties: the less loaded, then rotation."""
+        n = len(self._clients)
+        ok = [w for w in range(n) if not self._imbalanced(self._load[w])]
+        size = {w: self._indexes[w].cached_tokens for w in ok}
+        smallest = min(size.values())
+        cands = [w for w in ok if size[w] == smallest]
+        lo = min(self._load[w] for w in cands)
+        cands = [w for w in cands if self._load[w] == lo]
+        return cands[next(self._spread) % len(cands)]
 
     def _imbalanced(self, hi: int) -> bool:
         lo = min(self._load)
@@ -272,9 +333,12 @@ class AgentRouter(Generic[ClientT]):
             if self._load[route.worker] <= 0:
                 raise ValueError(f"route {route.request_id!r} released twice or never routed")
             self._load[route.worker] -= 1
+            head = self._heads.pop(route.request_id, None)
             if not ok:
                 self._counters[route.worker].failed += 1
                 self._indexes[route.worker].evict(route.request_id)
+                if head is not None and self._homes.peek(head) == route.worker:
+                    self._homes.pop(head)
 
     @contextlib.contextmanager
     def dispatch(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,

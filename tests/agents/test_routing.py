@@ -184,3 +184,76 @@ def test_target_scoped_safeguard_keeps_affinity_when_the_imbalance_is_elsewhere(
             r.release(h)
     with pytest.raises(ValueError):
         router(2, balance_scope="local")
+
+
+# ---------------------------------------------------------------------------------------------- placement
+def test_new_content_goes_to_the_worker_with_the_most_room_not_the_least_busy():
+    """SGLang's cache_aware places unmatched requests on the smallest tree; so does placement="cache":
+    an emptier cache keeps new documents from overflowing a full one (placement="load" spreads by load)."""
+    r = router(2, placement="cache", balance_abs_threshold=8)
+    big = r.route(["big"], [900])
+    r.release(big)
+    busy_small = r.route(["small"], [10])             # worker with less cached, now 1 in flight
+    assert busy_small.worker != big.worker
+    new = r.route(["new"], [100])                     # load 1 vs 0, but the idle worker's cache is full
+    assert new.worker == busy_small.worker and new.reason == "least_loaded"
+    r.release(busy_small)
+    r.release(new)
+    by_load = router(2, placement="load")
+    by_load.release(by_load.route(["big"], [900]))
+    hold = by_load.route(["small"], [10])
+    assert by_load.route(["new"], [100]).worker != hold.worker
+
+
+def test_most_room_placement_still_respects_the_load_safeguard():
+    r = router(2, placement="cache", balance_abs_threshold=2, balance_rel_threshold=1.5)
+    r.release(r.route(["big"], [900]))
+    held = [r.route([f"s{i}"], [1]) for i in range(3)]    # all land on the empty worker: load 3 vs 0
+    assert len({h.worker for h in held}) == 1
+    over = r.route(["new"], [1])
+    assert over.worker != held[0].worker                  # 3 - 0 > 2: the safeguard moves it
+
+
+def test_tails_take_room_in_the_cache_model_but_never_match():
+    r = router(1, capacity_tokens=1000)
+    first = r.route(["doc"], [400], tail_tokens=300)
+    r.release(first)
+    assert r.index(0).cached_tokens == 700
+    again = r.route(["doc"], [400], tail_tokens=300)
+    assert again.matched_blocks == 1 and again.matched_tokens == 400     # the tail is not a match
+    r.release(again)
+    assert r.index(0).cached_tokens == 1000                               # unique tails: two of them
+    shared = router(1, capacity_tokens=1000)
+    for _ in range(3):
+        shared.release(shared.route(["doc"], [400], tail_tokens=300, tail_key="worker"))
+    assert shared.index(0).cached_tokens == 700                           # one tail per prefix
+    with pytest.raises(ValueError, match="tail_tokens"):
+        r.route(["doc"], [1], tail_tokens=-1)
+
+
+def test_a_segment_the_model_evicted_returns_to_its_home_worker():
+    """When the cache model has let a segment go, sending it back to the worker that held it keeps the
+    pool's caches partitioned (a re-prefill there, not a second copy elsewhere) — the engine may even
+    still hold it: misjudging an eviction then costs nothing, as with SGLang's never-forgetting tree."""
+    r = router(2, capacity_tokens=100)
+    a = r.route(["a"], [60])
+    r.release(a)
+    b = r.route(["b"], [60])                        # most room: the other worker
+    r.release(b)
+    assert b.worker != a.worker
+    r.release(r.route(["c"], [60]))                 # lands on some worker and pushes its 60 tokens out
+    evicted = [w for w in range(2) if len(r.index(w)) == 1 and r.index(w).match([(0, "c")]).prefix_len == 1]
+    assert evicted                                  # the model let a or b go
+    gone = "a" if r.index(a.worker).match([(0, "a")]).prefix_len == 0 else "b"
+    home = a.worker if gone == "a" else b.worker
+    back = r.route([gone], [60])
+    assert (back.reason, back.worker) == ("home", home)
+    r.release(back)
+    assert r.stats().workers[home].home == 1
+
+
+def test_a_failed_request_gives_up_its_home():
+    r = router(2)
+    first = r.route(["a"], [10])
+    r.release(first, ok=False)
+    assert r.route(["a"], [10]).reason == "least_loaded"
