@@ -229,7 +229,7 @@ class ChainOfAgents:
         try:
             for seg in plan.segments:
                 prompt = worker_prompt(seg.text, cu, plan.question, self.worker_template)
-                route = self.router.route(seg.keys, seg.token_lens, tail_key="worker",
+                route = self.router.route(seg.keys, seg.token_lens, tail_key="worker", home_key=seg.ids[0],
                                           tail_tokens=self._tail(prompt[len(seg.text):], self.worker_max_tokens))
                 res = yield from self._call(plan, "worker", seg.position, route,
                                             self.router.client(route.worker), prompt,

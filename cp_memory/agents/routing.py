@@ -220,7 +220,8 @@ class AgentRouter(Generic[ClientT]):
 
     # ------------------------------------------------------------------ routing
     def route(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,
-              request_id: str | None = None, tail_tokens: int = 0, tail_key: Hashable | None = None) -> Route:
+              request_id: str | None = None, tail_tokens: int = 0, tail_key: Hashable | None = None,
+              home_key: Hashable | None = None) -> Route:
         """Pick a worker for a request whose reusable prefix is the blocks ``keys`` (in prompt order).
 
         Counts the request as in flight on that worker until :meth:`release`, and records the blocks in
@@ -233,6 +234,10 @@ class AgentRouter(Generic[ClientT]):
         them out. A tail never counts as a matched prefix. Requests that share ``keys`` and ``tail_key``
         share one tail in the model: use that when the engine keeps one copy per prefix (llama.cpp's
         prompt cache replaces a cached prompt by the newer one that reuses it).
+
+        ``home_key`` names the segment for the *home* rule (default: its first key). Passing the first
+        block's id, not its ``(id, digest)`` key, sends an edited or grown version of a document back to
+        the worker that holds the old one, whose engine still reuses their common prefix.
         """
         keys = list(keys)
         lens = [1] * len(keys) if token_lens is None else list(token_lens)
@@ -244,7 +249,8 @@ class AgentRouter(Generic[ClientT]):
         rid = request_id if request_id is not None else uuid.uuid4().hex
         seg_tokens = sum(lens)
         with self._lock:
-            worker, reason = self._choose(tagged, lens)
+            head = (home_key if home_key is not None else tagged[0][1]) if tagged else None
+            worker, reason = self._choose(tagged, lens, head)
             matched = 0
             if tagged or tail_tokens:
                 tail = ("tail", rid if tail_key is None else tail_key)
@@ -252,10 +258,10 @@ class AgentRouter(Generic[ClientT]):
                 placement = self._indexes[worker].insert(stored, rid,
                                                          token_lens=lens + [tail_tokens] if tail_tokens else lens)
                 matched = min(placement.prefix_len, len(tagged))
-            if tagged:
-                self._heads[rid] = tagged[0][1]
+            if head is not None:
+                self._heads[rid] = head
                 if reason != "balance":
-                    self._homes.set(tagged[0][1], worker)
+                    self._homes.set(head, worker)
             self._load[worker] += 1
             c = self._counters[worker]
             c.routed += 1
@@ -265,7 +271,8 @@ class AgentRouter(Generic[ClientT]):
                      route.matched_tokens, seg_tokens)
         return route
 
-    def _choose(self, tagged: list[tuple[int, Hashable]], lens: list[int]) -> tuple[int, str]:
+    def _choose(self, tagged: list[tuple[int, Hashable]], lens: list[int],
+                head: Hashable | None) -> tuple[int, str]:
         n = len(self._clients)
         load = self._load
         if self.policy is RoutingPolicy.ROUND_ROBIN:
@@ -282,7 +289,7 @@ class AgentRouter(Generic[ClientT]):
                 if self._imbalanced(load[best_w]):
                     return self._least_loaded(), "balance"
                 return best_w, "affinity"
-            home = self._homes.get(tagged[0][1])
+            home = self._homes.get(head) if head is not None else None
             if home is not None and not self._imbalanced(load[home]):
                 return home, "home"
             if self.placement == "cache":

@@ -340,3 +340,16 @@ async def test_a_cancelled_turn_is_rolled_back():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert coa.dedup.sent_count("c") == 0
+
+
+def test_an_edited_document_goes_back_to_the_worker_holding_its_old_version():
+    """A grown or edited document (same id, new text) is new content to the cache model, but its old
+    version's prefix is still in that worker's engine: the home rule sends it there."""
+    coa, _ = chain(n_workers=3, budget=1000)
+    for i in range(3):                                     # three documents over three workers
+        coa.answer(f"q{i} a?", [doc(i)])
+    first = coa.answer("q9 b?", [doc(1)]).worker_calls[0]
+    grown = ContextBlock("d1", doc(1).text + " and one more fact")
+    call = coa.answer("q10 c?", [grown]).worker_calls[0]
+    assert call.route == "home" and call.worker == first.worker
+    assert call.cached_tokens >= words(doc(1).text)        # the engine reused the old text's prefix
