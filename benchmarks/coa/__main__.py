@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import platform
+import re
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -37,7 +38,7 @@ from cp_memory.engine import (
 from cp_memory.engine.router import SGLangRouter
 from cp_memory.locomo import load_locomo
 
-from .arms import ARMS, parse_overrides
+from .arms import ARMS, Arm, parse_arm, parse_overrides
 from .report import markdown, plot, summarize
 from .run import Run, RunSettings, run_arm
 from .workload import Item, build_multiturn, build_workload
@@ -99,10 +100,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--keep-logs", action="store_true", help="keep the workers' and router's logs in <out>/logs")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
-    arms = [x.strip() for x in a.arms.split(",") if x.strip()]
-    unknown = [x for x in arms if x not in ARMS]
-    if unknown or not arms:
-        ap.error(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
+    arms = [x.strip() for x in re.split(r",(?![^\[]*\])", a.arms) if x.strip()]
+    try:
+        for x in arms:
+            parse_arm(x)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if not arms:
+        ap.error("no arms")
     workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
     if not workloads or any(w not in ("single", "multi") for w in workloads):
         ap.error("--workloads takes single and/or multi")
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if a.locomo:
         os.environ["CP_MEMORY_LOCOMO"] = a.locomo
-    arms = dict(ARMS)
+    arms: dict[str, Arm] = {**ARMS, **{x: parse_arm(x) for x in a.arms}}
     if a.agent_args:
         arms["agent_aware"] = replace(arms["agent_aware"], agent={**arms["agent_aware"].agent,
                                                                   **parse_overrides(a.agent_args)})

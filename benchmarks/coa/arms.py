@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,10 @@ from cp_memory.engine.router import SGLangRouter
 
 logger = logging.getLogger("benchmarks.coa")
 
-__all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "parse_overrides", "pool"]
+__all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "parse_arm", "parse_overrides", "pool"]
+
+#: ChainOfAgents options an arm may set (the rest of an agent arm's overrides go to AgentRouter)
+COA_OPTIONS = ("model_tails", "manager_affinity")
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,10 @@ class Arm:
     agent: dict[str, Any] = field(default_factory=dict)
     router: dict[str, Any] = field(default_factory=dict)
     color: str = "#888888"
+    coa: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
-        args = self.agent if self.kind == "agent" else self.router
+        args = {**self.agent, **self.coa} if self.kind == "agent" else self.router
         what = "AgentRouter" if self.kind == "agent" else "sglang-router"
         return f"{what}({', '.join(f'{k}={v}' for k, v in args.items()) or 'defaults'})"
 
@@ -47,9 +51,11 @@ class Arm:
 #: the arms, by name; --arms picks some, --agent-args / --sglang-tuned override their settings
 ARMS: dict[str, Arm] = {a.name: a for a in (
     Arm("round_robin", "agent", {"policy": "round_robin"}, color="#9e9e9e"),
-    Arm("sglang_cache_aware", "sglang", {"policy": "cache_aware"}, color="#ff9f40"),
-    Arm("sglang_cache_aware_tuned", "sglang", {"policy": "cache_aware", "balance_abs_threshold": 8,
-                                               "cache_threshold": 0.5}, color="#d62728"),
+    Arm("sglang_cache_aware", "sglang", router={"policy": "cache_aware"}, color="#ff9f40"),
+    # the best of a grid (cache_threshold 0.1/0.5, balance_abs_threshold 8, max_tree_size 50k with 5 s
+    # eviction) on the single-turn workload; within the defaults' run-to-run spread (docs/coa.md)
+    Arm("sglang_cache_aware_tuned", "sglang", router={"policy": "cache_aware", "balance_abs_threshold": 8},
+        color="#d62728"),
     Arm("agent_aware", "agent", {"policy": "affinity"}, color="#1f77b4"),
     # ablations, for the "why": the old safeguard and SGLang's pool-wide safeguard rule
     Arm("agent_aware_abs2", "agent", {"policy": "affinity", "balance_abs_threshold": 2}, color="#aec7e8"),
@@ -73,6 +79,23 @@ def parse_overrides(spec: str) -> dict[str, Any]:
                 continue
         out[key.strip()] = value
     return out
+
+
+def parse_arm(spec: str) -> Arm:
+    """A known arm name, or ``<arm>[k=v,...]``: that arm with its settings overridden (an ad-hoc arm,
+    e.g. ``agent_aware[balance_abs_threshold=64]`` or ``sglang_cache_aware[cache_threshold=0.5]``)."""
+    spec = spec.strip()
+    if spec in ARMS:
+        return ARMS[spec]
+    m = re.fullmatch(r"([a-z_0-9]+)\[(.*)\]", spec)
+    if m is None or m.group(1) not in ARMS:
+        raise ValueError(f"unknown arm {spec!r}; choose from {', '.join(ARMS)} or <arm>[key=value,...]")
+    base, over = ARMS[m.group(1)], parse_overrides(m.group(2))
+    if base.kind == "sglang":
+        return replace(base, name=spec, router={**base.router, **over})
+    coa = {k: bool(v) for k, v in over.items() if k in COA_OPTIONS}
+    agent = {k: v for k, v in over.items() if k not in COA_OPTIONS}
+    return replace(base, name=spec, agent={**base.agent, **agent}, coa={**base.coa, **coa})
 
 
 _METRIC = re.compile(r"^(llamacpp:[a-z_]+)\s+([0-9.eE+-]+)$", re.MULTILINE)
@@ -113,8 +136,9 @@ class Pool:
 def pool(arm: Arm, *, model: Path, workers: int, threads: int, cache_mib: int, ctx_size: int,
          capacity_tokens: int | None, log_dir: Path | None = None) -> Iterator[Pool]:
     """Start ``workers`` cold llama-servers (and the SGLang router for ``sglang`` arms); stop them after."""
+    tag = re.sub(r"[^\w.-]+", "_", arm.name)
     servers = [LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib,
-                           log_path=None if log_dir is None else log_dir / f"{arm.name}-w{i}.log")
+                           log_path=None if log_dir is None else log_dir / f"{tag}-w{i}.log")
                for i in range(workers)]
     clients: list[EngineClient] = []
     sglang: SGLangRouter | None = None
@@ -123,7 +147,7 @@ def pool(arm: Arm, *, model: Path, workers: int, threads: int, cache_mib: int, c
             s.start()
         if arm.kind == "sglang":
             sglang = SGLangRouter([s.base_url for s in servers], request_timeout_s=600,
-                                  log_path=None if log_dir is None else log_dir / f"{arm.name}-router.log",
+                                  log_path=None if log_dir is None else log_dir / f"{tag}-router.log",
                                   **arm.router).start()
             clients = [EngineClient(sglang.base_url, model=servers[0].alias, timeout=600, max_retries=2)]
             router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")

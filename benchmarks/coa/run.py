@@ -110,7 +110,7 @@ def run_arm(arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSett
               ctx_size=s.ctx_size, capacity_tokens=s.capacity_tokens, log_dir=s.log_dir) as p:
         coa = ChainOfAgents(p.router, segmenter=Segmenter(s.segment_tokens),
                             worker_max_tokens=s.worker_max_tokens, manager_max_tokens=s.manager_max_tokens,
-                            chat=s.chat)
+                            chat=s.chat, **arm.coa)
         t0 = time.perf_counter()
         if multi:
             results = _chats(coa, items, s.concurrency)
