@@ -236,3 +236,37 @@ def test_group_by_mode_flushes_once_per_mode_and_rotates() -> None:
         ("100", "aligned", 0), ("100", "aligned", 1), ("100", "baseline", 0), ("100", "baseline", 1)]
     assert [r["flush"] for r in grouped] == [True, False] * 4
     assert [r["warmup"] for r in grouped] == [2, 0] * 4
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_gpu_script_model_loads_in_llama_server(tmp_path: Path) -> None:
+    """scripts/gpu/random_gguf.py: its Qwen3-shaped random model (tiny here) loads and answers in the
+    llama-server the replay launches (the GPU run's path, on CPU)."""
+    import importlib.util
+
+    from benchmarks.replay.client import StreamingClient
+    from benchmarks.replay.server import LaunchedLlamaServer
+    from cp_memory.engine import find_llama_server, smollm2_model_path
+
+    try:
+        binary, source = find_llama_server(), smollm2_model_path()
+    except (FileNotFoundError, ImportError) as exc:
+        if REQUIRE_ENGINE:
+            pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
+        pytest.skip(f"llama-server or the SmolLM2 GGUF absent: {exc}")
+    spec = importlib.util.spec_from_file_location("random_gguf", Path(__file__).parents[1] / "scripts/gpu/random_gguf.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_tokenizer(str(source), str(tmp_path / "tokenizer.json"))
+    info = module.write_model(str(tmp_path / "tokenizer.json"), str(tmp_path / "m.gguf"), module.SHAPES["tiny"])
+    assert info["n_vocab"] == 49152 and info["parameters"] > 1e7
+    with LaunchedLlamaServer(binary, tmp_path / "m.gguf", ctx_size=2048, cache_ram_mib=64) as server:
+        client = StreamingClient(server.base_url)
+        assert client.probe() == "llama.cpp"
+        first = client.complete("Memories: Alice lives in Lisbon. Question: where?", max_tokens=2)
+        again = client.complete("Memories: Alice lives in Lisbon. Question: who?", max_tokens=2)
+        client.close()
+    assert first.error is None and first.prompt_tokens and first.ttft_s is not None
+    assert again.cached_tokens and again.cached_tokens > 5           # the shared prefix was reused

@@ -73,12 +73,15 @@ cmake -S "$SRC" -B "$BUILD/build" "${GEN[@]}" "${FLAGS[@]}" >"$BUILD/configure.l
     || { tail -n 40 "$BUILD/configure.log" >&2; exit 1; }
 t1=$(date +%s)
 log "build llama-server"
-cmake --build "$BUILD/build" --target llama-server -j "$JOBS" >"$BUILD/build.log" 2>&1 \
-    || { tail -n 60 "$BUILD/build.log" >&2; exit 1; }
+TIMEFORMAT='%U %S'   # CPU seconds of the build (user, system): comparable across machines and loads
+{ time cmake --build "$BUILD/build" --target llama-server -j "$JOBS" >"$BUILD/build.log" 2>&1 \
+    || { tail -n 60 "$BUILD/build.log" >&2; exit 1; } ; } 2> "$BUILD/build_cpu_s.txt"
+read -r cpu_user cpu_sys < "$BUILD/build_cpu_s.txt" || true
 t2=$(date +%s)
 BIN="$(find "$BUILD/build" -type f -name llama-server -perm -u+x | head -n 1)"
 "$BIN" --version >/dev/null 2>&1 || { log "built binary does not run: $BIN"; exit 1; }
-echo "{\"kind\": \"$KIND\", \"arch\": \"$ARCH\", \"jobs\": $JOBS, \"configure_s\": $((t1 - t0)), \"build_s\": $((t2 - t1))}" \
+steps="$(grep -c '^\[' "$BUILD/build.log" || true)"
+echo "{\"kind\": \"$KIND\", \"arch\": \"$ARCH\", \"jobs\": $JOBS, \"configure_s\": $((t1 - t0)), \"build_s\": $((t2 - t1)), \"build_cpu_user_s\": ${cpu_user:-null}, \"build_cpu_sys_s\": ${cpu_sys:-null}, \"ninja_steps\": ${steps:-0}}" \
     > "$BUILD/build_times.json"
 log "configure $((t1 - t0)) s, build $((t2 - t1)) s: $BIN"
 echo "$BIN"
