@@ -15,6 +15,9 @@ import pytest
 
 from tests.mem0_fixtures import require_mem0
 
+# the framework packages import mem0 before any cp_memory module could switch its telemetry off
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+
 REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
 
 #: Alice's memories (the paper's running example style); Bob's must never reach Alice's prompts

@@ -1,0 +1,118 @@
+"""OpenAI Agents SDK: the memory tool in real runs against llama-server (chat-completions model).
+
+The first step of each run is scripted (benchmarks.frameworks.scripted): a call of the memory tool with the
+user's message as query, so the random-weight model's erratic tool use does not decide what is searched.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="needs the openai-agents extra: pip install -e '.[openai-agents]'")
+
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+
+from benchmarks.frameworks.scripted import ScriptedFirstStep  # noqa: E402
+from cp_memory.integrations.openai_agents import EMPTY_OUTPUT, MemoryContext, MemoryTools  # noqa: E402
+from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory  # noqa: E402
+
+QUESTIONS = ["Where does Alice live?", "Where does Alice live and what is her job?", "Does Alice have a pet?"]
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing() -> None:
+    set_tracing_disabled(True)     # the SDK would export traces to the network
+
+
+def _agent(tools: MemoryTools, server: Any, probe: Any) -> Agent[Any]:
+    client = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none", http_client=probe.async_client())
+    model = ScriptedFirstStep(OpenAIChatCompletionsModel(model="random", openai_client=client), tools.name)
+    return Agent(name="assistant", instructions=SYSTEM, tools=[tools.search_tool], model=model,
+                 model_settings=ModelSettings(max_tokens=4, temperature=0))
+
+
+def _tool_outputs(messages: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+
+
+async def _conversation(tools: MemoryTools, agent: Agent[Any], ctx: Any, questions: list[str]) -> list[Any]:
+    history: list[Any] = []
+    for q in questions:
+        result = await tools.run(agent, history + [{"role": "user", "content": q}], context=ctx)
+        history = result.to_input_list()
+    return history
+
+
+def test_tool_schema_is_strict_and_reads_the_user_from_the_context(store: Any) -> None:
+    tools = MemoryTools(store)
+    schema = tools.search_tool.params_json_schema
+    assert tools.search_tool.strict_json_schema
+    assert schema["required"] == ["query"] and schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {"query"}          # no user_id for the model to fill in
+
+
+async def test_searches_in_a_conversation_point_at_earlier_outputs(store: Any, server: Any, probe: Any) -> None:
+    tools = MemoryTools(store, top_k=3)
+    agent = _agent(tools, server, probe)
+    await _conversation(tools, agent, MemoryContext(user_id="alice", conversation_id="oa-1"), QUESTIONS)
+    sent = probe.exchanges
+    assert len(sent) == 3                                  # one engine call per run: the answer
+    for i, ex in enumerate(sent):
+        assert ex.messages[0] == {"role": "system", "content": SYSTEM}
+        assert_no_foreign_memory(ex.messages)
+        outputs = _tool_outputs(ex.messages)
+        assert len(outputs) == i + 1
+        if i:
+            assert ex.messages[:len(sent[i - 1].messages)] == sent[i - 1].messages
+            assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
+    first, second = _tool_outputs(sent[1].messages)
+    assert first.startswith("[Doc 1] ")
+    assert "Please refer to [Doc" in second and "(turn 1)" in second
+
+
+async def test_without_a_conversation_id_every_search_is_sent_in_full(store: Any, server: Any, probe: Any) -> None:
+    tools = MemoryTools(store, top_k=3)
+    agent = _agent(tools, server, probe)
+    await _conversation(tools, agent, MemoryContext(user_id="alice"), QUESTIONS[:1] * 2)
+    first, second = _tool_outputs(probe.last.messages)
+    assert first == second and "Please refer to" not in second
+
+
+async def test_a_history_without_the_earlier_outputs_gets_full_memories(store: Any, server: Any, probe: Any) -> None:
+    """Regression: mem0's guide runs each turn without history; pointers would point at nothing."""
+    tools = MemoryTools(store, top_k=3)
+    agent = _agent(tools, server, probe)
+    ctx = MemoryContext(user_id="alice", conversation_id="oa-nohistory")
+    await tools.run(agent, QUESTIONS[0], context=ctx)
+    await tools.run(agent, QUESTIONS[0], context=ctx)              # the app dropped the history
+    (output,) = _tool_outputs(probe.last.messages)
+    assert output.startswith("[Doc 1] ") and "Please refer to" not in output
+
+
+async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any) -> None:
+    tools = MemoryTools(store, top_k=3)
+    ctx = MemoryContext(user_id="alice", conversation_id="oa-fail")
+
+    class Down(OpenAIChatCompletionsModel):
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise ConnectionError("engine down")
+
+    broken = Agent(name="assistant", instructions=SYSTEM, tools=[tools.search_tool],
+                   model=ScriptedFirstStep(Down(model="x", openai_client=AsyncOpenAI(api_key="none")), tools.name))
+    with pytest.raises(ConnectionError):
+        await tools.run(broken, QUESTIONS[0], context=ctx)
+    await _conversation(tools, _agent(tools, server, probe), ctx, QUESTIONS[:1])
+    (output,) = _tool_outputs(probe.last.messages)
+    assert "Please refer to" not in output
+
+
+async def test_unknown_user_fails_loudly_and_nobody_sees_another_users_memories(store: Any, server: Any,
+                                                                                probe: Any) -> None:
+    tools = MemoryTools(store, top_k=3)
+    with pytest.raises(ValueError, match="user_id"):
+        await tools.run(_agent(tools, server, probe), QUESTIONS[0], context=MemoryContext())
+    await Runner.run(_agent(tools, server, probe), "Where does Alice live?", context={"user_id": "nobody"},
+                     hooks=tools.hooks)
+    assert _tool_outputs(probe.last.messages) == [EMPTY_OUTPUT]
