@@ -8,14 +8,18 @@ import pytest
 pytest.importorskip("langgraph", reason="needs the langgraph extra: pip install -e '.[langgraph]'")
 pytest.importorskip("langchain_openai", reason="needs the langgraph extra: pip install -e '.[langgraph]'")
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.graph import START, StateGraph  # noqa: E402
-from langgraph.graph.message import add_messages  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
 
-from cp_memory.integrations.langgraph import MemoryPrompt, cache_stable_messages, memory_node  # noqa: E402
-from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory, user_messages  # noqa: E402
+from cp_memory.integrations.langgraph import (
+    MemoryPrompt,
+    cache_stable_messages,
+    memory_node,
+)
+from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory, user_messages
 
 QUESTIONS = ["Where does Alice live?", "Where does Alice live and what is her job?", "Does Alice have a pet?"]
 

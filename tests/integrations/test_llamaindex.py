@@ -8,13 +8,13 @@ import pytest
 pytest.importorskip("llama_index.memory.mem0", reason="needs the llamaindex extra: pip install -e '.[llamaindex]'")
 pytest.importorskip("llama_index.llms.openai_like", reason="needs the llamaindex extra: pip install -e '.[llamaindex]'")
 
-from llama_index.core.base.llms.types import ChatMessage, MessageRole  # noqa: E402
-from llama_index.core.chat_engine import SimpleChatEngine  # noqa: E402
-from llama_index.llms.openai_like import OpenAILike  # noqa: E402
-from llama_index.memory.mem0 import Mem0Memory  # noqa: E402
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.chat_engine import SimpleChatEngine
+from llama_index.llms.openai_like import OpenAILike
+from llama_index.memory.mem0 import Mem0Memory
 
-from cp_memory.integrations.llamaindex import ContextPilotMem0Memory  # noqa: E402
-from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory, user_messages  # noqa: E402
+from cp_memory.integrations.llamaindex import ContextPilotMem0Memory
+from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory, user_messages
 
 QUESTIONS = ["Where does Alice live?", "Where does Alice live and what is her job?", "Does Alice have a pet?"]
 
@@ -93,7 +93,7 @@ def test_unanswered_turn_is_rolled_back(store: Any) -> None:
     memory.put(ChatMessage(role=MessageRole.USER, content=QUESTIONS[0]))
     again = memory.get()
     assert "Please refer to" not in (again[-1].content or "")
-    assert [m.content for m in memory.get_all()][0] == QUESTIONS[0]     # history untouched
+    assert memory.get_all()[0].content == QUESTIONS[0]     # history untouched
 
 
 def test_write_back_adds_the_chat_to_mem0_like_mem0memory(store: Any) -> None:

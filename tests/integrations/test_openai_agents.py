@@ -11,12 +11,22 @@ import pytest
 
 pytest.importorskip("agents", reason="needs the openai-agents extra: pip install -e '.[openai-agents]'")
 
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    Runner,
+    set_tracing_disabled,
+)
+from openai import AsyncOpenAI
 
-from benchmarks.frameworks.scripted import ScriptedFirstStep  # noqa: E402
-from cp_memory.integrations.openai_agents import EMPTY_OUTPUT, MemoryContext, MemoryTools  # noqa: E402
-from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory  # noqa: E402
+from benchmarks.frameworks.scripted import ScriptedFirstStep
+from cp_memory.integrations.openai_agents import (
+    EMPTY_OUTPUT,
+    MemoryContext,
+    MemoryTools,
+)
+from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory
 
 QUESTIONS = ["Where does Alice live?", "Where does Alice live and what is her job?", "Does Alice have a pet?"]
 
