@@ -33,21 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Generator, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cp_memory.annotations import (
-    LOCATION_TEMPLATE,
-    SAME_TURN_TEMPLATE,
-    location_annotation,
-)
 from cp_memory.blocks import ContextBlock, text_digest
 from cp_memory.dedup import Deduplicator
-from cp_memory.lru import LRUMap
 
+from .conversation import Conversations
 from .flow import adrive, drive
 from .prompts import (
     MANAGER_TEMPLATE,
@@ -70,7 +64,7 @@ from .records import (
     SyncCompletionClient,
 )
 from .routing import AgentRouter, Route
-from .segment import Segment, Segmenter, block_label
+from .segment import Segment, Segmenter
 
 __all__ = [
     "MANAGER_TEMPLATE",
@@ -137,7 +131,7 @@ class ChainOfAgents:
         self.manager_stop = list(manager_stop) if manager_stop else None
         self.temperature = temperature
         self.chat = chat
-        self.dedup = dedup if dedup is not None else Deduplicator(max_conversations=max_conversations)
+        self.conversations = Conversations(dedup, max_conversations=max_conversations)
         self.max_conversations = max_conversations
         self.worker_template = worker_template
         self.manager_template = manager_template
@@ -146,9 +140,6 @@ class ChainOfAgents:
         prefix = manager_template.split("{", 1)[0]
         self._manager_prefix = (("manager-prefix", text_digest(prefix)),) if prefix and manager_affinity else ()
         self._manager_prefix_tokens = tuple(self.segmenter.token_len(prefix) for _ in self._manager_prefix)
-        # per conversation: turn -> the CU it ended with (the dicts are guarded by _lock)
-        self._turn_cus: LRUMap[Hashable, dict[int, str]] = LRUMap(max_conversations)
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ planning (no I/O)
     def plan(self, question: str, blocks: Sequence[ContextBlock], *,
@@ -167,53 +158,23 @@ class ChainOfAgents:
         blocks = list(blocks)
         if conversation_id is None:
             return CoAPlan(question, self.segmenter.split(blocks), "", None, None, (), (), tag)
-        pending = self.dedup.plan(conversation_id, blocks)
-        turn = pending.turn
-        tmpl = self.segmenter.label_template
-        notes = []
-        for d in pending.dropped:
-            template = SAME_TURN_TEMPLATE if d.location.turn == turn else LOCATION_TEMPLATE
-            notes.append(location_annotation(d.block_id, label=block_label(d.block_id, tmpl),
-                                             turn=d.location.turn, template=template))
-        annotations = tuple(dict.fromkeys(notes))
-        earlier = sorted({d.location.turn for d in pending.dropped if d.location.turn != turn})
-        cus = self._turn_cus.get(conversation_id, {})
-        with self._lock:
-            prior = [PRIOR_TURN_TEMPLATE.format(turn=t, cu=cus[t]) for t in earlier if cus.get(t)]
+        t = self.conversations.plan(conversation_id, blocks, label_template=self.segmenter.label_template)
         try:
-            segments = self.segmenter.split(list(pending.blocks))
+            segments = self.segmenter.split(list(t.blocks))
         except BaseException:
-            self.dedup.rollback(pending)
+            self.conversations.rollback(t.pending)
             raise
-        return CoAPlan(question, segments, "\n".join([*prior, *annotations]), conversation_id, turn,
-                       tuple(d.block_id for d in pending.dropped), annotations, tag, pending)
+        return CoAPlan(question, segments, t.first_cu, conversation_id, t.turn, t.duplicates, t.annotations,
+                       tag, t.pending)
 
-    def _commit_turn(self, plan: CoAPlan, final_cu: str) -> int | None:
-        """The chain succeeded: its blocks now count as sent, and later turns may refer to the CU it
-        ended with. Returns the turn's committed number."""
-        if plan.dedup is None or plan.conversation_id is None:
-            return plan.turn
-        try:
-            turn = self.dedup.commit(plan.dedup).turn
-        except ValueError as exc:  # expired (max_pending plans since): later turns send the blocks again
-            logger.warning("conversation %r: turn not recorded (%s); its documents will be sent again",
-                           plan.conversation_id, exc)
-            return plan.turn
-        cus = self._turn_cus.get_or_create(plan.conversation_id, dict)
-        with self._lock:
-            cus[turn] = final_cu
-        return turn
-
-    def _abort_turn(self, plan: CoAPlan) -> None:
-        """The chain failed or was cancelled: the turn is rolled back (nothing counts as sent, no CU is
-        kept), so asking again sends the documents again."""
-        if plan.dedup is not None:
-            self.dedup.rollback(plan.dedup)
+    @property
+    def dedup(self) -> Deduplicator:
+        """The conversations' :class:`Deduplicator`."""
+        return self.conversations.dedup
 
     def forget(self, conversation_id: Hashable) -> bool:
         """Drop a conversation's dedup record and CUs."""
-        had = self._turn_cus.pop(conversation_id) is not None
-        return self.dedup.forget(conversation_id) or had
+        return self.conversations.forget(conversation_id)
 
     # ------------------------------------------------------------------ the chain (no I/O)
     def flow(self, plan: CoAPlan) -> Generator[EngineCall, Any, CoAResult]:
@@ -251,9 +212,12 @@ class ChainOfAgents:
                                         stop=self.manager_stop)
             calls.append(_stats("manager", len(plan.segments), mroute, None, res, "manager"))
         except BaseException:
-            self._abort_turn(plan)
+            if plan.dedup is not None:
+                self.conversations.rollback(plan.dedup)
             raise
-        turn = self._commit_turn(plan, cus[-1] if cus else plan.first_cu)
+        turn = plan.turn
+        if plan.dedup is not None:
+            turn = self.conversations.commit(plan.dedup, cus[-1] if cus else plan.first_cu)
         return CoAResult(plan.question, res.text.strip(), tuple(cus), tuple(calls), plan.segments,
                          time.perf_counter() - t0, plan.conversation_id, turn, plan.duplicates,
                          plan.annotations, plan.tag)
