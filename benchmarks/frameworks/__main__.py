@@ -1,0 +1,3 @@
+from benchmarks.frameworks.cli import main
+
+raise SystemExit(main())
