@@ -8,6 +8,7 @@
 # FlashAttention quant variants (GGML_CUDA_FA_ALL_QUANTS=OFF), one CUDA architecture. cuBLAS is looked up
 # in the CUDA toolkit and, where a pip-installed CUDA keeps it apart (nvidia-cublas wheel next to torch),
 # in Python's site-packages; a merged toolkit root of links is made then. Prints the binary's path last.
+# CONFIGURE_ONLY=1: stop after CMake's configure (checks the packed sources and the toolkit quickly).
 set -euo pipefail
 
 TGZ="$1"; BUILD="$2"; KIND="${3:-cuda}"
@@ -36,10 +37,15 @@ if [[ "$KIND" == cuda ]]; then
         [[ -n "$real" ]] && NVCC="$(readlink -f "$real")"
     fi
     CUDA_ROOT="$(dirname "$(dirname "$NVCC")")"
-    find_one() { find "$@" 2>/dev/null | head -n 1; }
+    find_one() { find "$@" 2>/dev/null | head -n 1 || true; }
     hdr="$(find_one "$CUDA_ROOT/include" "$CUDA_ROOT/targets" -name cublas_v2.h)"
     lib="$(find_one "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$CUDA_ROOT/targets" -name 'libcublas.so*')"
-    if [[ -z "$hdr" || -z "$lib" ]]; then
+    drv="$(find_one "$CUDA_ROOT/lib64/stubs" "$CUDA_ROOT/lib/stubs" "$CUDA_ROOT/targets" -name 'libcuda.so*')"
+    if [[ -z "$drv" ]]; then   # the driver's own library (GPU machines mount it), else none: no VMM
+        drv="$(find_one /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 \
+               -maxdepth 1 -name 'libcuda.so*')"
+    fi
+    if [[ -z "$hdr" || -z "$lib" || -z "$drv" ]]; then
         PY="${PYTHON:-python3}"
         site="$("$PY" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)"
         # shellcheck disable=SC2086
@@ -48,19 +54,23 @@ if [[ "$KIND" == cuda ]]; then
         [[ -n "$lib" ]] || lib="$(find_one $site -path '*nvidia*' -name 'libcublas.so*')"
         [[ -n "$hdr" && -n "$lib" ]] || { log "cuBLAS not found (cublas_v2.h: ${hdr:-none}, libcublas: ${lib:-none})"; exit 1; }
         MERGED="$BUILD/cuda-root"
-        rm -rf "$MERGED"; mkdir -p "$MERGED/include" "$MERGED/lib64"
+        rm -rf "$MERGED"; mkdir -p "$MERGED/include" "$MERGED/lib64/stubs"
         ln -s "$CUDA_ROOT/bin" "$MERGED/bin"
         [[ -d "$CUDA_ROOT/nvvm" ]] && ln -s "$CUDA_ROOT/nvvm" "$MERGED/nvvm"
         for d in "$CUDA_ROOT/include" "$(dirname "$hdr")"; do for f in "$d"/*; do ln -sf "$f" "$MERGED/include/"; done; done
         for d in "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$(dirname "$lib")"; do
-            [[ -d "$d" ]] && for f in "$d"/*; do ln -sf "$f" "$MERGED/lib64/"; done
+            [[ -d "$d" ]] && for f in "$d"/*; do [[ -f "$f" ]] && ln -sf "$f" "$MERGED/lib64/"; done
         done
-        for f in "$MERGED"/lib64/libcublas*.so.*; do   # pip wheels ship libX.so.N only
+        for f in "$MERGED"/lib64/lib*.so.*; do   # pip wheels ship libX.so.N only: add the libX.so link
             base="${f%%.so.*}.so"; [[ -e "$base" ]] || ln -s "$f" "$base"
         done
-        log "cuBLAS from $(dirname "$lib"): merged toolkit root $MERGED"
+        [[ -n "$drv" ]] && ln -sf "$drv" "$MERGED/lib64/stubs/libcuda.so"
+        log "cuBLAS from $(dirname "$lib"), driver library ${drv:-none}: merged toolkit root $MERGED"
         CUDA_ROOT="$MERGED"
     fi
+    # at run time llama-server must find the same libraries (cuBLAS from a wheel is on no loader path)
+    echo "$CUDA_ROOT/lib64" > "$BUILD/ld_library_path"
+    [[ -n "$drv" ]] || { log "no libcuda.so found: building with GGML_CUDA_NO_VMM=ON"; FLAGS+=(-DGGML_CUDA_NO_VMM=ON); }
     FLAGS+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_NATIVE=OFF
             -DCUDAToolkit_ROOT="$CUDA_ROOT" -DCMAKE_CUDA_COMPILER="$NVCC")
 else
@@ -72,6 +82,7 @@ log "configure ($KIND, jobs $JOBS)"
 cmake -S "$SRC" -B "$BUILD/build" "${GEN[@]}" "${FLAGS[@]}" >"$BUILD/configure.log" 2>&1 \
     || { tail -n 40 "$BUILD/configure.log" >&2; exit 1; }
 t1=$(date +%s)
+if [[ -n "${CONFIGURE_ONLY:-}" ]]; then log "configured in $((t1 - t0)) s (CONFIGURE_ONLY)"; exit 0; fi
 log "build llama-server"
 TIMEFORMAT='%U %S'   # CPU seconds of the build (user, system): comparable across machines and loads
 { time cmake --build "$BUILD/build" --target llama-server -j "$JOBS" >"$BUILD/build.log" 2>&1 \

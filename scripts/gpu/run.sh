@@ -56,6 +56,9 @@ t=$SECONDS
 BIN="$(bash scripts/gpu/build_llama.sh "$IN/llama-src.tar.gz" "$WORK/build-$BUILD_KIND" "$BUILD_KIND" | tail -n 1)"
 step_done build_s "$t"
 cp "$WORK/build-$BUILD_KIND/build_times.json" "$OUT/" 2>/dev/null || true
+if [[ -f "$WORK/build-$BUILD_KIND/ld_library_path" ]]; then   # cuBLAS/cudart where the build found them
+    export LD_LIBRARY_PATH="$(cat "$WORK/build-$BUILD_KIND/ld_library_path")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 if [[ -n "$MODEL_PID" ]]; then
     wait "$MODEL_PID" || { log "writing the model failed"; cat "$WORK/model.log" >&2; exit 1; }
 fi
