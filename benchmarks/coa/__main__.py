@@ -181,10 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(runs, summary, header)
     (out / "coa_routing.md").write_text(md)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    if a.model == "random":  # its text is noise: keep the per-call numbers, not the generated text
+        for rec in records:
+            rec.pop("answer", None)
+            for call in rec["calls"]:
+                call.pop("output", None)
+                call.pop("request_id", None)
     (out / "coa_routing.json").write_text(json.dumps(
         {"command": "python -m benchmarks.coa " + " ".join(sys.argv[1:] if argv is None else argv),
          "config": cfg, "arms": {n: asdict(arms[n]) for n in a.arms}, "env": env,
-         "summary": summary, "runs": [asdict(r) for r in runs], "questions": records}, indent=1, default=str))
+         "summary": summary, "runs": [asdict(r) for r in runs], "questions": records},
+        separators=(",", ":"), default=str))
     plotted = plot(runs, out / "coa_routing.png")
     sys.stdout.write(md)
     logger.info("wrote %s/coa_routing.{md,json%s}", out, ",png" if plotted else "")
