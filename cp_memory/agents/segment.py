@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from cp_memory.blocks import ContextBlock
+from cp_memory.blocks import ContextBlock, estimate_tokens
 from cp_memory.index import ContextIndex
 
 __all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "block_label", "estimate_tokens", "render_segment"]
@@ -38,11 +38,6 @@ BlockKey = tuple[Hashable, str]
 
 #: label shown before a block's text in a segment; ``{id}`` is the block id
 LABEL_TEMPLATE = "[Doc {id}]"
-
-
-def estimate_tokens(text: str) -> int:
-    """Rough token count (about 4 characters per token, at least 1): the default ``token_len``."""
-    return max(1, (len(text) + 3) // 4)
 
 
 def block_label(block_id: Hashable, template: str = LABEL_TEMPLATE) -> str:
@@ -95,7 +90,7 @@ class Segmenter:
         budget_tokens: token budget of one worker's segment (the worker's context minus the prompt
             overhead: previous CU, question and instructions).
         token_len: callable text -> token count for blocks without ``tokens``; default
-            :func:`estimate_tokens`.
+            :func:`cp_memory.blocks.estimate_tokens` (the project's one chars/4 rule).
         index: the alignment index over built segments (default: a fresh ``ContextIndex`` with
             frequency tail order). Its ids are block keys ``(id, digest)``.
         max_segments: how many built segments the index remembers (oldest forgotten first).
