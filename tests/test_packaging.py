@@ -12,6 +12,7 @@ anything there; the target directory comes first on ``sys.path``, ahead of the e
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -45,7 +46,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.copytree(ROOT / "cp_memory", src / "cp_memory",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
-    _pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(src), cwd=out)
+    # the venv's own setuptools when it has one (no index needed); else pip's isolated build env
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    _pip("wheel", "--no-deps", *isolation, "--wheel-dir", str(out), str(src), cwd=out)
     (whl,) = out.glob("cp_memory-*.whl")
     yield whl
 
