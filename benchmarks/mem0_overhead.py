@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
 
-    report: dict[str, Any] = {"users": args.users, "per_user": args.per_user}
+    report: dict[str, Any] = {"users": args.users, "per_user": args.per_user,
+                              "load_average_start": [round(x, 2) for x in os.getloadavg()]}
     t0 = time.perf_counter()
     memory = default_memory(partition=not args.no_partition)
     report["partitioned"] = not args.no_partition
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["command"] = "python benchmarks/mem0_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     report["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
     report["machine"] = f"{os.cpu_count()} cores shared with other jobs"
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
