@@ -62,7 +62,8 @@ class FrameworkRunner(ABC):
         """Fresh ContextPilot wrappers (indexes, dedup records) for a new (framework, answers) block."""
         from cp_memory.memory import ContextPilotMemory
 
-        self.cp = {arm: ContextPilotMemory(self.store) for arm in self.arms if arm != "mem0"}
+        # paper-style dedup: the turn's top_k are shown fresh or as pointers; no over-fetch of more fresh ones
+        self.cp = {arm: ContextPilotMemory(self.store, max_overfetch=0) for arm in self.arms if arm != "mem0"}
 
     @abstractmethod
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:

@@ -121,7 +121,10 @@ def shows_memories(response: Any) -> bool:
 
 
 def as_wrapper(memory: Any) -> Any:
-    """``memory`` if it is a ContextPilot wrapper; a plain mem0 ``Memory``/``AsyncMemory`` gets wrapped."""
+    """``memory`` if it is a ContextPilot wrapper; a plain mem0 ``Memory``/``AsyncMemory`` gets wrapped with
+    ``max_overfetch=0`` (the paper's dedup: a turn's ``top_k`` memories are shown fresh or as pointers; the
+    wrapper's default over-fetch adds more fresh memories and a pointer for every earlier one it re-finds,
+    which costs more prompt tokens than it saves in a chat, see docs/integrations.md)."""
     from ..memory import AsyncContextPilotMemory, ContextPilotMemory
 
     if callable(getattr(memory, "commit", None)) and callable(getattr(memory, "rollback", None)) \
@@ -130,9 +133,9 @@ def as_wrapper(memory: Any) -> Any:
     from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 
     if isinstance(memory, (AsyncMemory, AsyncMemoryClient)):
-        return AsyncContextPilotMemory(memory)
+        return AsyncContextPilotMemory(memory, max_overfetch=0)
     if isinstance(memory, (Memory, MemoryClient)):
-        return ContextPilotMemory(memory)
+        return ContextPilotMemory(memory, max_overfetch=0)
     raise TypeError(f"expected a mem0 Memory or a cp_memory ContextPilotMemory, got {type(memory).__name__}")
 
 
