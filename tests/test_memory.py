@@ -374,3 +374,16 @@ def test_bounded_requests_and_forget_conversation(mem):
     assert cp.forget_conversation("f", filters={"user_id": A}) is True
     fresh = cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="f")["context_pilot"]
     assert fresh["turn"] == 1 and fresh["sent"] == []
+
+
+def test_pointers_only_for_sent_memories_within_top_k(mem):
+    """Over-fetch reaches past top_k for fresh memories; sent ones it passes on the way get no pointer."""
+    cp = ContextPilotMemory(mem)
+    for _ in range(2):
+        cp.commit(cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="pp"))
+    third = cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="pp")
+    info = third["context_pilot"]
+    assert len(info["sent"]) == 4 and all(s["rank"] < 4 for s in info["sent"])    # mem0's top 4: pointers
+    assert len(info["passed"]) == 4                                               # ranks 4-7: sent in turn 2
+    assert len(third["results"]) == 4 and min(r["rank"] for r in third["results"]) >= 8
+    assert info["context"].count("Please refer to") == 4

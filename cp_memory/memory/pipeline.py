@@ -64,8 +64,10 @@ class Window:
     response: Any
     results: list[Mapping[str, Any]]            # mem0's results, ids collapsed (rank = position)
     fresh: list[ContextBlock]                   # the first top_k not-yet-sent blocks, mem0 order
-    pre_sent: list[ContextBlock]                # window results believed already sent (or same-text copies)
+    pre_sent: list[ContextBlock]                # window results within top_k already sent (or same-text copies)
     short: int                                  # fresh blocks missing to reach top_k although mem0 had more
+    passed: list[ContextBlock]                  # already sent, ranked below top_k: left out without a pointer
+    scanned: int                                # results of mem0's list the window looked at
 
 
 @dataclass(frozen=True)
@@ -129,20 +131,25 @@ class SearchPipeline:
             where = self.deduplicator.peek(self._conversation_key(plan.call.scope, plan.conversation), blocks)
         fresh: list[ContextBlock] = []
         pre_sent: list[ContextBlock] = []
+        passed: list[ContextBlock] = []
         digests: set[str] = set()
-        for block, loc in zip(blocks, where):
+        scanned = 0
+        for rank, (block, loc) in enumerate(zip(blocks, where)):
             if len(fresh) >= top_k:
                 break
+            scanned += 1
             copy = (plan.conversation is not None and self.config.content_dedup and bool(block.text.strip())
                     and block.digest in digests)
             if loc is not None or copy:
-                pre_sent.append(block)
+                # within mem0's top_k a sent memory gets a pointer (the paper's dedup); below it (reached only
+                # by the over-fetch) it gets none: a plain top_k search would not have returned it at all
+                (pre_sent if rank < top_k else passed).append(block)
             else:
                 fresh.append(block)
                 digests.add(block.digest)
         had_more = plan.fetch_k is not None and len(raw) >= plan.fetch_k
-        short = top_k - len(fresh) if had_more and pre_sent else 0
-        return Window(plan, response, results, fresh, pre_sent, max(0, short))
+        short = top_k - len(fresh) if had_more and (pre_sent or passed) else 0
+        return Window(plan, response, results, fresh, pre_sent, max(0, short), passed, scanned)
 
     # ------------------------------------------------------------------ 3. align
     def align(self, window: Window) -> Aligned:
@@ -240,7 +247,8 @@ class SearchPipeline:
         info = ContextPilotInfo(
             scope=str(scope) if scope is not None else None, conversation_id=plan.conversation, turn=turn,
             turn_id=turn_id, committed=committed,
-            original_ids=tuple(str(r["id"]) for r in window.results[:len(window.fresh) + len(window.pre_sent)]),
+            original_ids=tuple(str(r["id"]) for r in window.results[:window.scanned]),
+            passed=tuple(str(b.id) for b in window.passed),
             order=tuple(str(b.id) for b in kept), prefix_len=prefix_len,
             extra=tuple(str(b.id) for b in kept if b.id in extra_ids), dropped=tuple(str(i) for i in dropped_ids),
             request_id=None if placement is None else str(placement.request_id), sent=tuple(sent),

@@ -52,6 +52,9 @@ class ContextPilotInfo(_Frozen):
     dropped: tuple[str, ...] = Field((), description="retrieved ids swap alignment left out for extras")
     request_id: str | None = Field(None, description="index request id (None when nothing was inserted)")
     sent: tuple[SentMemory, ...] = Field((), description="memories replaced by location annotations")
+    passed: tuple[str, ...] = Field(
+        (), description="already sent in this conversation and ranked below top_k: neither shown nor pointed to "
+                        "(the over-fetch passed them to reach top_k fresh memories; they are in the history)")
     order_annotation: str = Field("", description='"" when off or fewer than two retrieved blocks are shown')
     blocks: tuple[RenderedBlock, ...] = Field((), description="the rendered block section")
     context: str = Field("", description="cp_memory.render.render_context(): blocks, then annotations")
