@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--conversations", default="0-3", help="LoCoMo conversations (one user each): all, 0-3, 0,5")
     ap.add_argument("--questions", type=int, default=20, help="questions per user (categories 1-4, in order)")
     ap.add_argument("--k", default="20", help="memories retrieved per question")
+    ap.add_argument("--max-memories", type=int, default=None,
+                    help="first N memories per user (the paper's regime: k close to a user's whole store)")
     ap.add_argument("--concurrency", type=int, default=0, help="users served at once (0: all)")
     ap.add_argument("--model", choices=("random", "smollm2"), default="random")
     ap.add_argument("--threads", type=int, default=1, help="threads per replica")
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     (k,) = parse_top_k(a.k)
     convs = [c for _, c in select_conversations(a.conversations, load_locomo())]
     memory = make_memory(store_dir=a.mem0_dir)
-    ingested = ingest(memory, convs, "observations", progress=False)
+    ingested = ingest(memory, convs, "observations", max_memories=a.max_memories, progress=False)
     search = CachedSearch(memory)
     users = [User(ing.user_id, conv.sample_id, tuple(select_questions(conv, a.questions)))
              for ing, conv in zip(ingested, convs)]
@@ -120,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {"cpus": os.cpu_count(), "loadavg": [load_start, [round(x, 1) for x in os.getloadavg()]],
            "sglang_router": SGLangRouter.version(), "capacity_tokens_per_replica": capacity,
            "machine": "shared with other engineers' jobs"}
-    header = (f"{len(users)} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations), all users "
+    cap = f", first {a.max_memories} memories each" if a.max_memories else ""
+    header = (f"{len(users)} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations{cap}), all users "
               f"concurrent, over {a.replicas} llama-server replicas ({a.model} model, {a.threads} thread, "
               f"{a.cache_mib} MiB prompt cache each, cold per run); {a.reps} repetition(s); each user's first "
               f"question excluded (cold everywhere). Machine: {env['cpus']} CPUs shared with other jobs (load "
