@@ -26,8 +26,7 @@ from cp_memory.engine.router import SGLangRouter, sglang_router_available
 
 from .conftest import _missing
 
-WORDS = ("river stone garden letter window market doctor village summer winter music camera teacher "
-         "bridge forest island paper school dinner travel family friend").split()
+WORDS = ["river", "stone", "garden", "letter", "window", "market", "doctor", "village", "summer", "winter", "music", "camera", "teacher", "bridge", "forest", "island", "paper", "school", "dinner", "travel", "family", "friend"]
 
 
 def long_prompt(seed: int, n_words: int = 900) -> str:
@@ -125,7 +124,7 @@ def test_cache_aware_routes_a_repeated_long_prompt_back_to_the_worker_that_cache
 def test_round_robin_sends_the_repeat_to_the_other_worker(workers: list[LlamaServer]) -> None:
     model = workers[0].alias
     with SGLangRouter([w.base_url for w in workers], policy="round_robin") as router:
-        first, second = _send_twice(router, model, long_prompt(3))
+        _first, second = _send_twice(router, model, long_prompt(3))
     assert (second.cached_tokens or 0) < 0.5 * second.prompt_tokens, second
 
 
