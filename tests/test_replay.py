@@ -244,6 +244,7 @@ def test_gpu_script_model_loads_in_llama_server(tmp_path: Path) -> None:
     """scripts/gpu/random_gguf.py: its Qwen3-shaped random model (tiny here) loads and answers in the
     llama-server the replay launches (the GPU run's path, on CPU)."""
     import importlib.util
+    import sys
 
     from benchmarks.replay.client import StreamingClient
     from benchmarks.replay.server import LaunchedLlamaServer
@@ -258,7 +259,11 @@ def test_gpu_script_model_loads_in_llama_server(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("random_gguf", Path(__file__).parents[1] / "scripts/gpu/random_gguf.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules["random_gguf"] = module          # dataclasses look their module up while it executes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("random_gguf", None)
     module.write_tokenizer(str(source), str(tmp_path / "tokenizer.json"))
     info = module.write_model(str(tmp_path / "tokenizer.json"), str(tmp_path / "m.gguf"), module.SHAPES["tiny"])
     assert info["n_vocab"] == 49152 and info["parameters"] > 1e7
