@@ -6,7 +6,7 @@
 #
 # Kept: the top-level CMake files, cmake/, include/, src/, common/, vendor/, licenses, ggml/ with only
 # its CPU and CUDA backends, tools/server (no tests), tools/mtmd (the server links it), tools/ui's
-# CMakeLists (an empty UI is generated: no web UI is built or downloaded) and scripts/ui-assets.cmake.
+# CMakeLists and ui.*.in templates (an empty UI is generated: no web UI is built or downloaded) and scripts/ui-assets.cmake.
 # tools/CMakeLists.txt is replaced by one that adds only ui, mtmd and server. Left out: models/
 # (tokenizer test vocabularies, 75 MB), docs, tests, examples, other ggml backends, other tools.
 #
@@ -57,7 +57,7 @@ mkdir -p "$DST/tools/server" "$DST/tools/ui"
 (cd "$SRC/tools/server" && tar -cf - --exclude=./tests --exclude=./README*.md --exclude=./bench . ) | tar -xf - -C "$DST/tools/server"
 cp -r "$SRC/tools/mtmd" "$DST/tools/"
 rm -rf "$DST/tools/mtmd/tests" "$DST/tools/mtmd/legacy-models"
-cp "$SRC/tools/ui/CMakeLists.txt" "$DST/tools/ui/"
+cp "$SRC/tools/ui/CMakeLists.txt" "$SRC"/tools/ui/*.in "$DST/tools/ui/"   # templates of the (empty) UI
 cat > "$DST/tools/CMakeLists.txt" <<'EOF'
 # packed by cp_memory scripts/gpu/pack_sources.sh: only what llama-server needs
 find_package(Threads REQUIRED)
