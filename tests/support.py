@@ -1,0 +1,47 @@
+"""What every test package shares: strict mode, skip-or-fail, the LoCoMo file, the llama-server binary.
+
+Locally a missing prerequisite (the llama-server binary, the LoCoMo file, an optional extra) skips its tests
+with the reason. In CI it must fail instead, so nothing is skipped silently: ``.ci/run`` sets
+``CP_MEMORY_STRICT=1`` (``CP_MEMORY_REQUIRE_ENGINE=1``, its older name, means the same).
+
+The LoCoMo file is found like the library finds it (:func:`cp_memory.locomo.find_locomo`): the one
+environment variable is ``CP_MEMORY_LOCOMO``, else ``../shared/data/locomo10.json``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+STRICT = any(os.environ.get(v, "") not in ("", "0") for v in ("CP_MEMORY_STRICT", "CP_MEMORY_REQUIRE_ENGINE"))
+#: kept for the test modules that read it under its older name
+REQUIRE_ENGINE = STRICT
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip — or fail in strict mode (CI must not silently skip tests)."""
+    if STRICT:
+        pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def locomo_file() -> Path:
+    """The LoCoMo file, or skip/fail with where to get it."""
+    from cp_memory.locomo import LocomoNotFound, find_locomo
+
+    try:
+        return find_locomo()
+    except LocomoNotFound as exc:
+        missing(str(exc))
+
+
+def llama_server_binary() -> Path:
+    """The llama-server binary scripts/setup.sh builds, or skip/fail."""
+    from cp_memory.engine import find_llama_server
+
+    try:
+        return find_llama_server()
+    except FileNotFoundError as exc:
+        missing(f"llama-server binary absent: {exc}")
