@@ -7,12 +7,11 @@
 * ``failing_url``: a loopback HTTP server answering 500 to everything, so a real
   :class:`~cp_memory.engine.EngineClient` retries and then raises (failure injection).
 * ``llama_pool``: real llama-server instances on the random-weight model (``@pytest.mark.engine``);
-  skipped with the reason when the binary is absent, failed when ``CP_MEMORY_REQUIRE_ENGINE=1``.
+  skipped with the reason when the binary is absent, failed in strict mode (``tests.support``).
 """
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import threading
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 
 from cp_memory.engine import CompletionResult
 
-REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
+from ..support import missing
 
 _QUESTION = re.compile(r"\nQuestion: (.*)\n")
 _PREVIOUS = re.compile(r"Here is the summary of the previous source text: (.*)\nQuestion:", re.DOTALL)
@@ -124,10 +123,7 @@ def failing_url() -> Iterator[tuple[str, list[str]]]:
         thread.join(timeout=5)
 
 
-def _missing(reason: str) -> None:
-    if REQUIRE_ENGINE:
-        pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+_missing = missing
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from cp_memory.engine import EngineClient, LlamaServer
 from cp_memory.engine._server import ServerStartError
 from cp_memory.engine.router import SGLangRouter, sglang_router_available
 
-from .conftest import _missing
+from ..support import missing as _missing
 
 WORDS = ["river", "stone", "garden", "letter", "window", "market", "doctor", "village", "summer", "winter", "music", "camera", "teacher", "bridge", "forest", "island", "paper", "school", "dinner", "travel", "family", "friend"]
 
