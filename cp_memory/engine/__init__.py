@@ -1,5 +1,6 @@
 """Engine side of cp_memory: a streaming client for OpenAI-compatible prefix-caching engines and
-managed engine processes (llama.cpp ``llama-server`` on CPU, SGLang on GPU).
+managed engine processes (llama.cpp ``llama-server`` on CPU, SGLang on GPU, ``sglang-router`` in front of
+replicas).
 
 See docs/engine.md. Needs the ``engine`` extra (httpx, tenacity; gguf for the random test model).
 """
@@ -24,6 +25,7 @@ from .llamacpp import (
     random_model_path,
     smollm2_model_path,
 )
+from .router import SGLangRouter, sglang_router_available
 from .sglang import SGLangServer, SGLangUnavailable, sglang_available
 from .sse import CompletionResult
 
@@ -41,10 +43,12 @@ __all__ = [
     "LlamaServer",
     "LlamaServerNotFound",
     "RandomModelSpec",
+    "SGLangRouter",
     "SGLangServer",
     "SGLangUnavailable",
     "find_llama_server",
     "random_model_path",
     "sglang_available",
+    "sglang_router_available",
     "smollm2_model_path",
 ]
