@@ -10,7 +10,7 @@
 #   2. llama-server builds (scripts/gpu/build_llama.sh)
 #   3. replay the exported prompts at k=100, then k=20, for baseline, aligned, aligned+superset
 #      (python -m benchmarks.replay, llama-server restarted per (k, mode) group)
-# Environment: OUT (results folder, default results/gpu-run; the device tool sets it), TOTAL_BUDGET_S (540:
+# Environment: OUT (results folder, default results/gpu-run; the device tool sets it), TOTAL_BUDGET_S (gpu: 540:
 # the replay starts no new group after it, counting the build; run again to finish), DEADLINE_S (the
 # replay's own limit instead), MODES, CONVERSATIONS / REQUESTS_PER_RUN (replay subset), MAX_TOKENS (2),
 # CACHE_RAM_MIB (16384), JOBS, CUDA_ARCH (default 90).
@@ -74,8 +74,9 @@ ARGS=(--llama-server "$BIN" --model "$MODEL" "${NGL[@]}" --ctx-size "$CTX" --cac
 # one device command may run 600 s: no new (k, mode) group starts after TOTAL_BUDGET_S (default 540) minus
 # what the build took and a margin for the group in flight; run the script again on the warm machine
 # to finish (the build is then a no-op and the model is reused)
-if [[ -z "${DEADLINE_S:-}" && -n "${TOTAL_BUDGET_S:-540}" ]]; then
-    DEADLINE_S=$(( ${TOTAL_BUDGET_S:-540} - SECONDS - 60 )); (( DEADLINE_S < 30 )) && DEADLINE_S=30
+[[ "$KIND" == gpu ]] && TOTAL_BUDGET_S="${TOTAL_BUDGET_S:-540}"
+if [[ -z "${DEADLINE_S:-}" && -n "${TOTAL_BUDGET_S:-}" ]]; then
+    DEADLINE_S=$(( TOTAL_BUDGET_S - SECONDS - 60 )); (( DEADLINE_S < 30 )) && DEADLINE_S=30
 fi
 [[ -n "${DEADLINE_S:-}" ]] && ARGS+=(--deadline-s "$DEADLINE_S")
 PYTHONUNBUFFERED=1 "$PY" -m benchmarks.replay "$IN/prompts.json.gz" "${ARGS[@]}"
