@@ -50,8 +50,9 @@ class FrameworkRunner(ABC):
     name: str = ""
     arms: tuple[str, ...] = ()
 
-    def __init__(self, store: Any, user_id: str, *, top_k: int, max_tokens: int) -> None:
+    def __init__(self, store: Any, user_id: str, *, top_k: int, max_tokens: int, overfetch: int = 0) -> None:
         self.store = store
+        self.overfetch = overfetch
         self.user_id = user_id
         self.top_k = top_k
         self.max_tokens = max_tokens
@@ -62,8 +63,9 @@ class FrameworkRunner(ABC):
         """Fresh ContextPilot wrappers (indexes, dedup records) for a new (framework, answers) block."""
         from cp_memory.memory import ContextPilotMemory
 
-        # paper-style dedup: the turn's top_k are shown fresh or as pointers; no over-fetch of more fresh ones
-        self.cp = {arm: ContextPilotMemory(self.store, max_overfetch=0) for arm in self.arms if arm != "mem0"}
+        # overfetch 0 (default): paper-style dedup, the turn's top_k are shown fresh or as pointers
+        self.cp = {arm: ContextPilotMemory(self.store, max_overfetch=self.overfetch)
+                   for arm in self.arms if arm != "mem0"}
 
     @abstractmethod
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turns", type=int, default=8)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=32, help="answer length cap of the model")
+    p.add_argument("--overfetch", type=int, default=0,
+                   help="max_overfetch of the cp arms' ContextPilotMemory (0: paper-style dedup, as the integrations)")
     p.add_argument("--conversation", type=int, default=0, help="LoCoMo conversation index")
     p.add_argument("--locomo", default=None, help="path of locomo10.json (default: ../shared/data)")
     p.add_argument("--model", choices=("smollm2", "random"), default="smollm2",
@@ -106,7 +108,8 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict[str, Any]
     version = None
     t_start = time.perf_counter()
     for fw in frameworks:
-        runner = _runner(fw)(store, ingested.user_id, top_k=args.top_k, max_tokens=args.max_tokens)
+        runner = _runner(fw)(store, ingested.user_id, top_k=args.top_k, max_tokens=args.max_tokens,
+                             overfetch=args.overfetch)
         for mode in modes:
             runner.new_block()
             servers = {arm: LlamaServer(model, slots=1, ctx_size=args.ctx_size, cache_ram_mib=256)
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict[str, Any]
         "command": "python -m benchmarks.frameworks " + " ".join(args.argv),
         "model": model.name, "engine": version, "conversation": args.conversation,
         "locomo_sample": conv.sample_id, "memories": ingested.memories, "chats": args.chats, "turns": args.turns,
-        "top_k": args.top_k, "max_tokens": args.max_tokens, "frameworks": frameworks, "answers": modes,
+        "top_k": args.top_k, "max_tokens": args.max_tokens, "overfetch": args.overfetch, "frameworks": frameworks, "answers": modes,
         "machine": f"{platform.machine()}, shared by several processes (timings are noisy; token counts are not)",
         "git_commit": _git_commit(), "seconds": round(time.perf_counter() - t_start, 1),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
