@@ -1,8 +1,8 @@
 """Fixtures for the framework integrations: the embedded mem0 with two users, a real llama-server on a
 random-weight model, and an httpx probe that records what the engine received and reported.
 
-Each framework's tests skip when its extra is not installed (CI installs them all); the engine tests skip
-without the llama-server binary, or fail under CP_MEMORY_REQUIRE_ENGINE=1 like tests/engine.
+Each framework's tests skip when its extra is not installed, and the engine tests without the llama-server
+binary; in strict mode (CP_MEMORY_STRICT=1, as CI runs) both fail instead (tests/support.py).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from tests.mem0_fixtures import require_mem0
+from tests.support import STRICT
+from tests.support import missing as _missing
 
 # the framework packages import mem0 before any cp_memory module could switch its telemetry off
 os.environ.setdefault("MEM0_TELEMETRY", "False")
-
-REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
 
 #: Alice's memories (the paper's running example style); Bob's must never reach Alice's prompts
 ALICE = ["Alice moved to Lisbon in 2023.", "Alice works as a nurse at Santa Maria hospital.",
@@ -28,10 +28,17 @@ BOB = ["Bob lives in Oslo and works as a plumber.", "Bob has a dog named Rex."]
 SYSTEM = "You are a helpful assistant. Answer from the user's memories."
 
 
-def _missing(reason: str) -> None:
-    if REQUIRE_ENGINE:
-        pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+def require_extra(module: str, extra: str) -> None:
+    """Skip without the framework's extra (fail in strict mode: CI installs every extra)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        reason = f"{module} is not installed ({exc}): pip install -e '.[{extra}]'"
+        if STRICT:
+            pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integrations.conftest import _missing
+from tests.integrations.conftest import _missing, require_extra
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 EXAMPLES = {name: block for name, block in zip(
@@ -21,7 +21,7 @@ NEEDS = {"langgraph": "langgraph", "llamaindex": "llama_index.memory.mem0", "ope
 @pytest.mark.engine
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_runs(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip(NEEDS[name], reason=f"needs the {name} extra")
+    require_extra(NEEDS[name], name.replace("_", "-"))
     from tests.mem0_fixtures import require_mem0
 
     require_mem0()

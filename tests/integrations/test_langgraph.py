@@ -5,8 +5,10 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
-pytest.importorskip("langgraph", reason="needs the langgraph extra: pip install -e '.[langgraph]'")
-pytest.importorskip("langchain_openai", reason="needs the langgraph extra: pip install -e '.[langgraph]'")
+from tests.integrations.conftest import require_extra
+
+require_extra("langgraph", "langgraph")
+require_extra("langchain_openai", "langgraph")
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI

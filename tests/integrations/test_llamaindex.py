@@ -5,8 +5,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("llama_index.memory.mem0", reason="needs the llamaindex extra: pip install -e '.[llamaindex]'")
-pytest.importorskip("llama_index.llms.openai_like", reason="needs the llamaindex extra: pip install -e '.[llamaindex]'")
+from tests.integrations.conftest import require_extra
+
+require_extra("llama_index.memory.mem0", "llamaindex")
+require_extra("llama_index.llms.openai_like", "llamaindex")
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.chat_engine import SimpleChatEngine

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("agents", reason="needs the openai-agents extra: pip install -e '.[openai-agents]'")
+from tests.integrations.conftest import require_extra
+
+require_extra("agents", "openai-agents")
 
 from agents import (
     Agent,
