@@ -15,13 +15,13 @@ import asyncio
 import re
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from cp_memory.engine import CompletionResult
 
+from ..loopback import json_error, loopback_engine
 from ..support import missing
 
 _QUESTION = re.compile(r"\nQuestion: (.*)\n")
@@ -90,37 +90,10 @@ class AsyncFakeEngine(FakeEngine):
 
 
 @pytest.fixture()
-def failing_url() -> Iterator[tuple[str, list[str]]]:
-    """(url, paths seen) of a loopback server that answers HTTP 500 to every request."""
-    seen: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            self.rfile.read(length)
-            seen.append(self.path)
-            body = b'{"error": {"message": "injected failure"}}'
-            self.send_response(500)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+def failing_url() -> Iterator[tuple[str, list[Any]]]:
+    """(url, requests seen) of a loopback server that answers HTTP 500 to every request."""
+    with loopback_engine(json_error(500, "injected failure")) as engine:
+        yield engine.url, engine.requests
 
 
 _missing = missing
