@@ -121,7 +121,7 @@ class Alignment:
 
 def align_request(root: Node, blocks: Sequence[Hashable], freq: Mapping[Hashable, int], *,
                   tail_order: TailOrder = "frequency", extra_budget: float = 0.0, swap_budget: float = 0.0,
-                  protect: float = 0.5) -> Alignment:
+                  protect: float = 0.75) -> Alignment:
     """Align distinct ``blocks`` (retrieval order) against the trie under ``root``; changes nothing.
 
     Exact matched prefix; then, when on, a superset or swap prefix if it reuses more (see

@@ -40,8 +40,10 @@ class ContextPilotConfig(BaseModel):
         0.0, ge=0, le=1,
         description="length-neutral superset: adopt up to swap_budget*top_k cached memories of the same scope "
                     "and drop as many of the lowest-ranked retrieved ones (prompt keeps top_k blocks)")
-    protect: float = Field(0.5, ge=0, le=1,
-                           description="swap never drops a memory ranked in this top fraction of mem0's ranking")
+    protect: float = Field(0.75, ge=0, le=1,
+                           description="swap never drops a memory ranked in this top fraction of mem0's ranking "
+                                       "(0.75: on LoCoMo the same front as 0.5 at swap_budget 0.1 and safer "
+                                       "above it; docs/results/locomo_front_model.json)")
     capacity_tokens: int | None = Field(None, gt=0, description="model the engine cache size per index")
     results_order: ResultsOrder = Field(
         "aligned",

@@ -109,7 +109,7 @@ class ContextIndex:
     """
 
     def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0, swap_budget: float = 0.0,
-                 protect: float = 0.5, capacity_tokens: int | None = None,
+                 protect: float = 0.75, capacity_tokens: int | None = None,
                  token_len: Callable[[Hashable], int] | None = None, tail_order: TailOrder = "frequency",
                  linkage: Linkage = DEFAULT_LINKAGE) -> None:
         if not _number(alpha) or alpha < 0:
