@@ -12,7 +12,6 @@ what committing it registers (:class:`Send`). Rules (module doc of :mod:`cp_memo
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -116,20 +115,6 @@ class DedupResult:
     def duplicates(self) -> tuple[Hashable, ...]:
         """Ids of the dropped blocks, input order."""
         return tuple(d.block_id for d in self.dropped)
-
-    @property
-    def locations(self) -> tuple[Location, ...]:
-        """Deprecated: use ``[d.location for d in result.dropped]`` (parallel to ``duplicates``)."""
-        warnings.warn("DedupResult.locations is deprecated; use DedupResult.dropped[i].location",
-                      DeprecationWarning, stacklevel=2)
-        return tuple(d.location for d in self.dropped)
-
-    @property
-    def annotations(self) -> tuple[str, ...]:
-        """Deprecated: use ``[d.annotation for d in result.dropped]`` (parallel to ``duplicates``)."""
-        warnings.warn("DedupResult.annotations is deprecated; use DedupResult.dropped[i].annotation",
-                      DeprecationWarning, stacklevel=2)
-        return tuple(d.annotation for d in self.dropped)
 
 
 @dataclass
