@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/mem0_overhead.py --quick         # 4 users x 100 memories, fewer queries
     .venv/bin/python benchmarks/mem0_overhead.py --json out.json # also write the numbers
 
-Data: LoCoMo (../shared/data/locomo10.json, or CP_LOCOMO_PATH). Its 10 conversations have 20 speakers;
+Data: LoCoMo (../shared/data/locomo10.json, or CP_MEMORY_LOCOMO). Its 10 conversations have 20 speakers;
 each speaker is one mem0 user whose memories are their ``observation`` facts followed by their own dialogue
 turns, up to ``--per-user`` (300). Queries are the conversation's QA questions asked as the user whose name
 the question mentions.
@@ -42,19 +42,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cp_memory.embedded import set_offline_env
+from benchmarks.locomo.metrics import percentile  # noqa: E402 - the one percentile convention
+from cp_memory.embedded import set_offline_env  # noqa: E402
+from cp_memory.locomo import LocomoNotFound, find_locomo  # noqa: E402
 
 set_offline_env()
 
-LOCOMO = Path(os.environ.get("CP_LOCOMO_PATH", ROOT.parent / "shared" / "data" / "locomo10.json"))
+
 
 
 def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    i = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
-    return s[i]
+    """The project's one percentile convention (linear interpolation), ``q`` in [0, 1]."""
+    value = percentile(xs, q * 100)
+    return float("nan") if value is None else value
 
 
 def summary(xs: list[float]) -> dict[str, float]:
@@ -64,7 +64,7 @@ def summary(xs: list[float]) -> dict[str, float]:
 
 def load_users(per_user: int, max_users: int) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """user id -> memory texts, user id -> questions about that user."""
-    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    data = json.loads(find_locomo().read_text(encoding="utf-8"))
     texts: dict[str, list[str]] = {}
     questions: dict[str, list[str]] = {}
     for n, sample in enumerate(data):
@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.users, args.per_user, args.queries = 4, 100, 4
     logging.basicConfig(level=logging.ERROR)
-    if not LOCOMO.is_file():
-        raise SystemExit(f"LoCoMo data not found at {LOCOMO} (set CP_LOCOMO_PATH)")
+    try:
+        find_locomo()
+    except LocomoNotFound as exc:
+        raise SystemExit(str(exc)) from None
 
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.locomo.metrics import percentile
+
 __all__ = ["markdown", "plot", "summarize"]
 
 
@@ -18,11 +20,9 @@ def _mean(xs: Iterable[float | None]) -> float | None:
 def _quartiles(xs: Sequence[float]) -> tuple[float, float, float] | None:
     if not xs:
         return None
-    if len(xs) < 4:
-        m = statistics.median(xs)
-        return min(xs), m, max(xs)
-    q = statistics.quantiles(xs, n=4)
-    return q[0], q[1], q[2]
+    q1, q2, q3 = (percentile(xs, q) for q in (25, 50, 75))   # the project's one percentile convention
+    assert q1 is not None and q2 is not None and q3 is not None
+    return q1, q2, q3
 
 
 def summarize(records: Sequence[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
