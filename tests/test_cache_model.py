@@ -6,7 +6,6 @@ count to equal the server's reported ``cached_tokens`` for every request.
 """
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -21,8 +20,7 @@ from cp_memory.cache_model import (
     common_prefix,
     regex_tokens,
 )
-
-REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
+from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
 
 
 # ------------------------------------------------------------------------------------------ block model

@@ -8,7 +8,6 @@ The end-to-end runs use one conversation, 3 questions, the first 30 observations
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,7 @@ from benchmarks.locomo.metrics import (
     token_f1,
 )
 from benchmarks.locomo.modes import KSpec, mode_order, parse_top_k
-
-REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
+from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
 
 
 # ------------------------------------------------------------------------------------------ metrics

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,8 +18,7 @@ from typing import Any
 import pytest
 
 from benchmarks.locomo.export import FORMAT, PromptExport, join_lines, load_prompts
-
-REQUIRE_ENGINE = os.environ.get("CP_MEMORY_REQUIRE_ENGINE", "") not in ("", "0")
+from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
 
 
 def test_export_round_trip(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def require_extra(module: str, extra: str) -> None:
     except ImportError as exc:
         reason = f"{module} is not installed ({exc}): pip install -e '.[{extra}]'"
         if STRICT:
-            pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
+            _missing(reason)
         pytest.skip(reason, allow_module_level=True)
 
 
