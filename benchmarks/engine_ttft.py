@@ -80,8 +80,9 @@ def _exact(client: EngineClient, seed: int, n_tokens: int) -> str:
     return " ".join(words[:lo])
 
 
-def measure(server: LlamaServer, model_name: str, n_tokens: int, repeats: int,
-            cached_fraction: float, seed: int) -> Row:
+def measure(
+    server: LlamaServer, model_name: str, n_tokens: int, repeats: int, cached_fraction: float, seed: int
+) -> Row:
     cold: list[Any] = []
     hit: list[Any] = []
     with EngineClient(server.base_url, timeout=600) as client:
@@ -98,9 +99,16 @@ def measure(server: LlamaServer, model_name: str, n_tokens: int, repeats: int,
             c = client.complete(cold_text, max_tokens=1)
             client.complete(prefix + " " + suffix_a, max_tokens=1)  # puts the prefix in cache
             h = client.complete(prefix + " " + suffix_b, max_tokens=1)
-            logger.info("%s %d tok: cold %.0f ms (%s cached) | hit %.0f ms (%s/%s cached)",
-                        model_name, n_tokens, c.ttft_s * 1e3, c.cached_tokens, h.ttft_s * 1e3,
-                        h.cached_tokens, h.prompt_tokens)
+            logger.info(
+                "%s %d tok: cold %.0f ms (%s cached) | hit %.0f ms (%s/%s cached)",
+                model_name,
+                n_tokens,
+                c.ttft_s * 1e3,
+                c.cached_tokens,
+                h.ttft_s * 1e3,
+                h.cached_tokens,
+                h.prompt_tokens,
+            )
             cold.append(c)
             hit.append(h)
     cold_ms = statistics.median(x.ttft_s for x in cold) * 1e3
@@ -194,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         path = models[name]()
         label = "SmolLM2-135M-Instruct Q4_1" if name == "smollm2" else "random llama (4L, 256d, F16)"
-        with LlamaServer(path, slots=1, ctx_size=max(lengths) + 512, threads=args.threads,
-                         cache_ram_mib=1024) as server:
+        with LlamaServer(
+            path, slots=1, ctx_size=max(lengths) + 512, threads=args.threads, cache_ram_mib=1024
+        ) as server:
             for n in lengths:
                 rows.append(measure(server, label, n, args.repeats, args.cached_fraction, args.seed))
     info = machine()
@@ -205,13 +214,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {info['cpu']}, {info['cpus']} CPUs, {info['mem_gib']} GiB RAM, {info['os']}")
     if info["build_info"]:
         print("llama-server: " + info["build_info"].replace("\n", "; "))
-    print(f"benchmark wall time: {time.perf_counter() - t0:.0f} s; load average (1 min) "
-          f"before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
+    print(
+        f"benchmark wall time: {time.perf_counter() - t0:.0f} s; load average (1 min) "
+        f"before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": info, "load_before": load_before,
-                                         "load_after": os.getloadavg(),
-                                         "rows": [asdict(r) for r in rows]}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "load_before": load_before,
+                    "load_after": os.getloadavg(),
+                    "rows": [asdict(r) for r in rows],
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

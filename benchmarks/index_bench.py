@@ -8,6 +8,7 @@
 Hit ratios come from :class:`cp_memory.cache_model.BlockPrefixCache` (vLLM-style chained 16-token blocks,
 LRU, regex tokens): machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,11 +78,22 @@ def bench_speed(sizes=(1_000, 10_000, 100_000), probes: int = 2_000) -> dict:
             p = index.insert(ctx)
             lat.append(time.perf_counter() - a)
             index.evict(p.request_id)
-        rows.append({"indexed": size, "median_ms": statistics.median(lat) * 1e3,
-                     "p95_ms": percentile(lat, 95) * 1e3, "fill_s": fill_s,
-                     "nodes": index.node_count, "max_rss_mib": rss_mib()})
-        log.info("online insert with %d indexed: median %.4f ms, p95 %.4f ms", size, rows[-1]["median_ms"],
-                 rows[-1]["p95_ms"])
+        rows.append(
+            {
+                "indexed": size,
+                "median_ms": statistics.median(lat) * 1e3,
+                "p95_ms": percentile(lat, 95) * 1e3,
+                "fill_s": fill_s,
+                "nodes": index.node_count,
+                "max_rss_mib": rss_mib(),
+            }
+        )
+        log.info(
+            "online insert with %d indexed: median %.4f ms, p95 %.4f ms",
+            size,
+            rows[-1]["median_ms"],
+            rows[-1]["p95_ms"],
+        )
     del index
     gc.collect()
     build = []
@@ -99,8 +111,9 @@ def bench_speed(sizes=(1_000, 10_000, 100_000), probes: int = 2_000) -> dict:
 
 def render(order, texts: dict, original, question: str) -> str:
     labels = {b: doc_label(i + 1) for i, b in enumerate(order)}
-    context = render_context([texts[b] for b in order],
-                             order_annotation=order_annotation(original, order, label=labels))
+    context = render_context(
+        [texts[b] for b in order], order_annotation=order_annotation(original, order, label=labels)
+    )
     return SYSTEM + context + "\nQuestion: " + question
 
 
@@ -115,7 +128,7 @@ MODES = {
 
 def bench_locomo(locomo: str | None, ks=(20, 100), capacity: int = 65_536) -> dict:
     convs = load_locomo(locomo)
-    requests = []   # per conversation: (texts, [(question, retrieved ids)])
+    requests = []  # per conversation: (texts, [(question, retrieved ids)])
     for conv in convs:
         texts = {o.id: o.text for o in conv.observations}
         ids = [o.id for o in conv.observations]
@@ -142,10 +155,15 @@ def bench_locomo(locomo: str | None, ks=(20, 100), capacity: int = 65_536) -> di
                     served = cache.serve(render(order, texts, original, q))
                     prompt_tokens += served.prompt
                     computed += served.prompt - served.cached
-            row = {"k": k, "mode": mode, "hit_ratio": cache.ratio, "prompt_tokens": prompt_tokens,
-                   "prefill_tokens": computed,
-                   "extra_blocks_per_request": extra_blocks / sum(len(r[3]) for r in requests),
-                   "align_ms_median": statistics.median(t_align) * 1e3 if t_align else 0.0}
+            row = {
+                "k": k,
+                "mode": mode,
+                "hit_ratio": cache.ratio,
+                "prompt_tokens": prompt_tokens,
+                "prefill_tokens": computed,
+                "extra_blocks_per_request": extra_blocks / sum(len(r[3]) for r in requests),
+                "align_ms_median": statistics.median(t_align) * 1e3 if t_align else 0.0,
+            }
             results.append(row)
             log.info("k=%d %-40s hit ratio %.3f", k, mode, cache.ratio)
     return {"capacity_tokens": capacity, "requests": sum(len(r[3]) for r in requests), "rows": results}
@@ -185,58 +203,98 @@ def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: 
     docs = []
     for i in range(200):
         clauses = rng.choice(len(CLAUSES), size=4, replace=False)
-        docs.append(ContextBlock(f"contract-{i}", f"Contract {i} between party {i} and party {i + 1}, "
-                                 f"effective on day {i % 28 + 1}. Its subject is item {i * 7 % 101}. "
-                                 + " ".join(CLAUSES[c] for c in clauses)))
-    workloads = [("templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs",
-                  [[list(rng.choice(docs, size=5, replace=False)) for _ in range(turns_per_chat)]
-                   for _ in range(40)])]
+        docs.append(
+            ContextBlock(
+                f"contract-{i}",
+                f"Contract {i} between party {i} and party {i + 1}, "
+                f"effective on day {i % 28 + 1}. Its subject is item {i * 7 % 101}. "
+                + " ".join(CLAUSES[c] for c in clauses),
+            )
+        )
+    workloads = [
+        (
+            "templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs",
+            [[list(rng.choice(docs, size=5, replace=False)) for _ in range(turns_per_chat)] for _ in range(40)],
+        )
+    ]
     chats = []
     for conv in load_locomo(locomo):
         blocks = [ContextBlock(o.id, o.text) for o in conv.observations]
         retriever = TfidfRetriever([b.text for b in blocks])
         qs = [q.question for q in conv.qa if q.category != 5]
-        chats += [[[blocks[i] for i in retriever.search(q, k)] for q in qs[start:start + turns_per_chat]]
-                  for start in range(0, len(qs), turns_per_chat)]
+        chats += [
+            [[blocks[i] for i in retriever.search(q, k)] for q in qs[start : start + turns_per_chat]]
+            for start in range(0, len(qs), turns_per_chat)
+        ]
     workloads.append((f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", chats))
     rows = []
     for name, work in workloads:
         off = [_sent(c, False) for c in work]
         on = [_sent(c, True) for c in work]
-        row = {"workload": name, "chars_block_dedup": sum(a for a, _ in off),
-               "chars_with_spans": sum(a for a, _ in on), "prompt_chars_block_dedup": sum(b for _, b in off),
-               "prompt_chars_with_spans": sum(b for _, b in on)}
+        row = {
+            "workload": name,
+            "chars_block_dedup": sum(a for a, _ in off),
+            "chars_with_spans": sum(a for a, _ in on),
+            "prompt_chars_block_dedup": sum(b for _, b in off),
+            "prompt_chars_with_spans": sum(b for _, b in on),
+        }
         rows.append(row)
-        log.info("%s: block text %d -> %d chars, everything sent %d -> %d chars", name, row["chars_block_dedup"],
-                 row["chars_with_spans"], row["prompt_chars_block_dedup"], row["prompt_chars_with_spans"])
+        log.info(
+            "%s: block text %d -> %d chars, everything sent %d -> %d chars",
+            name,
+            row["chars_block_dedup"],
+            row["chars_with_spans"],
+            row["prompt_chars_block_dedup"],
+            row["prompt_chars_with_spans"],
+        )
     return {"rows": rows}
 
 
 def markdown(speed: dict | None, hits: dict | None, spans: dict | None = None) -> str:
     out = []
     if speed:
-        out += ["| contexts indexed | median insert (ms) | p95 (ms) | trie nodes | max RSS (MiB) |",
-                "|---:|---:|---:|---:|---:|"]
-        out += [f"| {r['indexed']:,} | {r['median_ms']:.4f} | {r['p95_ms']:.4f} | {r['nodes']:,} | "
-                f"{r['max_rss_mib']:.0f} |" for r in speed["online"]]
+        out += [
+            "| contexts indexed | median insert (ms) | p95 (ms) | trie nodes | max RSS (MiB) |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        out += [
+            f"| {r['indexed']:,} | {r['median_ms']:.4f} | {r['p95_ms']:.4f} | {r['nodes']:,} | {r['max_rss_mib']:.0f} |"
+            for r in speed["online"]
+        ]
         out += ["", "| batch build | best (s) | median (s) |", "|---:|---:|---:|"]
         out += [f"| {b['contexts']:,} contexts | {b['best_s']:.3f} | {b['median_s']:.3f} |" for b in speed["build"]]
         out.append("")
     if hits:
-        out += [(f"LoCoMo, {hits['requests']} questions (categories 1-4), TF-IDF top-k over each conversation's "
-                 f"observations, one prefix cache of {hits['capacity_tokens']:,} tokens:"), "",
-                ("| k | mode | prefix-cache hit ratio | tokens to prefill vs baseline | extra blocks / request "
-                 "| align median (ms) |"),
-                "|---:|---|---:|---:|---:|---:|"]
+        out += [
+            (
+                f"LoCoMo, {hits['requests']} questions (categories 1-4), TF-IDF top-k over each conversation's "
+                f"observations, one prefix cache of {hits['capacity_tokens']:,} tokens:"
+            ),
+            "",
+            (
+                "| k | mode | prefix-cache hit ratio | tokens to prefill vs baseline | extra blocks / request "
+                "| align median (ms) |"
+            ),
+            "|---:|---|---:|---:|---:|---:|",
+        ]
         base = {r["k"]: r["prefill_tokens"] for r in hits["rows"] if r["mode"] == "baseline"}
-        out += [f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_tokens'] / base[r['k']]:.2f}x | "
-                f"{r['extra_blocks_per_request']:.2f} | {r['align_ms_median']:.3f} |" for r in hits["rows"]]
+        out += [
+            f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_tokens'] / base[r['k']]:.2f}x | "
+            f"{r['extra_blocks_per_request']:.2f} | {r['align_ms_median']:.3f} |"
+            for r in hits["rows"]
+        ]
     if spans:
-        out += ["", ("| workload | everything sent, whole-block dedup | with span dedup | saved | "
-                     "block text only: saved |"), "|---|---:|---:|---:|---:|"]
-        out += [f"| {r['workload']} | {r['prompt_chars_block_dedup']:,} chars | {r['prompt_chars_with_spans']:,} chars | "
-                f"{100 * (1 - r['prompt_chars_with_spans'] / r['prompt_chars_block_dedup']):.1f}% | "
-                f"{100 * (1 - r['chars_with_spans'] / r['chars_block_dedup']):.1f}% |" for r in spans["rows"]]
+        out += [
+            "",
+            ("| workload | everything sent, whole-block dedup | with span dedup | saved | block text only: saved |"),
+            "|---|---:|---:|---:|---:|",
+        ]
+        out += [
+            f"| {r['workload']} | {r['prompt_chars_block_dedup']:,} chars | {r['prompt_chars_with_spans']:,} chars | "
+            f"{100 * (1 - r['prompt_chars_with_spans'] / r['prompt_chars_block_dedup']):.1f}% | "
+            f"{100 * (1 - r['chars_with_spans'] / r['chars_block_dedup']):.1f}% |"
+            for r in spans["rows"]
+        ]
     return "\n".join(out)
 
 
@@ -257,12 +315,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out / f"index_bench-{stamp}.json").write_text(json.dumps({"speed": speed, "locomo": hits, "spans": spans}, indent=2))
+    (out / f"index_bench-{stamp}.json").write_text(
+        json.dumps({"speed": speed, "locomo": hits, "spans": spans}, indent=2)
+    )
     (out / f"index_bench-{stamp}.md").write_text(table + "\n")
     if args.json:
-        payload = {"command": "python -m benchmarks.index_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-                   "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "git_commit": _git_commit(),
-                   "machine": _machine(), "speed": speed, "locomo": hits, "spans": spans}
+        payload = {
+            "command": "python -m benchmarks.index_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "git_commit": _git_commit(),
+            "machine": _machine(),
+            "speed": speed,
+            "locomo": hits,
+            "spans": spans,
+        }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(payload, indent=1) + "\n")
     return 0
@@ -271,8 +337,13 @@ def main(argv: list[str] | None = None) -> int:
 def _git_commit() -> str | None:
     import subprocess
 
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
-                         cwd=Path(__file__).resolve().parent)
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent,
+    )
     return out.stdout.strip() or None
 
 
@@ -282,8 +353,11 @@ def _machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     return f"{cpu}, {len(os.sched_getaffinity(0))} cores (shared with other jobs), Python {platform.python_version()}"

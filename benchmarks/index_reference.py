@@ -18,6 +18,7 @@ from a Zipf popularity over 5,000 ids):
 The reference prints progress to stdout on every call; it is sent to /dev/null while timed (formatting
 still costs it time: that is part of calling it). Timings on a shared machine: ratios, not absolutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,7 @@ def _reference() -> Any:
         with _quiet():
             from contextpilot.server.live_index import ContextPilot
     except ImportError as exc:
-        raise SystemExit("the reference is not installed: pip install --no-deps contextpilot==0.5.0 "
-                         f"({exc})") from exc
+        raise SystemExit(f"the reference is not installed: pip install --no-deps contextpilot==0.5.0 ({exc})") from exc
     return ContextPilot
 
 
@@ -68,9 +68,11 @@ def bench(contexts: int, online: int, probes: int, repeats: int) -> dict[str, An
 
     build_ctx = zipf_contexts(contexts, seed=2)
     ours_build, ref_build = [], []
-    for i in range(repeats):           # alternate which goes first
-        runs = [("ours", lambda: ContextIndex().build(build_ctx)),
-                ("reference", lambda: reference_cls(use_gpu=False).build_and_schedule(build_ctx))]
+    for i in range(repeats):  # alternate which goes first
+        runs = [
+            ("ours", lambda: ContextIndex().build(build_ctx)),
+            ("reference", lambda: reference_cls(use_gpu=False).build_and_schedule(build_ctx)),
+        ]
         for name, fn in runs if i % 2 == 0 else runs[::-1]:
             with _quiet():
                 dt = _timed(fn)
@@ -92,31 +94,50 @@ def bench(contexts: int, online: int, probes: int, repeats: int) -> dict[str, An
                 out.append(_timed(fn))
 
     def summary(xs: list[float]) -> dict[str, float]:
-        return {"median_ms": statistics.median(xs) * 1e3, "p95_ms": percentile(xs, 95) * 1e3,
-                "max_ms": max(xs) * 1e3, "n": len(xs)}
+        return {
+            "median_ms": statistics.median(xs) * 1e3,
+            "p95_ms": percentile(xs, 95) * 1e3,
+            "max_ms": max(xs) * 1e3,
+            "n": len(xs),
+        }
 
     return {
         "reference": f"contextpilot {getattr(contextpilot, '__version__', '?')} (PyPI), ContextPilot(use_gpu=False)",
-        "build": {"contexts": contexts, "repeats": repeats,
-                  "ours_best_s": min(ours_build), "ours_median_s": statistics.median(ours_build),
-                  "reference_best_s": min(ref_build), "reference_median_s": statistics.median(ref_build)},
+        "build": {
+            "contexts": contexts,
+            "repeats": repeats,
+            "ours_best_s": min(ours_build),
+            "ours_median_s": statistics.median(ours_build),
+            "reference_best_s": min(ref_build),
+            "reference_median_s": statistics.median(ref_build),
+        },
         "online": {"indexed": online, "probes": probes, "ours": summary(ours_lat), "reference": summary(ref_lat)},
     }
 
 
 def markdown(r: dict[str, Any]) -> str:
     b, o = r["build"], r["online"]
-    return "\n".join([
-        f"Reference: {r['reference']}; the same synthetic contexts in one run (shared machine).", "",
-        "| | cp_memory | reference | ratio |", "|---|---:|---:|---:|",
-        (f"| batch build, {b['contexts']:,} contexts (best of {b['repeats']}) | {b['ours_best_s']:.3f} s | "
-         f"{b['reference_best_s']:.2f} s | {b['reference_best_s'] / b['ours_best_s']:.0f}x |"),
-        (f"| online insert after {o['indexed']:,} indexed, median of {o['probes']} | "
-         f"{o['ours']['median_ms']:.3f} ms | {o['reference']['median_ms']:.2f} ms | "
-         f"{o['reference']['median_ms'] / o['ours']['median_ms']:.0f}x |"),
-        (f"| online insert, p95 | {o['ours']['p95_ms']:.3f} ms | {o['reference']['p95_ms']:.2f} ms | "
-         f"{o['reference']['p95_ms'] / o['ours']['p95_ms']:.0f}x |"),
-    ])
+    return "\n".join(
+        [
+            f"Reference: {r['reference']}; the same synthetic contexts in one run (shared machine).",
+            "",
+            "| | cp_memory | reference | ratio |",
+            "|---|---:|---:|---:|",
+            (
+                f"| batch build, {b['contexts']:,} contexts (best of {b['repeats']}) | {b['ours_best_s']:.3f} s | "
+                f"{b['reference_best_s']:.2f} s | {b['reference_best_s'] / b['ours_best_s']:.0f}x |"
+            ),
+            (
+                f"| online insert after {o['indexed']:,} indexed, median of {o['probes']} | "
+                f"{o['ours']['median_ms']:.3f} ms | {o['reference']['median_ms']:.2f} ms | "
+                f"{o['reference']['median_ms'] / o['ours']['median_ms']:.0f}x |"
+            ),
+            (
+                f"| online insert, p95 | {o['ours']['p95_ms']:.3f} ms | {o['reference']['p95_ms']:.2f} ms | "
+                f"{o['reference']['p95_ms'] / o['ours']['p95_ms']:.0f}x |"
+            ),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,10 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(result)
     sys.stdout.write(table + "\n")
     if args.json:
-        payload = {"command": "python -m benchmarks.index_reference " + " ".join(argv if argv is not None
-                                                                                 else sys.argv[1:]),
-                   "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "git_commit": _git_commit(),
-                   "machine": _machine(), **result}
+        payload = {
+            "command": "python -m benchmarks.index_reference " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "git_commit": _git_commit(),
+            "machine": _machine(),
+            **result,
+        }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(payload, indent=1) + "\n")
     return 0

@@ -27,6 +27,7 @@ Measured, for k = 20 and 100 (``threshold=0`` so mem0 returns k results):
   stored vs. with all 20 users' (filtered by user_id), for the default one-collection-per-user layout or,
   with ``--no-partition``, mem0's single shared collection.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,6 @@ from cp_memory.locomo import LocomoNotFound, find_locomo  # noqa: E402
 set_offline_env()
 
 
-
-
 def pct(xs: list[float], q: float) -> float:
     """The project's one percentile convention (linear interpolation), ``q`` in [0, 1]."""
     value = percentile(xs, q * 100)
@@ -58,8 +57,12 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def summary(xs: list[float]) -> dict[str, float]:
-    return {"p50_ms": round(pct(xs, 0.5) * 1e3, 3), "p95_ms": round(pct(xs, 0.95) * 1e3, 3),
-            "mean_ms": round(statistics.fmean(xs) * 1e3, 3) if xs else float("nan"), "n": len(xs)}
+    return {
+        "p50_ms": round(pct(xs, 0.5) * 1e3, 3),
+        "p95_ms": round(pct(xs, 0.95) * 1e3, 3),
+        "mean_ms": round(statistics.fmean(xs) * 1e3, 3) if xs else float("nan"),
+        "n": len(xs),
+    }
 
 
 def load_users(per_user: int, max_users: int) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -76,13 +79,16 @@ def load_users(per_user: int, max_users: int) -> tuple[dict[str, list[str]], dic
             facts: list[str] = []
             for key in sorted(obs, key=lambda k: int(k.split("_")[1])):
                 facts += [f[0] for f in obs[key].get(speaker, []) if isinstance(f, list) and f and f[0]]
-            sessions = sorted((k for k in conv if k.startswith("session_") and isinstance(conv[k], list)),
-                              key=lambda k: int(k.split("_")[1]))
+            sessions = sorted(
+                (k for k in conv if k.startswith("session_") and isinstance(conv[k], list)),
+                key=lambda k: int(k.split("_")[1]),
+            )
             for key in sessions:
                 facts += [t["text"] for t in conv[key] if t.get("speaker") == speaker and t.get("text")]
             texts[uid] = list(dict.fromkeys(f.strip() for f in facts if f.strip()))[:per_user]
-            questions[uid] = [q["question"] for q in sample["qa"]
-                              if isinstance(q.get("question"), str) and speaker in q["question"]]
+            questions[uid] = [
+                q["question"] for q in sample["qa"] if isinstance(q.get("question"), str) and speaker in q["question"]
+            ]
         if len(texts) >= max_users:
             break
     return dict(list(texts.items())[:max_users]), questions
@@ -107,8 +113,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--queries", type=int, default=8, help="questions per user per mode")
     ap.add_argument("--quick", action="store_true", help="4 users x 100 memories, 4 queries each")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--no-partition", action="store_true",
-                    help="one Qdrant collection for all users (mem0's default layout) instead of one per user")
+    ap.add_argument(
+        "--no-partition",
+        action="store_true",
+        help="one Qdrant collection for all users (mem0's default layout) instead of one per user",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.users, args.per_user, args.queries = 4, 100, 4
@@ -121,8 +130,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
 
-    report: dict[str, Any] = {"users": args.users, "per_user": args.per_user,
-                              "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    report: dict[str, Any] = {
+        "users": args.users,
+        "per_user": args.per_user,
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
     t0 = time.perf_counter()
     memory = default_memory(partition=not args.no_partition)
     report["partitioned"] = not args.no_partition
@@ -137,8 +149,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         xs = []
         for _ in range(3):
             for v in probe_vecs:
-                dt, _ = timed(memory.vector_store.search, query="", vectors=v, top_k=max(k * 4, 60),
-                              filters={"user_id": probe_user})
+                dt, _ = timed(
+                    memory.vector_store.search,
+                    query="",
+                    vectors=v,
+                    top_k=max(k * 4, 60),
+                    filters={"user_id": probe_user},
+                )
                 xs.append(dt)
         return summary(xs)
 
@@ -173,11 +190,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cp = wrappers[arm]
         n_inner = len(inner)
         t = time.perf_counter()
-        out = cp.search(q, filters={"user_id": uid}, top_k=k, threshold=0.0,
-                        conversation_id=conv if arm == "dedup" else None)
+        out = cp.search(
+            q, filters={"user_id": uid}, top_k=k, threshold=0.0, conversation_id=conv if arm == "dedup" else None
+        )
         commit = getattr(cp, "commit", None)
         if arm == "dedup" and callable(commit):
-            commit(out)          # two-phase dedup: the turn counts as sent once committed
+            commit(out)  # two-phase dedup: the turn counts as sent once committed
         dt = time.perf_counter() - t
         info = out["context_pilot"]
         assert not info["fallback"], info["error"]
@@ -198,8 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     step = 0
     for uid in users:
         for i, q in enumerate((questions[uid] or ["what happened?"])[: args.queries]):
-            for k in (ks if step % 2 == 0 else ks[::-1]):
-                for arm in arms[step % 3:] + arms[:step % 3]:
+            for k in ks if step % 2 == 0 else ks[::-1]:
+                for arm in arms[step % 3 :] + arms[: step % 3]:
                     res = run(arm, uid, q, k, f"bench-{uid}-k{k}")
                     samples.setdefault((k, arm), []).append(res)
                     if arm == "plain":
@@ -209,10 +227,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for arm in ("align", "dedup"):
                     overhead.setdefault((k, arm), []).append(samples[(k, arm)][-1][0] - plain_of[(uid, i, k)])
     del memory.search
-    report["method"] = ("warm-up: every user's first question through every arm at every k; then per question "
-                        "the k order alternates and the order of plain/align/dedup rotates; overhead = wrapper "
-                        "time (search + commit) - plain mem0 time of the same question at the same k, so mem0 "
-                        "over-fetch for dedup counts as wrapper cost")
+    report["method"] = (
+        "warm-up: every user's first question through every arm at every k; then per question "
+        "the k order alternates and the order of plain/align/dedup rotates; overhead = wrapper "
+        "time (search + commit) - plain mem0 time of the same question at the same k, so mem0 "
+        "over-fetch for dedup counts as wrapper cost"
+    )
     for k in ks:
         report[f"k{k}_plain_mem0"] = summary([t for t, _, _ in samples[(k, "plain")]])
         for mode in ("align", "dedup"):

@@ -1,4 +1,5 @@
 """A small TF-IDF retriever (numpy only) for benchmarks that need "any simple retriever"."""
+
 from __future__ import annotations
 
 import re

@@ -10,6 +10,7 @@ blocks, 65,536 tokens, LRU, regex tokens). Machine-independent: hit ratio, promp
 evidence dialogue ids carried by a memory in the prompt; uncoverable ids left out). Not the LoCoMo
 benchmark (``python -m benchmarks.locomo``, with mem0 and engines): a quick model of the index alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,7 @@ def run(locomo: str | None, ks: tuple[int, ...] = (20, 100), capacity: int = 65_
         work.append((texts, ids, covers, retriever, qs))
     rows = []
     for k in ks:
-        retrieved = [[[ids[i] for i in retriever.search(q, k)] for q, _ in qs]
-                     for _, ids, _, retriever, qs in work]
+        retrieved = [[[ids[i] for i in retriever.search(q, k)] for q, _ in qs] for _, ids, _, retriever, qs in work]
         base: dict[str, float] = {}
         for mode, opts in MODES.items():
             cache = BlockPrefixCache(capacity)
@@ -77,28 +77,51 @@ def run(locomo: str | None, ks: tuple[int, ...] = (20, 100), capacity: int = 65_
                     if evidence:
                         shown = set().union(*(covers[b] for b in order))
                         recall.append(len(evidence & shown) / len(evidence))
-            row = {"k": k, "mode": mode, "hit_ratio": round(cache.ratio, 4), "prompt_tokens": prompt,
-                   "prefill_tokens": prefill, "extra_per_request": round(extra / requests, 2),
-                   "dropped_per_request": round(dropped / requests, 2),
-                   "evidence_recall": round(statistics.fmean(recall), 4), "questions": requests}
+            row = {
+                "k": k,
+                "mode": mode,
+                "hit_ratio": round(cache.ratio, 4),
+                "prompt_tokens": prompt,
+                "prefill_tokens": prefill,
+                "extra_per_request": round(extra / requests, 2),
+                "dropped_per_request": round(dropped / requests, 2),
+                "evidence_recall": round(statistics.fmean(recall), 4),
+                "questions": requests,
+            }
             if mode == "baseline":
                 base = {"prompt": prompt, "prefill": prefill}
             row["prompt_vs_baseline"] = round(prompt / base["prompt"], 3)
             row["prefill_vs_baseline"] = round(prefill / base["prefill"], 3)
             rows.append(row)
-            log.info("k=%d %-26s hit %.3f prefill x%.3f prompt x%.3f recall %.4f", k, mode, row["hit_ratio"],
-                     row["prefill_vs_baseline"], row["prompt_vs_baseline"], row["evidence_recall"])
-    return {"capacity_tokens": capacity, "cache": "BlockPrefixCache(block_size=16)", "retriever": "tfidf",
-            "command": "python -m benchmarks.swap_model", "rows": rows}
+            log.info(
+                "k=%d %-26s hit %.3f prefill x%.3f prompt x%.3f recall %.4f",
+                k,
+                mode,
+                row["hit_ratio"],
+                row["prefill_vs_baseline"],
+                row["prompt_vs_baseline"],
+                row["evidence_recall"],
+            )
+    return {
+        "capacity_tokens": capacity,
+        "cache": "BlockPrefixCache(block_size=16)",
+        "retriever": "tfidf",
+        "command": "python -m benchmarks.swap_model",
+        "rows": rows,
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["| k | mode | hit ratio | prefilled vs baseline | prompt vs baseline | evidence recall | extra / dropped |",
-             "|---:|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "| k | mode | hit ratio | prefilled vs baseline | prompt vs baseline | evidence recall | extra / dropped |",
+        "|---:|---|---:|---:|---:|---:|---|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_vs_baseline']:.3f} | "
-                     f"{r['prompt_vs_baseline']:.3f} | {r['evidence_recall']:.4f} | "
-                     f"{r['extra_per_request']} / {r['dropped_per_request']} |")
+        lines.append(
+            f"| {r['k']} | {r['mode']} | {r['hit_ratio']:.3f} | {r['prefill_vs_baseline']:.3f} | "
+            f"{r['prompt_vs_baseline']:.3f} | {r['evidence_recall']:.4f} | "
+            f"{r['extra_per_request']} / {r['dropped_per_request']} |"
+        )
     return "\n".join(lines)
 
 

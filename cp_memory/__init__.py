@@ -4,6 +4,7 @@ The core (index, alignment, scheduling, dedup, annotations, render, scope) needs
 mem0 wrappers (``ContextPilotMemory`` and twins, ``ContextPilotConfig``: mem0 + pydantic), the embedded
 default and the engine clients load lazily, on first use.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -11,7 +12,7 @@ from typing import Any
 
 from .annotations import location_annotation, order_annotation
 from .blocks import ContextBlock
-from .dedup import DedupResult, Deduplicator, Location
+from .dedup import Deduplicator, DedupResult, Location
 from .index import BatchPlan, ContextIndex, Placement
 from .scheduling import schedule
 
@@ -27,8 +28,17 @@ _LAZY = {
 }
 
 __all__ = [
-    "ContextIndex", "Placement", "BatchPlan", "ContextBlock", "Deduplicator", "DedupResult", "Location",
-    "order_annotation", "location_annotation", "schedule", *_LAZY,
+    "ContextIndex",
+    "Placement",
+    "BatchPlan",
+    "ContextBlock",
+    "Deduplicator",
+    "DedupResult",
+    "Location",
+    "order_annotation",
+    "location_annotation",
+    "schedule",
+    *_LAZY,
 ]
 
 

@@ -20,6 +20,7 @@ Beyond the paper, a request may adopt a cached prefix holding blocks it did not 
 alignment adds them, swap alignment replaces its lowest-ranked blocks with them (:mod:`cp_memory.superset`).
 :func:`align_request` puts it together for one request; the index calls it for insert and match.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,9 @@ def longest_prefix(root: Node, req: Mapping[Hashable, int]) -> Match:
     return Match(best_node, best_child, best_m, best_key[0])
 
 
-def order_tail(blocks: Sequence[Hashable], rank: Mapping[Hashable, int], freq: Mapping[Hashable, int],
-               policy: TailOrder) -> list[Hashable]:
+def order_tail(
+    blocks: Sequence[Hashable], rank: Mapping[Hashable, int], freq: Mapping[Hashable, int], policy: TailOrder
+) -> list[Hashable]:
     """Order the blocks after the matched prefix (see module doc)."""
     if policy == "retrieval" or len(blocks) < 2:
         return list(blocks)
@@ -119,9 +121,16 @@ class Alignment:
     match: Match
 
 
-def align_request(root: Node, blocks: Sequence[Hashable], freq: Mapping[Hashable, int], *,
-                  tail_order: TailOrder = "frequency", extra_budget: float = 0.0, swap_budget: float = 0.0,
-                  protect: float = 0.75) -> Alignment:
+def align_request(
+    root: Node,
+    blocks: Sequence[Hashable],
+    freq: Mapping[Hashable, int],
+    *,
+    tail_order: TailOrder = "frequency",
+    extra_budget: float = 0.0,
+    swap_budget: float = 0.0,
+    protect: float = 0.75,
+) -> Alignment:
     """Align distinct ``blocks`` (retrieval order) against the trie under ``root``; changes nothing.
 
     Exact matched prefix; then, when on, a superset or swap prefix if it reuses more (see
@@ -151,7 +160,7 @@ def align_request(root: Node, blocks: Sequence[Hashable], freq: Mapping[Hashable
     if extra and swap_budget > 0:
         # the lowest-ranked droppable blocks not on the prefix, one per extra (reported in rank order)
         spare = [b for b in blocks[protected:] if b not in in_prefix]
-        dropped = tuple(spare[len(spare) - len(extra):])
+        dropped = tuple(spare[len(spare) - len(extra) :])
         in_prefix.update(dropped)
     rest = [b for b in blocks if b not in in_prefix]
     tail = order_tail(rest, rank, freq, tail_order)

@@ -9,6 +9,7 @@
 
 One wording each, as module constants; every function takes a ``template`` to override it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
@@ -44,19 +45,27 @@ def _labeller(label: Label) -> Callable[[Hashable], str]:
     if label is None:
         return lambda b: DOC_LABEL_TEMPLATE.format(n=b)
     if isinstance(label, Mapping):
+
         def from_map(b: Hashable) -> str:
             try:
                 return label[b]
             except KeyError:
                 raise ValueError(f"no label for block {b!r}") from None
+
         return from_map
     if callable(label):
         return label
     raise TypeError(f"label must be a callable or a mapping, got {type(label).__name__}")
 
 
-def order_annotation(original: Sequence[Hashable], aligned: Sequence[Hashable], label: Label = None,
-                     template: str = ORDER_TEMPLATE, *, dropped: Collection[Hashable] = ()) -> str:
+def order_annotation(
+    original: Sequence[Hashable],
+    aligned: Sequence[Hashable],
+    label: Label = None,
+    template: str = ORDER_TEMPLATE,
+    *,
+    dropped: Collection[Hashable] = (),
+) -> str:
     """Annotation restoring the retrieval ranking ``original`` after alignment to ``aligned``.
 
     ``label`` maps a block id to the label the prompt shows (callable or mapping); the default is
@@ -76,8 +85,9 @@ def order_annotation(original: Sequence[Hashable], aligned: Sequence[Hashable], 
     return template.format(ranking=ranking)
 
 
-def location_annotation(block_id: Hashable, *, label: str | None = None, turn: int | None = None,
-                        template: str | None = None) -> str:
+def location_annotation(
+    block_id: Hashable, *, label: str | None = None, turn: int | None = None, template: str | None = None
+) -> str:
     """Annotation pointing to where ``block_id`` was sent earlier in this conversation.
 
     ``label`` is the label the block had when it was sent (default ``[Doc {block_id}]``); ``turn`` the

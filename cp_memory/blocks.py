@@ -3,6 +3,7 @@
 A context block is anything injected into a prompt as one piece: a mem0 memory, a retrieved document or
 chunk. The index only sees block ids; the text matters for rendering and for content-level dedup.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -93,8 +94,7 @@ def check_block_ids(blocks: Any, what: str = "blocks") -> list[Hashable]:
     if blocks is None:
         raise TypeError(f"{what} must be a list or tuple of hashable block ids, got None")
     if isinstance(blocks, (str, bytes, Mapping, set, frozenset)) or not isinstance(blocks, (Sequence, Iterable)):
-        raise TypeError(
-            f"{what} must be an ordered list or tuple of hashable block ids, got {type(blocks).__name__}")
+        raise TypeError(f"{what} must be an ordered list or tuple of hashable block ids, got {type(blocks).__name__}")
     out = list(blocks)
     for i, b in enumerate(out):
         if b is None:
@@ -135,8 +135,7 @@ def blocks_from_mem0(results: Any) -> Mem0Blocks:
     if isinstance(results, Mapping):
         results = results.get("results")
     if results is None or isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
-        raise TypeError(f"mem0 results must be a list of dicts (or {{'results': [...]}}), "
-                        f"got {type(results).__name__}")
+        raise TypeError(f"mem0 results must be a list of dicts (or {{'results': [...]}}), got {type(results).__name__}")
     blocks: list[ContextBlock] = []
     kept: list[Mapping[str, Any]] = []
     indices: list[int] = []
@@ -147,11 +146,14 @@ def blocks_from_mem0(results: Any) -> Mem0Blocks:
             raise ValueError(f"mem0 result {i} has no 'id' field: {r!r:.200}")
         rid = r["id"]
         if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-            raise ValueError(f"mem0 result {i} has an id of type {type(rid).__name__} ({rid!r:.100}); "  # noqa: TRY004 - a bad mem0 response, not a bad argument
-                             "expected str or int")
+            raise ValueError(
+                f"mem0 result {i} has an id of type {type(rid).__name__} ({rid!r:.100}); "  # noqa: TRY004 - a bad mem0 response, not a bad argument
+                "expected str or int"
+            )
         if rid in seen:
-            logger.warning("mem0 returned memory id %r more than once in one response (result %d); "
-                           "kept its first copy", rid, i)
+            logger.warning(
+                "mem0 returned memory id %r more than once in one response (result %d); kept its first copy", rid, i
+            )
             collapsed.append(i)
             continue
         seen.add(rid)

@@ -22,6 +22,7 @@ policies, both fed token ids (from the engine's ``/tokenize``) or text (split by
 Both leave at least one prompt token to compute (an engine needs the last position's logits), and
 ``generated`` tokens appended after a prompt (unique, they never match a later prompt) are cached with it.
 """
+
 from __future__ import annotations
 
 import re
@@ -98,7 +99,7 @@ class PrefixCacheModel:
         self._requests = 0
         self._cached = 0
         self._prompt = 0
-        self._generated = 0   # counter for unique generated-token sentinels
+        self._generated = 0  # counter for unique generated-token sentinels
 
     def serve(self, prompt: str | Tokens, *, generated: int = 0) -> Served:
         """Serve one prompt (text or token ids); ``generated`` tokens follow it in the cache."""
@@ -135,8 +136,9 @@ class PrefixCacheModel:
 class BlockPrefixCache(PrefixCacheModel):
     """Chained-block prefix cache with LRU over blocks (SGLang RadixCache: ``block_size=1``; vLLM: 16)."""
 
-    def __init__(self, capacity_tokens: int | None = 65_536, *, block_size: int = 16,
-                 tokenizer: Tokenizer = regex_tokens) -> None:
+    def __init__(
+        self, capacity_tokens: int | None = 65_536, *, block_size: int = 16, tokenizer: Tokenizer = regex_tokens
+    ) -> None:
         super().__init__(tokenizer)
         if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
             raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
@@ -145,10 +147,10 @@ class BlockPrefixCache(PrefixCacheModel):
         self.block_size = block_size
         self.capacity_tokens = capacity_tokens
         self._capacity = None if capacity_tokens is None else capacity_tokens // block_size
-        self._ids: dict[tuple[int, tuple[Hashable, ...]], int] = {}   # (parent id, block tokens) -> id
+        self._ids: dict[tuple[int, tuple[Hashable, ...]], int] = {}  # (parent id, block tokens) -> id
         self._key_of: dict[int, tuple[int, tuple[Hashable, ...]]] = {}
-        self._lru: OrderedDict[int, None] = OrderedDict()               # least recent first
-        self._next = 1                                                   # 0 = the empty prefix
+        self._lru: OrderedDict[int, None] = OrderedDict()  # least recent first
+        self._next = 1  # 0 = the empty prefix
 
     @property
     def cached_blocks(self) -> int:
@@ -159,7 +161,7 @@ class BlockPrefixCache(PrefixCacheModel):
         b = self.block_size
         parent, path, matched, matching = 0, [], 0, True
         for start in range(0, len(seq) - len(seq) % b, b):
-            key = (parent, tuple(seq[start:start + b]))
+            key = (parent, tuple(seq[start : start + b]))
             node = self._ids.get(key)
             if node is None:
                 matching = False
@@ -170,7 +172,7 @@ class BlockPrefixCache(PrefixCacheModel):
                 matched += b
             path.append(node)
             parent = node
-        for node in reversed(path):        # deepest first: the head of the prompt stays most recent
+        for node in reversed(path):  # deepest first: the head of the prompt stays most recent
             self._lru[node] = None
             self._lru.move_to_end(node)
         if self._capacity is not None:
@@ -183,11 +185,16 @@ class BlockPrefixCache(PrefixCacheModel):
 class LlamaServerCache(PrefixCacheModel):
     """llama-server, one slot, host prompt cache (see the module docstring for the policy)."""
 
-    def __init__(self, host_capacity_tokens: int | None = None, *, host_cache: bool = True,
-                 slot_similarity: float = 0.1, tokenizer: Tokenizer = regex_tokens) -> None:
+    def __init__(
+        self,
+        host_capacity_tokens: int | None = None,
+        *,
+        host_cache: bool = True,
+        slot_similarity: float = 0.1,
+        tokenizer: Tokenizer = regex_tokens,
+    ) -> None:
         super().__init__(tokenizer)
-        if host_capacity_tokens is not None and (not isinstance(host_capacity_tokens, int)
-                                                 or host_capacity_tokens < 1):
+        if host_capacity_tokens is not None and (not isinstance(host_capacity_tokens, int) or host_capacity_tokens < 1):
             raise ValueError(f"host_capacity_tokens must be None or an int >= 1, got {host_capacity_tokens!r}")
         if not 0.0 <= slot_similarity <= 1.0:
             raise ValueError(f"slot_similarity must be in [0, 1], got {slot_similarity!r}")
@@ -195,22 +202,22 @@ class LlamaServerCache(PrefixCacheModel):
         self.host_capacity_tokens = host_capacity_tokens
         self.slot_similarity = slot_similarity
         self.slot: tuple[Hashable, ...] = ()
-        self.states: deque[tuple[Hashable, ...]] = deque()   # host prompt cache, oldest first
+        self.states: deque[tuple[Hashable, ...]] = deque()  # host prompt cache, oldest first
 
     def _serve(self, tokens: Tokens, tail: list[tuple[str, int]]) -> int:
         new = tuple(tokens)
-        update = True                                   # no slot selected by similarity: "selected by LRU"
+        update = True  # no slot selected by similarity: "selected by LRU"
         if self.slot_similarity != 0.0 and self.slot:
             lcp = common_prefix(self.slot, new)
             if lcp / len(new) > self.slot_similarity:
-                update = lcp / len(self.slot) < 0.5     # about to lose most of the slot: save it first
+                update = lcp / len(self.slot) < 0.5  # about to lose most of the slot: save it first
         if update and self.host_cache:
             self._save()
             self._load(new)
             self._trim()
         n_past = common_prefix(self.slot, new)
         if n_past == len(new):
-            n_past -= 1                                 # at least one token is evaluated
+            n_past -= 1  # at least one token is evaluated
         self.slot = new + tuple(tail)
         return n_past
 
@@ -222,7 +229,7 @@ class LlamaServerCache(PrefixCacheModel):
         if not slot:
             return
         if any(common_prefix(s, slot) == len(slot) for s in self.states):
-            return                                      # already held by a longer cached prompt
+            return  # already held by a longer cached prompt
         cap = self.host_capacity_tokens
         if cap is not None and len(slot) > cap:
             return

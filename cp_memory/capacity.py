@@ -2,13 +2,15 @@
 
 :class:`LiveTrie` holds the trie of aligned orders, the live requests ending in it (request id <-> engine
 request id), the counts alignment reads (block frequencies, subtree sizes) and the tokens the modelled
-cache holds. With ``capacity_tokens`` it evicts like the engine: an engine's prefix cache (SGLang's RadixCache, llama.cpp's slots) frees the least recently used leaf of
+cache holds. With ``capacity_tokens`` it evicts like the engine: an engine's prefix cache (SGLang's
+RadixCache, llama.cpp's slots) frees the least recently used leaf of
 its radix tree when it needs room; a leaf's ancestors become leaves in turn once their last child is
 gone. :class:`LeafLRU` keeps that order as a lazy heap of ``(last_access, seq, node)`` entries: an entry
 is stale once its node is dead, has children, or was touched again (a newer entry exists), and stale
 entries are skipped when popped and dropped when the heap is compacted. Nothing here is thread-safe on
 its own: :class:`~cp_memory.index.ContextIndex` holds the lock.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -82,10 +84,10 @@ class LiveTrie:
     def __init__(self, capacity_tokens: int | None = None) -> None:
         self.capacity_tokens = capacity_tokens
         self.root = Node((), None, 0)
-        self.requests: dict[Hashable, Node] = {}     # insertion order = least recently used first
-        self.freq: dict[Hashable, int] = {}          # block -> live requests containing it
-        self.tick = 0                                # access clock (Node.last_access)
-        self.tokens = 0                              # tokens held, once per trie node
+        self.requests: dict[Hashable, Node] = {}  # insertion order = least recently used first
+        self.freq: dict[Hashable, int] = {}  # block -> live requests containing it
+        self.tick = 0  # access clock (Node.last_access)
+        self.tokens = 0  # tokens held, once per trie node
         self.nodes = 1
         self.lru = LeafLRU()
         self.evicted_by_capacity = 0
@@ -124,8 +126,13 @@ class LiveTrie:
         self._prune(node)
         return True
 
-    def adopt(self, root: Node, requests: list[tuple[Hashable, Node]], tick: int,
-              block_tokens: Callable[[Hashable], int] | None) -> None:
+    def adopt(
+        self,
+        root: Node,
+        requests: list[tuple[Hashable, Node]],
+        tick: int,
+        block_tokens: Callable[[Hashable], int] | None,
+    ) -> None:
         """Take over a restored tree (empty trie only): recompute every count, rebuild the LRU, fit capacity.
         ``block_tokens`` sizes blocks of nodes stored without token lengths (when capacity is modelled)."""
         nodes = []

@@ -11,6 +11,7 @@ contexts of the batch contain them (most first), ties by id: the most shared blo
 lets the most contexts share a prefix, and it reproduces Fig. 4 (C4 = {1, 2}: block 1 is in all three
 contexts). A leaf's own new blocks follow the index's tail policy (retrieval order, or frequency first).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -39,8 +40,13 @@ def _id_sort_key(ids: Sequence[Hashable]) -> Callable[[Hashable], Any]:
         return lambda b: (type(b).__name__, repr(b))
 
 
-def cluster_orders(contexts: Sequence[Sequence[Hashable]], *, alpha: float = DEFAULT_ALPHA,
-                   method: Linkage = DEFAULT_LINKAGE, tail_order: TailOrder = "frequency") -> list[tuple[Hashable, ...]]:
+def cluster_orders(
+    contexts: Sequence[Sequence[Hashable]],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    method: Linkage = DEFAULT_LINKAGE,
+    tail_order: TailOrder = "frequency",
+) -> list[tuple[Hashable, ...]]:
     """Aligned order for each context of a batch (Algorithm 4). Contexts must hold distinct ids."""
     n = len(contexts)
     uniq: dict[frozenset[Hashable], int] = {}

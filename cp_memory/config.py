@@ -9,6 +9,7 @@ mem0 users know ``MemoryConfig``/``from_config``; this is the same idea for the 
 arguments to the wrappers (``ContextPilotMemory(memory, extra_budget=0.1)``) are a thin layer over it: they
 are validated by the same model. ``config.model_dump()`` is safe to log (it holds no secrets).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,23 +34,34 @@ class ContextPilotConfig(BaseModel):
     annotate: bool = Field(True, description="add the order annotation restoring mem0's ranking")
     tail_order: TailOrder = Field("frequency", description="order of blocks after the shared prefix")
     extra_budget: float = Field(
-        0.0, ge=0, le=1,
+        0.0,
+        ge=0,
+        le=1,
         description="superset alignment: a cached prefix may bring in up to extra_budget*top_k other memories "
-                    "of the same scope that this query did not retrieve (prompt gets longer)")
+        "of the same scope that this query did not retrieve (prompt gets longer)",
+    )
     swap_budget: float = Field(
-        0.0, ge=0, le=1,
+        0.0,
+        ge=0,
+        le=1,
         description="length-neutral superset: adopt up to swap_budget*top_k cached memories of the same scope "
-                    "and drop as many of the lowest-ranked retrieved ones (prompt keeps top_k blocks)")
-    protect: float = Field(0.75, ge=0, le=1,
-                           description="swap never drops a memory ranked in this top fraction of mem0's ranking "
-                                       "(0.75: on LoCoMo the same front as 0.5 at swap_budget 0.1 and safer "
-                                       "above it; docs/results/locomo_front_model.json)")
+        "and drop as many of the lowest-ranked retrieved ones (prompt keeps top_k blocks)",
+    )
+    protect: float = Field(
+        0.75,
+        ge=0,
+        le=1,
+        description="swap never drops a memory ranked in this top fraction of mem0's ranking "
+        "(0.75: on LoCoMo the same front as 0.5 at swap_budget 0.1 and safer "
+        "above it; docs/results/locomo_front_model.json)",
+    )
     capacity_tokens: int | None = Field(None, gt=0, description="model the engine cache size per index")
     results_order: ResultsOrder = Field(
         "aligned",
         description="order of response['results']: 'aligned' (the prompt order, the product) or 'mem0' (mem0's "
-                    "ranking, for code that treats results[0] as the best match; the aligned order and the "
-                    "rendered context stay in response['context_pilot'])")
+        "ranking, for code that treats results[0] as the best match; the aligned order and the "
+        "rendered context stay in response['context_pilot'])",
+    )
 
     # --- multi-turn dedup (paper §6) ----------------------------------------------------------------
     dedup: bool = Field(True, description="replace memories sent earlier in a conversation by pointers")
@@ -57,11 +69,13 @@ class ContextPilotConfig(BaseModel):
     run_id_as_conversation: bool = Field(
         False,
         description="treat filters['run_id'] as the dedup conversation when no conversation_id is given "
-                    "(off: dedup needs an explicit conversation_id, so plain mem0 callers get every result)")
+        "(off: dedup needs an explicit conversation_id, so plain mem0 callers get every result)",
+    )
     commit: CommitMode = Field(
         "explicit",
         description="'explicit': a turn counts as sent only after commit(response) (rollback on failure); "
-                    "'on_search': the search registers it at once (no protection against failed sends)")
+        "'on_search': the search registers it at once (no protection against failed sends)",
+    )
     max_overfetch: int = Field(50, ge=0, description="bound on extra results asked of mem0 to make up for dedup")
     max_conversations: int = Field(10_000, ge=1, description="conversations whose dedup record is kept (LRU)")
     max_pending_turns: int = Field(10_000, ge=1, description="uncommitted turns kept for commit/rollback (LRU)")
@@ -79,13 +93,16 @@ class ContextPilotConfig(BaseModel):
     @model_validator(mode="after")
     def _one_superset_kind(self) -> ContextPilotConfig:
         if self.extra_budget > 0 and self.swap_budget > 0:
-            raise ValueError("extra_budget and swap_budget are exclusive: superset adds memories to the prompt, "
-                             "swap replaces low-ranked ones; choose one")
+            raise ValueError(
+                "extra_budget and swap_budget are exclusive: superset adds memories to the prompt, "
+                "swap replaces low-ranked ones; choose one"
+            )
         return self
 
     @classmethod
-    def from_kwargs(cls, config: ContextPilotConfig | dict[str, Any] | None = None,
-                    **kwargs: Any) -> ContextPilotConfig:
+    def from_kwargs(
+        cls, config: ContextPilotConfig | dict[str, Any] | None = None, **kwargs: Any
+    ) -> ContextPilotConfig:
         """``config`` (a model or a dict) updated with keyword arguments; everything validated here.
 
         Accepts the names used before the config object existed (``max_users``,

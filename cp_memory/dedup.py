@@ -35,6 +35,7 @@ Beyond the paper's id match:
   can no longer hit a prefix cached with its full text; on LoCoMo's one-fact memories it saves nothing, on
   templated documents most of the repeated text (``python -m benchmarks.index_bench spans``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -81,11 +82,21 @@ class Deduplicator:
             within the next ``max_pending`` plans expires (committing it raises ``ValueError``).
     """
 
-    def __init__(self, *, max_conversations: int = 10_000, content: bool = True,
-                 location_template: str = LOCATION_TEMPLATE, spans: bool = False,
-                 min_span_chars: int = 40, max_pending: int = 10_000) -> None:
-        for name, value in (("max_conversations", max_conversations), ("min_span_chars", min_span_chars),
-                            ("max_pending", max_pending)):
+    def __init__(
+        self,
+        *,
+        max_conversations: int = 10_000,
+        content: bool = True,
+        location_template: str = LOCATION_TEMPLATE,
+        spans: bool = False,
+        min_span_chars: int = 40,
+        max_pending: int = 10_000,
+    ) -> None:
+        for name, value in (
+            ("max_conversations", max_conversations),
+            ("min_span_chars", min_span_chars),
+            ("max_pending", max_pending),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(location_template, str):
@@ -98,7 +109,7 @@ class Deduplicator:
         self._convs: LRUMap[Hashable, Conversation] = LRUMap(max_conversations, on_evict=_forgotten)
         self._plans: LRUMap[int, _PlanState] = LRUMap(max_pending)
         self._lock = threading.RLock()
-        self._token = uuid.uuid4().hex          # tells this deduplicator's plans from another's
+        self._token = uuid.uuid4().hex  # tells this deduplicator's plans from another's
         self._seq = itertools.count(1)
 
     def __len__(self) -> int:
@@ -122,13 +133,25 @@ class Deduplicator:
             conv = self._convs.peek(conversation_id)
             turn = (conv.turns if conv is not None else 0) + 1
             kept, dropped, trims, sends = plan_turn(
-                conv, items, turn, content=self.content, spans=self.spans,
-                min_span_chars=self.min_span_chars, location_template=self.location_template)
+                conv,
+                items,
+                turn,
+                content=self.content,
+                spans=self.spans,
+                min_span_chars=self.min_span_chars,
+                location_template=self.location_template,
+            )
             seq = next(self._seq)
             self._plans.set(seq, "pending")
-        return DedupResult(turn=turn, blocks=kept, dropped=dropped, trims=trims,
-                           conversation_id=conversation_id, committed=False,
-                           _ticket=PlanTicket(self._token, seq, sends))
+        return DedupResult(
+            turn=turn,
+            blocks=kept,
+            dropped=dropped,
+            trims=trims,
+            conversation_id=conversation_id,
+            committed=False,
+            _ticket=PlanTicket(self._token, seq, sends),
+        )
 
     def commit(self, result: DedupResult) -> DedupResult:
         """Register a pending plan's kept blocks as sent; returns the committed result.
@@ -148,8 +171,12 @@ class Deduplicator:
                 register_send(conv, send, Location(send.block_id, turn, send.position))
             self._plans.set(ticket.seq, "committed")
         if turn != result.turn:
-            logger.debug("dedup: conversation %r committed another turn meanwhile; plan turn %d is turn %d",
-                         result.conversation_id, result.turn, turn)
+            logger.debug(
+                "dedup: conversation %r committed another turn meanwhile; plan turn %d is turn %d",
+                result.conversation_id,
+                result.turn,
+                turn,
+            )
         return _renumbered(result, turn)
 
     def rollback(self, result: DedupResult) -> None:
@@ -193,8 +220,7 @@ class Deduplicator:
         return ticket
 
     # ------------------------------------------------------------------ committed state
-    def peek(self, conversation_id: Hashable,
-             blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
+    def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
         """Where each block was sent in a committed turn (None: not sent), changing nothing.
 
         Same rules as :meth:`plan` against earlier turns (same-turn duplicates are not reported).
@@ -233,8 +259,9 @@ def _forgotten(conversation_id: Hashable, _conv: Conversation) -> None:
     logger.debug("dedup: forgot least recently used conversation %r", conversation_id)
 
 
-def _check_turn(conversation_id: Hashable,
-                blocks: Sequence[ContextBlock | Hashable]) -> list[tuple[ContextBlock, str | None]]:
+def _check_turn(
+    conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]
+) -> list[tuple[ContextBlock, str | None]]:
     """Validate one turn; bare ids become text-less blocks with no digest (id-only dedup)."""
     if conversation_id is None:
         raise TypeError("conversation_id must not be None")

@@ -9,6 +9,7 @@ what committing it registers (:class:`Send`). Rules (module doc of :mod:`cp_memo
 * by content (``content=True``): another id whose normalized text was sent before is a duplicate;
 * by span (``spans=True``): sentences sent before are cut from a kept block and pointed to.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,7 +67,7 @@ class SpanTrim:
 
     block_id: Hashable
     removed: tuple[str, ...]
-    locations: tuple[Location, ...]     # parallel to ``removed``: where each was sent first
+    locations: tuple[Location, ...]  # parallel to ``removed``: where each was sent first
     annotation: str
 
 
@@ -75,10 +76,10 @@ class Send:
     """What committing registers for one kept block."""
 
     block_id: Hashable
-    digest: str | None                  # of the block's full text; None for a bare id
+    digest: str | None  # of the block's full text; None for a bare id
     position: int
-    content_key: str | None             # digest registered for content dedup (None: not registered)
-    spans: tuple[str, ...] = ()         # span digests registered for span dedup
+    content_key: str | None  # digest registered for content dedup (None: not registered)
+    spans: tuple[str, ...] = ()  # span digests registered for span dedup
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,9 @@ def _same_text(sent: str | None, now: str | None) -> bool:
     return sent is None or now is None or sent == now
 
 
-def sent_location(conv: Conversation | None, local: Conversation | None, bid: Hashable, digest: str | None,
-                  *, content: bool) -> Location | None:
+def sent_location(
+    conv: Conversation | None, local: Conversation | None, bid: Hashable, digest: str | None, *, content: bool
+) -> Location | None:
     """Where ``bid`` (text ``digest``) was sent: in ``local`` (this turn) or ``conv`` (committed), or None.
 
     By id the latest send counts (this turn's first); by content the earliest (committed first).
@@ -162,9 +164,16 @@ def register_send(conv: Conversation, send: Send, loc: Location) -> None:
         conv.by_span.setdefault(span, loc)
 
 
-def plan_turn(conv: Conversation | None, items: Sequence[tuple[ContextBlock, str | None]], turn: int, *,
-              content: bool, spans: bool, min_span_chars: int, location_template: str,
-              ) -> tuple[tuple[ContextBlock, ...], tuple[DroppedBlock, ...], tuple[SpanTrim, ...], tuple[Send, ...]]:
+def plan_turn(
+    conv: Conversation | None,
+    items: Sequence[tuple[ContextBlock, str | None]],
+    turn: int,
+    *,
+    content: bool,
+    spans: bool,
+    min_span_chars: int,
+    location_template: str,
+) -> tuple[tuple[ContextBlock, ...], tuple[DroppedBlock, ...], tuple[SpanTrim, ...], tuple[Send, ...]]:
     """Plan turn number ``turn`` of ``conv`` (None: a new conversation); ``conv`` is only read.
 
     ``items`` are (block, digest) pairs, digest None for bare ids. Returns kept blocks, dropped blocks,
@@ -182,7 +191,7 @@ def plan_turn(conv: Conversation | None, items: Sequence[tuple[ContextBlock, str
             here = Location(bid, turn, len(kept) + 1)
             sentences = _sentences(blk.text, min_span_chars)
             trimmed = _trim(conv, local, blk, sentences, here, turn)
-            if isinstance(trimmed, Location):       # every sentence was sent before
+            if isinstance(trimmed, Location):  # every sentence was sent before
                 loc = trimmed
             elif trimmed is not None:
                 blk, trim = trimmed
@@ -195,9 +204,13 @@ def plan_turn(conv: Conversation | None, items: Sequence[tuple[ContextBlock, str
             dropped.append(DroppedBlock(bid, loc, note))
             continue
         kept.append(blk)
-        send = Send(bid, digest, len(kept),
-                    digest if content and digest is not None and blk.text.strip() else None,
-                    tuple(span for _, span in sentences if span is not None))
+        send = Send(
+            bid,
+            digest,
+            len(kept),
+            digest if content and digest is not None and blk.text.strip() else None,
+            tuple(span for _, span in sentences if span is not None),
+        )
         register_send(local, send, Location(bid, turn, len(kept)))
         sends.append(send)
     return tuple(kept), tuple(dropped), tuple(trims), tuple(sends)
@@ -218,9 +231,14 @@ def _span_location(conv: Conversation | None, local: Conversation, span: str) ->
     return local.by_span.get(span)
 
 
-def _trim(conv: Conversation | None, local: Conversation, blk: ContextBlock,
-          sentences: list[tuple[str, str | None]], here: Location,
-          turn: int) -> tuple[ContextBlock, SpanTrim] | Location | None:
+def _trim(
+    conv: Conversation | None,
+    local: Conversation,
+    blk: ContextBlock,
+    sentences: list[tuple[str, str | None]],
+    here: Location,
+    turn: int,
+) -> tuple[ContextBlock, SpanTrim] | Location | None:
     keep, removed, where = [], [], []
     for sent, span in sentences:
         loc = _span_location(conv, local, span) if span is not None else None

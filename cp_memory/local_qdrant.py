@@ -7,6 +7,7 @@
 
 Used by :func:`cp_memory.embedded.default_memory`; nothing here is needed with a Qdrant server.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,14 @@ from typing import Any
 
 from .scope import ENTITY_KEYS, entity_partition
 
-__all__ = ["PARTITION_KEYS", "CollectionLocks", "SerialisedStore", "UserPartitionedQdrant", "partition_of",
-           "serialise_local"]
+__all__ = [
+    "PARTITION_KEYS",
+    "CollectionLocks",
+    "SerialisedStore",
+    "UserPartitionedQdrant",
+    "partition_of",
+    "serialise_local",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +72,7 @@ class SerialisedStore:
         def locked(*args: Any, **kwargs: Any) -> Any:
             with lock:
                 return attr(*args, **kwargs)
+
         return locked
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -119,8 +127,9 @@ class UserPartitionedQdrant:
     def _store(self, name: str, dims: int) -> Any:
         with self.locks.client, warnings.catch_warnings():  # mem0 asks for payload indexes: no-op locally
             warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
-            store = self._qdrant_cls(collection_name=name, embedding_model_dims=dims, client=self.client,
-                                     on_disk=self.on_disk)
+            store = self._qdrant_cls(
+                collection_name=name, embedding_model_dims=dims, client=self.client, on_disk=self.on_disk
+            )
         store.is_local = True
         return SerialisedStore(store, self.locks(name))
 
@@ -168,7 +177,9 @@ class UserPartitionedQdrant:
         return merged[:top_k]
 
     # --- mem0 VectorStoreBase interface ---------------------------------------------------------
-    def insert(self, vectors: list[Any], payloads: list[dict[str, Any]] | None = None, ids: list[Any] | None = None) -> None:
+    def insert(
+        self, vectors: list[Any], payloads: list[dict[str, Any]] | None = None, ids: list[Any] | None = None
+    ) -> None:
         groups: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
         for i, vector in enumerate(vectors):
             payload = payloads[i] if payloads else {}
@@ -184,16 +195,23 @@ class UserPartitionedQdrant:
             self._part(name).insert(vectors=vecs, payloads=pays, ids=pids)
             self._routes.insert(vectors=[[1.0]] * len(pids), payloads=[{"p": name}] * len(pids), ids=pids)
 
-    def search(self, query: str, vectors: list[Any], top_k: int = 5, filters: dict[str, Any] | None = None) -> list[Any]:
-        return self._merge([t.search(query, vectors, top_k=top_k, filters=filters)
-                            for t in self._targets(filters)], top_k) or []
+    def search(
+        self, query: str, vectors: list[Any], top_k: int = 5, filters: dict[str, Any] | None = None
+    ) -> list[Any]:
+        return (
+            self._merge([t.search(query, vectors, top_k=top_k, filters=filters) for t in self._targets(filters)], top_k)
+            or []
+        )
 
-    def search_batch(self, queries: list[str], vectors_list: list[Any], top_k: int = 1, filters: dict[str, Any] | None = None) -> list[Any]:
+    def search_batch(
+        self, queries: list[str], vectors_list: list[Any], top_k: int = 1, filters: dict[str, Any] | None = None
+    ) -> list[Any]:
         return [self.search(q, v, top_k=top_k, filters=filters) for q, v in zip(queries, vectors_list)]
 
     def keyword_search(self, query: str, top_k: int = 5, filters: dict[str, Any] | None = None) -> list[Any] | None:
-        return self._merge([t.keyword_search(query, top_k=top_k, filters=filters)
-                            for t in self._targets(filters)], top_k)
+        return self._merge(
+            [t.keyword_search(query, top_k=top_k, filters=filters) for t in self._targets(filters)], top_k
+        )
 
     def get(self, vector_id: Any) -> Any:
         store = self._route(vector_id)

@@ -4,6 +4,7 @@ The file is not shipped with cp_memory. Pass its path, set ``CP_MEMORY_LOCOMO``,
 ``../shared/data/locomo10.json`` next to a checkout. Get it from https://github.com/snap-research/locomo
 (``data/locomo10.json``).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["QA", "Conversation", "LocomoNotFound", "Observation", "Turn", "evidence_ids", "find_locomo",
-           "load_locomo"]
+__all__ = ["QA", "Conversation", "LocomoNotFound", "Observation", "Turn", "evidence_ids", "find_locomo", "load_locomo"]
 
 _DEFAULT_CANDIDATES = ("../shared/data/locomo10.json", "shared/data/locomo10.json")
 
@@ -44,11 +44,11 @@ def evidence_ids(*raw: str) -> tuple[str, ...]:
 class Observation:
     """A fact-style memory LoCoMo extracted from one session (what a memory layer would store)."""
 
-    id: str            # stable: "<sample_id>:obs:<session>:<n>"
+    id: str  # stable: "<sample_id>:obs:<session>:<n>"
     text: str
     speaker: str
     session: int
-    evidence: str      # dialogue id, e.g. "D1:3"
+    evidence: str  # dialogue id, e.g. "D1:3"
 
     @property
     def evidence_ids(self) -> tuple[str, ...]:
@@ -58,7 +58,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Turn:
-    id: str            # dialogue id, e.g. "D1:3"
+    id: str  # dialogue id, e.g. "D1:3"
     speaker: str
     text: str
     session: int
@@ -68,7 +68,7 @@ class Turn:
 @dataclass(frozen=True)
 class QA:
     question: str
-    answer: str        # adversarial (category 5) questions carry their adversarial answer here
+    answer: str  # adversarial (category 5) questions carry their adversarial answer here
     category: int
     evidence: tuple[str, ...]
 
@@ -107,7 +107,8 @@ def find_locomo(path: str | os.PathLike[str] | None = None) -> Path:
     raise LocomoNotFound(
         "LoCoMo data not found (tried: " + ", ".join(tried) + "). Download locomo10.json from "
         "https://github.com/snap-research/locomo (data/locomo10.json, CC BY-NC 4.0) and pass its path "
-        "(--locomo PATH) or set CP_MEMORY_LOCOMO=/path/to/locomo10.json.")
+        "(--locomo PATH) or set CP_MEMORY_LOCOMO=/path/to/locomo10.json."
+    )
 
 
 def _session_no(key: str) -> int:
@@ -135,15 +136,29 @@ def load_locomo(path: str | os.PathLike[str] | None = None) -> list[Conversation
                 for fact in facts:
                     text, evidence = (fact[0], fact[1]) if isinstance(fact, list) else (str(fact), "")
                     n += 1
-                    obs.append(Observation(f"{sid}:obs:{sess}:{n}", text, speaker, sess,
-                                           evidence if isinstance(evidence, str) else ",".join(evidence)))
+                    obs.append(
+                        Observation(
+                            f"{sid}:obs:{sess}:{n}",
+                            text,
+                            speaker,
+                            sess,
+                            evidence if isinstance(evidence, str) else ",".join(evidence),
+                        )
+                    )
         turns = []
         for key in sorted((k for k in talk if re.fullmatch(r"session_\d+", k)), key=_session_no):
             sess = _session_no(key)
             when = talk.get(f"{key}_date_time", "")
             for t in talk[key]:
                 turns.append(Turn(t.get("dia_id", ""), t.get("speaker", ""), t.get("text", ""), sess, when))
-        qa = tuple(QA(q["question"], str(q.get("answer", q.get("adversarial_answer", ""))), int(q["category"]),
-                      tuple(q.get("evidence", ()))) for q in conv["qa"])
+        qa = tuple(
+            QA(
+                q["question"],
+                str(q.get("answer", q.get("adversarial_answer", ""))),
+                int(q["category"]),
+                tuple(q.get("evidence", ())),
+            )
+            for q in conv["qa"]
+        )
         out.append(Conversation(sid, speakers, tuple(obs), tuple(turns), qa))
     return out

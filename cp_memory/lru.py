@@ -15,6 +15,7 @@ bounded per-key state (per-scope indexes in the mem0 wrapper, per-conversation s
 
 Entries removed by ``pop`` or ``clear`` are returned to the caller and never passed to ``on_evict``.
 """
+
 from __future__ import annotations
 
 import threading
@@ -100,7 +101,7 @@ class LRUMap(Generic[K, V]):
                 return self._items[key]
         made = factory()
         with self._lock:
-            if key in self._items:               # another thread stored one meanwhile: it wins
+            if key in self._items:  # another thread stored one meanwhile: it wins
                 self._items.move_to_end(key)
                 return self._items[key]
             self._items[key] = made

@@ -24,6 +24,7 @@ block section is a pure function of the aligned block texts:
 :func:`build_prompt` wraps that in a completion prompt, :func:`build_messages` in chat messages
 (system, history, then one user message holding context and question). docs/mem0.md shows the layout.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,8 +67,9 @@ def _text(block: ContextBlock | str | Mapping[str, Any]) -> str:
             return str(block["memory"])
         if "text" in block:
             return str(block["text"])
-    raise TypeError(f"cannot render a block of type {type(block).__name__}; "
-                    "pass ContextBlock, str or a mem0 result dict")
+    raise TypeError(
+        f"cannot render a block of type {type(block).__name__}; pass ContextBlock, str or a mem0 result dict"
+    )
 
 
 def one_line(text: str) -> str:
@@ -83,9 +85,12 @@ def render_blocks(blocks: Sequence[ContextBlock | str | Mapping[str, Any]]) -> s
     return "\n".join(f"{doc_label(i)} {one_line(_text(b))}" for i, b in enumerate(blocks, start=1))
 
 
-def render_context(blocks: Sequence[ContextBlock | str | Mapping[str, Any]], *,
-                   order_annotation: str | None = None,
-                   location_annotations: Sequence[str] = ()) -> str:
+def render_context(
+    blocks: Sequence[ContextBlock | str | Mapping[str, Any]],
+    *,
+    order_annotation: str | None = None,
+    location_annotations: Sequence[str] = (),
+) -> str:
     """Blocks, then a blank line, then location annotations and the order annotation (one per line).
 
     Byte-identical output for the same block texts in the same order; annotations never precede a block.
@@ -124,8 +129,9 @@ def context_of(search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -
     return render_context(list(results))
 
 
-def build_prompt(query: str, search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-                 template: str | None = None) -> str:
+def build_prompt(
+    query: str, search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]], template: str | None = None
+) -> str:
     """A completion prompt: context (blocks, annotations) first, the question last.
 
     ``template`` must contain ``{context}`` and ``{query}``; default :data:`PROMPT_TEMPLATE` (and, with no
@@ -139,9 +145,12 @@ def build_prompt(query: str, search_result: Mapping[str, Any] | Sequence[Mapping
     return template.format(context=context, query=query)
 
 
-def build_messages(query: str, search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-                   system: str | None = None,
-                   history: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def build_messages(
+    query: str,
+    search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    system: str | None = None,
+    history: Sequence[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Chat messages: ``[system?] + history + [user: context then question]``.
 
     The system message and the history stay byte-stable across turns, so the engine reuses them as a

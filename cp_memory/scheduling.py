@@ -9,6 +9,7 @@ Requests whose contexts share a prefix should run back to back, before the engin
 Example (Fig. 6): arrival C6 [0,0,2], C3 [0,1], C7 [1], C8 [0,0,3] → C6, C8, C3, C7.
 Requests with an empty search path (empty contexts) form their own group.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,8 +21,9 @@ __all__ = ["schedule"]
 def _path(item: Any, i: int) -> tuple[int, ...]:
     path = getattr(item, "search_path", item)
     if path is None or isinstance(path, (str, bytes)) or not isinstance(path, Sequence):
-        raise TypeError(f"placements[{i}] must be a Placement or a search path (sequence of ints), "
-                        f"got {type(item).__name__}")
+        raise TypeError(
+            f"placements[{i}] must be a Placement or a search path (sequence of ints), got {type(item).__name__}"
+        )
     return tuple(path)
 
 

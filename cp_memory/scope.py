@@ -13,6 +13,7 @@ entity ids and any metadata/operator conditions in its ``filters``. cp_memory ke
 The embedded store's partitioning (:mod:`cp_memory.embedded`) uses :func:`entity_partition` from here.
 Pure: standard library only, like the rest of the core.
 """
+
 from __future__ import annotations
 
 import hashlib

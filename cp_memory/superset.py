@@ -19,6 +19,7 @@ a request block only at nodes with at most ``max_branch`` children (the most req
 ``max_visits`` nodes; callers keep the exact result when it is not beaten, so exact alignment's guarantee
 (no live context offers a longer request-only prefix) always holds.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
@@ -34,8 +35,9 @@ def _superset_key(m: Match) -> tuple[int, int, bool, int]:
     return (m.hits, -m.extras, full, subtree)
 
 
-def superset_prefix(root: Node, req: Mapping[Hashable, int], budget: int, *, max_branch: int = 64,
-                    max_visits: int = 20_000) -> Match:
+def superset_prefix(
+    root: Node, req: Mapping[Hashable, int], budget: int, *, max_branch: int = 64, max_visits: int = 20_000
+) -> Match:
     """Best cached prefix holding at most ``budget`` blocks outside ``req``; ends on a request block.
 
     Maximises the request blocks covered, then fewer extras (then a match ending at a node, then the
@@ -82,8 +84,15 @@ def superset_prefix(root: Node, req: Mapping[Hashable, int], budget: int, *, max
     return best
 
 
-def swap_prefix(root: Node, req: Mapping[Hashable, int], budget: int, protected: int, *,
-                max_branch: int = 64, max_visits: int = 20_000) -> Match:
+def swap_prefix(
+    root: Node,
+    req: Mapping[Hashable, int],
+    budget: int,
+    protected: int,
+    *,
+    max_branch: int = 64,
+    max_visits: int = 20_000,
+) -> Match:
     """Longest cached prefix whose extras can each replace a droppable request block.
 
     ``req`` maps the request's blocks to their retrieval rank (0 = best). Ranks ``>= protected`` are
@@ -95,7 +104,7 @@ def swap_prefix(root: Node, req: Mapping[Hashable, int], budget: int, protected:
     droppable = sum(1 for r in req.values() if r >= protected)
     best = Match(root)
     best_key = (0, 0, True, root.subtree)
-    stack: list[tuple[Node, int, int, int]] = [(root, 0, 0, 0)]   # node, hits, extras, droppable hits
+    stack: list[tuple[Node, int, int, int]] = [(root, 0, 0, 0)]  # node, hits, extras, droppable hits
     visits = 0
     get = req.get
     while stack and visits < max_visits:

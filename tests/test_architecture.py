@@ -2,6 +2,7 @@
 
 Modules behind an optional extra that is not installed are skipped by name (their extra is listed).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -47,8 +48,10 @@ def test_the_core_imports_no_io_stack():
     import subprocess
     import sys
 
-    code = ("import sys, cp_memory, cp_memory.render, cp_memory.scope, cp_memory.cache_model\n"
-            "heavy = [m for m in ('mem0', 'httpx', 'pydantic', 'torch', 'qdrant_client') if m in sys.modules]\n"
-            "print(','.join(heavy))")
+    code = (
+        "import sys, cp_memory, cp_memory.render, cp_memory.scope, cp_memory.cache_model\n"
+        "heavy = [m for m in ('mem0', 'httpx', 'pydantic', 'torch', 'qdrant_client') if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -4,6 +4,7 @@ The unit tests are small worked examples; the engine-marked tests replay prompt 
 llama-server (random-weight model, 1 slot, host prompt cache) and require the model's cached-token
 count to equal the server's reported ``cached_tokens`` for every request.
 """
+
 from __future__ import annotations
 
 import random
@@ -26,7 +27,7 @@ from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
 # ------------------------------------------------------------------------------------------ block model
 def test_block_cache_counts_full_shared_blocks_only() -> None:
     cache = BlockPrefixCache(capacity_tokens=None, block_size=4)
-    assert cache.serve(list("abcdefghij")) == Served(0, 10)          # cold
+    assert cache.serve(list("abcdefghij")) == Served(0, 10)  # cold
     # the same first 8 tokens (two full blocks), then different: 8 cached
     assert cache.serve(list("abcdefghXY")) == Served(8, 10)
     # shares 6 tokens = one full block + half a block: only the full block counts
@@ -44,17 +45,17 @@ def test_block_is_keyed_by_its_prefix_not_only_its_tokens() -> None:
 def test_per_token_radix_cache_leaves_one_token_to_compute() -> None:
     cache = BlockPrefixCache(capacity_tokens=None, block_size=1)
     cache.serve([1, 2, 3])
-    assert cache.serve([1, 2, 3]) == Served(2, 3)       # identical prompt: the last token is recomputed
+    assert cache.serve([1, 2, 3]) == Served(2, 3)  # identical prompt: the last token is recomputed
     assert cache.serve([1, 2, 3, 4]).cached == 3
 
 
 def test_lru_evicts_the_tail_of_a_prompt_before_its_head() -> None:
     cache = BlockPrefixCache(capacity_tokens=4, block_size=1)
-    cache.serve(["s", "a", "b", "c"])               # 4 blocks: full
-    cache.serve(["s", "x"])                         # evicts the oldest: c, the deepest of the first prompt
+    cache.serve(["s", "a", "b", "c"])  # 4 blocks: full
+    cache.serve(["s", "x"])  # evicts the oldest: c, the deepest of the first prompt
     assert cache.cached_blocks == 4
-    assert cache.serve(["s", "a", "b", "z"]).cached == 3     # s, a, b survived
-    assert cache.serve(["s", "x", "y"]).cached == 1         # x was the least recent block then
+    assert cache.serve(["s", "a", "b", "z"]).cached == 3  # s, a, b survived
+    assert cache.serve(["s", "x", "y"]).cached == 1  # x was the least recent block then
 
 
 def test_generated_tokens_follow_the_prompt_but_never_match() -> None:
@@ -99,16 +100,16 @@ def test_llama_slot_keeps_only_its_last_prompt_without_host_cache() -> None:
     a, b = list("aaaaaaaaaa"), list("bbbbbbbbbb")
     cache.serve(a)
     cache.serve(b)
-    assert cache.serve(a + ["!"]).cached == 0           # the slot now holds b
+    assert cache.serve(a + ["!"]).cached == 0  # the slot now holds b
 
 
 def test_llama_host_cache_brings_back_an_earlier_prompt() -> None:
     cache = LlamaServerCache()
     a, b = list("aaaaaaaaaa"), list("bbbbbbbbbb")
     cache.serve(a)
-    cache.serve(b)                                      # a is saved to the host cache, b computed
-    assert cache.serve(a + ["!"]).cached == 10          # a is loaded back into the slot
-    assert cache.serve(b + ["?"]).cached == 10          # and b from the host cache
+    cache.serve(b)  # a is saved to the host cache, b computed
+    assert cache.serve(a + ["!"]).cached == 10  # a is loaded back into the slot
+    assert cache.serve(b + ["?"]).cached == 10  # and b from the host cache
 
 
 def test_llama_keeps_the_slot_when_it_is_similar_enough() -> None:
@@ -155,8 +156,10 @@ def server() -> Iterator[Any]:
 
 def _sentences(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    words = regex_tokens("Alice Bob moved to Lisbon works as a nurse has cat named Miso likes hiking painted "
-                         "sunset lake visited Paris in May 2023 adopted dog plays guitar")
+    words = regex_tokens(
+        "Alice Bob moved to Lisbon works as a nurse has cat named Miso likes hiking painted "
+        "sunset lake visited Paris in May 2023 adopted dog plays guitar"
+    )
     return [" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) + "." for _ in range(n)]
 
 
@@ -169,10 +172,10 @@ def _prompts(seed: int = 0) -> list[str]:
     for q in range(14):
         picked = rng.sample(range(len(facts)), 6)
         if q % 3 == 0:
-            picked = sorted(picked)                     # aligned-ish: shares a sorted prefix
+            picked = sorted(picked)  # aligned-ish: shares a sorted prefix
         body = "\n".join(f"[Doc {i + 1}] {facts[j]}" for i, j in enumerate(picked))
         out.append(f"Memories:\n{body}\n\nQuestion: what happened {q}?\nAnswer:")
-    out.insert(5, out[2])                               # identical to an earlier prompt
+    out.insert(5, out[2])  # identical to an earlier prompt
     out.insert(9, "Unrelated warm-up request. Answer:")
     out.append(out[0] + " And more text after the first prompt.")
     return out
@@ -183,7 +186,7 @@ def _prompts(seed: int = 0) -> list[str]:
 def test_model_equals_llama_server_cached_tokens(server: Any, max_tokens: int) -> None:
     from cp_memory.engine import EngineClient
 
-    server.restart()                                   # cold slot and host cache
+    server.restart()  # cold slot and host cache
     model = LlamaServerCache()
     radix = BlockPrefixCache(capacity_tokens=None, block_size=1)
     with EngineClient(server.base_url) as client:
@@ -197,7 +200,7 @@ def test_model_equals_llama_server_cached_tokens(server: Any, max_tokens: int) -
             upper = radix.serve(ids, generated=max_tokens - 1)
             rows.append((reply.cached_tokens, predicted.cached, upper.cached))
     assert [r[0] for r in rows] == [r[1] for r in rows], rows
-    assert all(r[0] <= r[2] for r in rows)             # a radix cache would reuse at least as much
+    assert all(r[0] <= r[2] for r in rows)  # a radix cache would reuse at least as much
     assert sum(r[0] for r in rows) > 0
 
 
@@ -228,7 +231,8 @@ def test_model_equals_llama_server_on_locomo_prompts(server: Any) -> None:
             got, want = [], []
             for prompt in [WARMUP_PROMPT] + [
                 render(index.insert(r).order if aligned else r, texts, r, q)
-                for q in questions for r in [[ids[i] for i in retriever.search(q, 12)]]
+                for q in questions
+                for r in [[ids[i] for i in retriever.search(q, 12)]]
             ]:
                 ids_ = client.tokenize(prompt)
                 assert ids_ is not None

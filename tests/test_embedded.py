@@ -1,4 +1,5 @@
 """The offline embedded mem0 default: config, on-disk persistence, no network, no key."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,11 @@ from tests.mem0_fixtures import require_mem0
 require_mem0()
 
 from cp_memory.embedded import (  # noqa: E402
-    EMBEDDING_DIMS, OFFLINE_ENV, bundled_model_path, default_config, default_memory,
+    EMBEDDING_DIMS,
+    OFFLINE_ENV,
+    bundled_model_path,
+    default_config,
+    default_memory,
 )
 
 pytestmark = pytest.mark.mem0
@@ -26,8 +31,10 @@ def test_offline_environment_is_set():
 
 def test_default_config_shapes(tmp_path):
     mem_cfg = default_config()
-    assert mem_cfg["vector_store"] == {"provider": "qdrant", "config": {
-        "collection_name": "cp_memory", "embedding_model_dims": EMBEDDING_DIMS, "path": ":memory:"}}
+    assert mem_cfg["vector_store"] == {
+        "provider": "qdrant",
+        "config": {"collection_name": "cp_memory", "embedding_model_dims": EMBEDDING_DIMS, "path": ":memory:"},
+    }
     assert mem_cfg["history_db_path"] == ":memory:"
     assert mem_cfg["embedder"]["provider"] == "huggingface"
     assert mem_cfg["embedder"]["config"]["model"] == str(bundled_model_path())
@@ -36,8 +43,12 @@ def test_default_config_shapes(tmp_path):
     assert disk["vector_store"]["config"]["path"] == str(tmp_path / "store" / "qdrant")
     assert disk["history_db_path"] == str(tmp_path / "store" / "history.db")
     server = default_config(qdrant={"url": "http://qdrant:6333", "api_key": "k"}, collection_name="c")
-    assert server["vector_store"]["config"] == {"collection_name": "c", "embedding_model_dims": EMBEDDING_DIMS,
-                                               "url": "http://qdrant:6333", "api_key": "k"}
+    assert server["vector_store"]["config"] == {
+        "collection_name": "c",
+        "embedding_model_dims": EMBEDDING_DIMS,
+        "url": "http://qdrant:6333",
+        "api_key": "k",
+    }
 
 
 def test_on_disk_memory_survives_restart(tmp_path):
@@ -60,8 +71,13 @@ def test_on_disk_memory_survives_restart(tmp_path):
 def test_infer_without_llm_fails_fast_with_mem0_error():
     from mem0.exceptions import LLMError
 
-    memory = default_memory(collection_name="no_llm", llm={"provider": "openai", "config": {
-        "api_key": "offline", "openai_base_url": "http://127.0.0.1:9/v1", "max_tokens": 16}})
+    memory = default_memory(
+        collection_name="no_llm",
+        llm={
+            "provider": "openai",
+            "config": {"api_key": "offline", "openai_base_url": "http://127.0.0.1:9/v1", "max_tokens": 16},
+        },
+    )
     memory.llm.client = memory.llm.client.with_options(max_retries=0, timeout=2.0)
     with pytest.raises(LLMError):
         memory.add("I moved to Oslo last year.", user_id="x")  # infer=True needs an LLM: refused locally
@@ -126,7 +142,7 @@ def test_single_collection_layout_still_available():
     memory = default_memory(collection_name="flat", partition=False)
     from mem0.vector_stores.qdrant import Qdrant
 
-    assert isinstance(memory.vector_store, SerialisedStore)       # local Qdrant is serialised (thread safety)
+    assert isinstance(memory.vector_store, SerialisedStore)  # local Qdrant is serialised (thread safety)
     assert type(memory.vector_store._store) is Qdrant
     with pytest.raises(ValueError):
         default_memory(qdrant={"url": "http://127.0.0.1:9", "api_key": "k"}, partition=True)

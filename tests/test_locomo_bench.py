@@ -5,6 +5,7 @@ The end-to-end runs use one conversation, 3 questions, the first 30 observations
 * the real llama-server on the random-weight GGUF is marked ``engine`` and skips when the binary is
   absent, unless CP_MEMORY_REQUIRE_ENGINE=1.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,16 +33,19 @@ def test_normalize_answer_squad_style() -> None:
     assert normalize_answer("  ") == ""
 
 
-@pytest.mark.parametrize(("pred", "gold", "f1"), [
-    ("7 May 2023", "7 May 2023", 1.0),
-    ("the 7 May 2023", "7 May, 2023", 1.0),
-    ("May 2023", "7 May 2023", 0.8),            # p=1, r=2/3
-    ("Paris", "London", 0.0),
-    ("", "", 1.0),
-    ("", "London", 0.0),
-    ("a", "London", 0.0),                       # normalizes to nothing
-    ("painting painting", "painting", 2 / 3),   # multiset overlap: p=1/2, r=1
-])
+@pytest.mark.parametrize(
+    ("pred", "gold", "f1"),
+    [
+        ("7 May 2023", "7 May 2023", 1.0),
+        ("the 7 May 2023", "7 May, 2023", 1.0),
+        ("May 2023", "7 May 2023", 0.8),  # p=1, r=2/3
+        ("Paris", "London", 0.0),
+        ("", "", 1.0),
+        ("", "London", 0.0),
+        ("a", "London", 0.0),  # normalizes to nothing
+        ("painting painting", "painting", 2 / 3),  # multiset overlap: p=1/2, r=1
+    ],
+)
 def test_token_f1(pred: str, gold: str, f1: float) -> None:
     assert token_f1(pred, gold) == pytest.approx(f1)
 
@@ -97,19 +101,28 @@ def test_parse_mode_names() -> None:
     for bad in ("nope", "aligned+swap@0", "aligned+swap@0.2/1.5", "aligned+superset@0.1/0.5", "swap@x"):
         with pytest.raises(ValueError):
             parse_mode(bad)
-    names = ["dedup", "aligned+swap@0.25/0.5", "aligned+superset@0.25", "aligned", "aligned+superset@0.1",
-             "baseline"]
-    assert sorted(names, key=mode_sort_key) == ["baseline", "aligned", "aligned+superset@0.1",
-                                                "aligned+superset@0.25", "aligned+swap@0.25/0.5", "dedup"]
+    names = ["dedup", "aligned+swap@0.25/0.5", "aligned+superset@0.25", "aligned", "aligned+superset@0.1", "baseline"]
+    assert sorted(names, key=mode_sort_key) == [
+        "baseline",
+        "aligned",
+        "aligned+superset@0.1",
+        "aligned+superset@0.25",
+        "aligned+swap@0.25/0.5",
+        "dedup",
+    ]
 
 
 def test_evidence_score_like_the_docstring() -> None:
     """Memories m1 (D1:1), m2 (D1:2, D1:3), m3 (nothing); question evidence D1:2, D1:1, D9:9."""
     from benchmarks.locomo.evidence import EvidenceIndex, position_bucket
 
-    index = EvidenceIndex.from_memories([{"id": "m1", "metadata": {"evidence": "D1:1"}},
-                                         {"id": "m2", "metadata": {"evidence": "D1:2,D1:3"}},
-                                         {"id": "m3", "metadata": {}}])
+    index = EvidenceIndex.from_memories(
+        [
+            {"id": "m1", "metadata": {"evidence": "D1:1"}},
+            {"id": "m2", "metadata": {"evidence": "D1:2,D1:3"}},
+            {"id": "m3", "metadata": {}},
+        ]
+    )
     assert index.coverable == {"D1:1", "D1:2", "D1:3"}
     # D9:9 is carried by no memory: not coverable, not in the denominator
     full = index.score(["D1:2", "D1:1", "D9:9"], prompt_ids=["m3", "m2", "m1"], retrieval_ids=["m1", "m2", "m3"])
@@ -126,8 +139,13 @@ def test_evidence_score_like_the_docstring() -> None:
 def test_locomo_evidence_ids_are_normalized() -> None:
     from cp_memory.locomo import QA, evidence_ids
 
-    assert evidence_ids("D8:6; D9:17", "D", "D:11:26", "D9:1 D4:4", "D8:6") == ("D8:6", "D9:17", "D11:26", "D9:1",
-                                                                               "D4:4")
+    assert evidence_ids("D8:6; D9:17", "D", "D:11:26", "D9:1 D4:4", "D8:6") == (
+        "D8:6",
+        "D9:17",
+        "D11:26",
+        "D9:1",
+        "D4:4",
+    )
     assert QA("q", "a", 1, ("D1:3", "D1:3")).evidence_ids == ("D1:3",)
     with pytest.raises(TypeError):
         evidence_ids(3)  # type: ignore[arg-type]
@@ -137,7 +155,7 @@ def test_parse_judge_score() -> None:
     assert parse_score('{"score": 1.0, "reason": "ok"}') == 1.0
     assert parse_score('```json\n{"score": 0.5}\n```') == 0.5
     assert parse_score("<think>x</think> 0") == 0.0
-    assert parse_score('score: 1') == 1.0
+    assert parse_score("score: 1") == 1.0
     assert parse_score("no idea") is None
 
 
@@ -165,7 +183,7 @@ def _locomo_path() -> Path:
         return find_locomo()
     except LocomoNotFound as exc:
         pytest.skip(str(exc))
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable") from exc
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +203,17 @@ def memory() -> Any:
 def _config(tmp_path: Path, **kw: Any) -> Any:
     from benchmarks.locomo.cli import BenchConfig
 
-    base: dict[str, Any] = {"locomo": str(_locomo_path()), "conversations": "0", "questions": 3,
-                            "max_memories": 30, "top_k": "4,8,2x3", "out": str(tmp_path), "progress": False,
-                            "max_tokens": 4, "warmup": 1}
+    base: dict[str, Any] = {
+        "locomo": str(_locomo_path()),
+        "conversations": "0",
+        "questions": 3,
+        "max_memories": 30,
+        "top_k": "4,8,2x3",
+        "out": str(tmp_path),
+        "progress": False,
+        "max_tokens": 4,
+        "warmup": 1,
+    }
     base.update(kw)
     return BenchConfig(**base)
 
@@ -203,8 +229,23 @@ def _check_outputs(result: Any, *, ttft: bool) -> dict[str, Any]:
     assert meta["questions_per_conversation"] == [3]
     assert meta["memories_per_user"] == [30]
     for req in data["requests"]:
-        for key in ("sample_id", "k", "mode", "turn", "measured", "question", "gold", "category", "answer",
-                    "ttft_s", "prompt_tokens", "cached_tokens", "f1", "flush", "run_position"):
+        for key in (
+            "sample_id",
+            "k",
+            "mode",
+            "turn",
+            "measured",
+            "question",
+            "gold",
+            "category",
+            "answer",
+            "ttft_s",
+            "prompt_tokens",
+            "cached_tokens",
+            "f1",
+            "flush",
+            "run_position",
+        ):
             assert key in req
         assert req["category"] in (1, 2, 3, 4)
         assert req["measured"] == (req["turn"] != 1)
@@ -282,14 +323,15 @@ def test_report_rerenders_an_earlier_run(memory: Any, tmp_path: Path, capsys: py
 def test_model_cache_chat_dedup(memory: Any, tmp_path: Path) -> None:
     from benchmarks.locomo.cli import run_benchmark
 
-    result = run_benchmark(_config(tmp_path, engine="model-cache", chat=True, top_k="8",
-                                   modes=("baseline", "dedup")), memory=memory)
+    result = run_benchmark(
+        _config(tmp_path, engine="model-cache", chat=True, top_k="8", modes=("baseline", "dedup")), memory=memory
+    )
     reqs = json.loads((result.folder / "results.json").read_text())["requests"]
     dedup = [r for r in reqs if r["mode"] == "dedup"]
     base = [r for r in reqs if r["mode"] == "baseline"]
     assert [r["turn"] for r in dedup] == [1, 2, 3]
     assert dedup[0]["duplicates"] == 0
-    assert sum(r["duplicates"] for r in dedup) > 0          # later turns point back instead of resending
+    assert sum(r["duplicates"] for r in dedup) > 0  # later turns point back instead of resending
     # the same 8 memories as baseline; the ones sent before become location annotations
     assert all(r["blocks"] + r["duplicates"] == 8 == r["retrieved"] for r in dedup)
     assert all(b["blocks"] == 8 for b in base)
@@ -299,14 +341,31 @@ def test_model_cache_chat_dedup(memory: Any, tmp_path: Path) -> None:
     assert result.meta["chat"] is True
 
 
-def test_cli_model_cache_quick_flags(memory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_model_cache_quick_flags(
+    memory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The CLI path (argument parsing, printing the table); mem0 is the shared one."""
     from benchmarks.locomo import cli, run
 
     monkeypatch.setattr(run, "make_memory", lambda **_: memory)
-    code = cli.main(["--engine", "model-cache", "--locomo", str(_locomo_path()), "--quick", "--questions", "2",
-                     "--max-memories", "30", "--top-k", "4", "--out", str(tmp_path), "--no-progress"])
+    code = cli.main(
+        [
+            "--engine",
+            "model-cache",
+            "--locomo",
+            str(_locomo_path()),
+            "--quick",
+            "--questions",
+            "2",
+            "--max-memories",
+            "30",
+            "--top-k",
+            "4",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "engine: **model-cache**" in out and "| 4 | aligned |" in out and "results:" in out
@@ -315,8 +374,7 @@ def test_cli_model_cache_quick_flags(memory: Any, tmp_path: Path, capsys: pytest
 def test_cli_errors_are_clear(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from benchmarks.locomo import cli
 
-    assert cli.main(["--engine", "model-cache", "--locomo", str(tmp_path / "missing.json"),
-                     "--no-progress"]) == 2
+    assert cli.main(["--engine", "model-cache", "--locomo", str(tmp_path / "missing.json"), "--no-progress"]) == 2
     assert "LoCoMo data not found" in caplog.text
     assert cli.main(["--engine", "model-cache", "--top-k", "5x0", "--no-progress"]) == 2
 
@@ -335,9 +393,18 @@ def test_llama_server_end_to_end(memory: Any, tmp_path: Path) -> None:
         pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
     from benchmarks.locomo.cli import run_benchmark
 
-    result = run_benchmark(_config(tmp_path, engine="llama", model="tiny", top_k="4,2x2",
-                                   modes=("baseline", "aligned"), ctx_size=4096, cache_ram_mib=256),
-                           memory=memory)
+    result = run_benchmark(
+        _config(
+            tmp_path,
+            engine="llama",
+            model="tiny",
+            top_k="4,2x2",
+            modes=("baseline", "aligned"),
+            ctx_size=4096,
+            cache_ram_mib=256,
+        ),
+        memory=memory,
+    )
     data = _check_outputs(result, ttft=True)
     reqs = data["requests"]
     assert len(reqs) == 3 * 2 * 2
@@ -375,12 +442,16 @@ class _FakeMemory:
 def _tiny_conversation() -> Any:
     from cp_memory.locomo import QA, Conversation, Observation, Turn
 
-    turns = (Turn("D1:1", "Ann", "I adopted a cat.", 1, "1:56 pm on 8 May, 2023"),
-             Turn("D1:2", "Bob", "Nice!", 1, "1:56 pm on 8 May, 2023"),
-             Turn("D2:1", "Ann", "The cat is called Tom.", 2, "7:00 pm on 9 June, 2023"))
-    obs = (Observation("c:obs:1:1", "Ann adopted a cat.", "Ann", 1, "D1:1"),
-           Observation("c:obs:1:2", "Ann adopted a cat.", "Ann", 1, "D1:2"),   # LoCoMo-style repeat
-           Observation("c:obs:2:1", "Ann's cat is called Tom.", "Ann", 2, "D2:1"))
+    turns = (
+        Turn("D1:1", "Ann", "I adopted a cat.", 1, "1:56 pm on 8 May, 2023"),
+        Turn("D1:2", "Bob", "Nice!", 1, "1:56 pm on 8 May, 2023"),
+        Turn("D2:1", "Ann", "The cat is called Tom.", 2, "7:00 pm on 9 June, 2023"),
+    )
+    obs = (
+        Observation("c:obs:1:1", "Ann adopted a cat.", "Ann", 1, "D1:1"),
+        Observation("c:obs:1:2", "Ann adopted a cat.", "Ann", 1, "D1:2"),  # LoCoMo-style repeat
+        Observation("c:obs:2:1", "Ann's cat is called Tom.", "Ann", 2, "D2:1"),
+    )
     return Conversation("c", ("Ann", "Bob"), obs, turns, (QA("Cat's name?", "Tom", 4, ("D2:1",)),))
 
 
@@ -392,7 +463,7 @@ def test_ingest_sources_and_reuse() -> None:
     obs = memory_items(conv, "observations")
     assert [t for t, _ in obs] == ["[8 May 2023] Ann adopted a cat.", "[9 June 2023] Ann's cat is called Tom."]
     assert obs[0][1]["locomo_id"] == "c:obs:1:1"
-    assert obs[0][1]["evidence"] == "D1:1,D1:2"          # the repeat's evidence is kept on the stored copy
+    assert obs[0][1]["evidence"] == "D1:1,D1:2"  # the repeat's evidence is kept on the stored copy
     assert [t for t, _ in memory_items(conv, "turns")][1] == "[8 May 2023] Bob: Nice!"
     sessions = memory_items(conv, "extract")
     assert [len(m) for m, _ in sessions] == [2, 1]
@@ -406,7 +477,7 @@ def test_ingest_sources_and_reuse() -> None:
     first = ingest(mem, [conv], "observations", progress=False)
     assert first[0].user_id == "locomo-c-observations" and first[0].added == 2 and first[0].memories == 2
     assert all(kw["infer"] is False for _, kw in mem.calls)
-    again = ingest(mem, [conv], "observations", progress=False)       # already stored: not added twice
+    again = ingest(mem, [conv], "observations", progress=False)  # already stored: not added twice
     assert again[0].added == 0 and len(mem.calls) == 2
     ingest(mem, [conv], "extract", progress=False)
     assert [kw["infer"] for _, kw in mem.calls[2:]] == [True, True]
@@ -430,10 +501,11 @@ def test_judge_scores_with_a_stub_client() -> None:
 
     judge = Judge.__new__(Judge)
     judge.client, judge.max_tokens, judge.model = Stub(), 32, None
-    scores = judge.score_many([("Cat?", "Tom", "Tom"), ("Cat?", "Tom", "Tom"), ("Cat?", "Rex", "Tom"),
-                               ("Cat?", "", "Tom")])
+    scores = judge.score_many(
+        [("Cat?", "Tom", "Tom"), ("Cat?", "Tom", "Tom"), ("Cat?", "Rex", "Tom"), ("Cat?", "", "Tom")]
+    )
     assert scores == [1.0, 1.0, 0.0, 0.0]
-    assert judge.client.n == 2      # repeats judged once, empty answers not sent
+    assert judge.client.n == 2  # repeats judged once, empty answers not sent
 
 
 @pytest.mark.engine
@@ -456,8 +528,12 @@ def test_engine_url_against_a_running_llama_server(memory: Any, tmp_path: Path) 
     from benchmarks.locomo.cli import run_benchmark
 
     with LlamaServer(random_model_path(), ctx_size=4096, cache_ram_mib=64, alias="tiny-served") as server:
-        result = run_benchmark(_config(tmp_path, engine_url=server.base_url + "/v1", top_k="4", questions=2,
-                                       modes=("baseline", "aligned")), memory=memory)
+        result = run_benchmark(
+            _config(
+                tmp_path, engine_url=server.base_url + "/v1", top_k="4", questions=2, modes=("baseline", "aligned")
+            ),
+            memory=memory,
+        )
     eng = result.meta["engine"]
     assert eng["kind"] == "openai-compatible (llama.cpp)" and eng["model"] == "tiny-served"
     assert eng["flushes"] == {"slots-erased (host prompt cache kept)": 2}

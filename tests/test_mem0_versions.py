@@ -2,6 +2,7 @@
 oldest is installed beside it by scripts/setup.sh (``.venv/mem0-oldest``) and the wrapper's contract and
 scope tests run against it in a subprocess. 2.0.x is out: its ``update`` takes ``data=``, not ``text=``.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,11 +30,32 @@ def test_the_oldest_supported_mem0_passes_the_contract_and_scope_tests():
             pytest.fail(f"{OLDEST} missing: scripts/setup.sh installs the oldest supported mem0ai there")
         pytest.skip(f"{OLDEST} missing (run scripts/setup.sh)")
     env = {**os.environ, "PYTHONPATH": str(OLDEST)}
-    probe = subprocess.run([sys.executable, "-c", "import mem0, importlib.metadata as m; "
-                            "print(m.version('mem0ai'), mem0.__file__)"], env=env, capture_output=True,
-                           text=True, cwd=ROOT, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import mem0, importlib.metadata as m; print(m.version('mem0ai'), mem0.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     assert probe.stdout.startswith("2.1.0 ") and str(OLDEST) in probe.stdout
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                          "tests/test_memory_contract.py", "tests/test_memory_scope.py", "tests/test_memory_turns.py"],
-                         env=env, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_memory_contract.py",
+            "tests/test_memory_scope.py",
+            "tests/test_memory_turns.py",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

@@ -4,6 +4,7 @@ No mem0 mocks: mocks appear only to inject failures. The paper's mechanics, one 
 (results are mem0's, reordered to share a prefix), the order annotation (restores mem0's ranking),
 multi-turn dedup (already-sent memories become location annotations), fallback (never lose a memory).
 """
+
 from __future__ import annotations
 
 import logging
@@ -88,12 +89,12 @@ def test_results_are_mem0_results_reordered(mem, cp, monkeypatch):
 
 def test_results_order_mem0_keeps_mem0s_ranking(mem):
     cp = ContextPilotMemory(mem, results_order="mem0")
-    cp.search(Q2, filters={"user_id": A}, top_k=8)          # warm the index so the aligned order can differ
+    cp.search(Q2, filters={"user_id": A}, top_k=8)  # warm the index so the aligned order can differ
     out = cp.search(Q1, filters={"user_id": A}, top_k=8)
     plain = mem.search(Q1, filters={"user_id": A}, top_k=8)
     assert [r["id"] for r in out["results"]] == [r["id"] for r in plain["results"]]
     assert [r["rank"] for r in out["results"]] == list(range(8))
-    info = out["context_pilot"]   # the prompt still uses the aligned order
+    info = out["context_pilot"]  # the prompt still uses the aligned order
     assert [b["id"] for b in info["blocks"]] == info["order"]
     assert sorted(info["order"]) == sorted(r["id"] for r in plain["results"])
 
@@ -216,8 +217,7 @@ def test_update_and_delete_never_leave_stale_text(mem):
     from tests.mem0_fixtures import ingest
 
     cp = ContextPilotMemory(mem)
-    ids = ingest(mem, "upd", ["Uma's favourite colour is green.", "Uma lives in Porto.",
-                              "Uma works as a nurse."])
+    ids = ingest(mem, "upd", ["Uma's favourite colour is green.", "Uma lives in Porto.", "Uma works as a nurse."])
     f = {"user_id": "upd"}
     first = cp.search("What is Uma's favourite colour?", filters=f, top_k=3, conversation_id="u")
     cp.commit(first)
@@ -239,14 +239,17 @@ def test_update_and_delete_never_leave_stale_text(mem):
     mem.delete_all(user_id="upd")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"filters": {}},
-    {"filters": None},
-    {"filters": {"category": "x"}},
-    {"filters": {"user_id": "   "}},
-    {"user_id": A},
-    {"filters": {"user_id": A}, "top_k": -1},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"filters": {}},
+        {"filters": None},
+        {"filters": {"category": "x"}},
+        {"filters": {"user_id": "   "}},
+        {"user_id": A},
+        {"filters": {"user_id": A}, "top_k": -1},
+    ],
+)
 def test_bad_arguments_raise_mem0s_own_error(mem, cp, kwargs):
     with pytest.raises(Exception) as theirs:
         mem.search(Q1, **kwargs)
@@ -334,7 +337,9 @@ def test_concurrent_searches_of_one_user(mem):
 
 def test_info_model_is_frozen_and_json():
     info = ContextPilotInfo(scope=None, conversation_id=None, turn=None, original_ids=(), order=())
-    with pytest.raises(Exception):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
         info.scope = "x"  # type: ignore[misc]
     d = info.to_dict()
     assert d["blocks"] == [] and d["sent"] == [] and d["location_annotations"] == [] and d["labels"] == {}
@@ -352,14 +357,20 @@ def test_configuration_is_validated_with_clear_errors(mem):
         ContextPilotMemory(None)
     with pytest.raises(TypeError, match="has no search"):
         ContextPilotMemory(object())
-    for bad in ({"extra_budget": 2.0}, {"max_scopes": 0}, {"retry_attempts": 0}, {"tail_order": "random"},
-                {"no_such_option": 1}, {"extra_budget": 0.1, "swap_budget": 0.1}):
+    for bad in (
+        {"extra_budget": 2.0},
+        {"max_scopes": 0},
+        {"retry_attempts": 0},
+        {"tail_order": "random"},
+        {"no_such_option": 1},
+        {"extra_budget": 0.1, "swap_budget": 0.1},
+    ):
         with pytest.raises(ValueError):
             ContextPilotMemory(Duck(), **bad)
     config = ContextPilotConfig(extra_budget=0.25, index_dir=None)
     cp = ContextPilotMemory(Duck(), config=config, annotate=False)
     assert cp.cp_config.extra_budget == 0.25 and cp.cp_config.annotate is False
-    assert ContextPilotMemory(Duck(), max_users=7).cp_config.max_scopes == 7   # the old keyword name
+    assert ContextPilotMemory(Duck(), max_users=7).cp_config.max_scopes == 7  # the old keyword name
     assert ContextPilotConfig().model_dump()["commit"] == "explicit"
 
 
@@ -383,7 +394,7 @@ def test_pointers_only_for_sent_memories_within_top_k(mem):
         cp.commit(cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="pp"))
     third = cp.search(Q1, filters={"user_id": A}, top_k=4, conversation_id="pp")
     info = third["context_pilot"]
-    assert len(info["sent"]) == 4 and all(s["rank"] < 4 for s in info["sent"])    # mem0's top 4: pointers
-    assert len(info["passed"]) == 4                                               # ranks 4-7: sent in turn 2
+    assert len(info["sent"]) == 4 and all(s["rank"] < 4 for s in info["sent"])  # mem0's top 4: pointers
+    assert len(info["passed"]) == 4  # ranks 4-7: sent in turn 2
     assert len(third["results"]) == 4 and min(r["rank"] for r in third["results"]) >= 8
     assert info["context"].count("Please refer to") == 4

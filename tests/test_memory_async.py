@@ -1,4 +1,5 @@
 """AsyncContextPilotMemory over a real mem0 AsyncMemory (embedded Qdrant + bundled MiniLM)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,13 @@ from cp_memory.render import build_prompt
 pytestmark = pytest.mark.mem0
 
 A, B = "Caroline", "Melanie"
-QA = ["What does Caroline want to do for her career?", "What career is Caroline interested in pursuing?",
-      "Caroline's adoption plans", "support group", "Caroline's family"]
+QA = [
+    "What does Caroline want to do for her career?",
+    "What career is Caroline interested in pursuing?",
+    "Caroline's adoption plans",
+    "support group",
+    "Caroline's family",
+]
 QB = ["What does Melanie like to paint?", "Melanie's kids", "camping trips", "pottery", "Melanie's husband"]
 
 
@@ -68,7 +74,7 @@ async def test_same_as_mem0_reordered_and_prefix(amem):
 async def test_dedup_across_turns(amem):
     cp = AsyncContextPilotMemory(amem)
     r1 = await cp.search(QA[0], filters={"user_id": A}, top_k=5, conversation_id="c")
-    with cp.sending(r1):          # the model call would go here; success commits the turn
+    with cp.sending(r1):  # the model call would go here; success commits the turn
         await asyncio.sleep(0)
     t1 = r1["context_pilot"]
     t2 = (await cp.search(QA[1], filters={"user_id": A}, top_k=5, conversation_id="c"))["context_pilot"]
@@ -138,7 +144,7 @@ async def test_restart_restores_index(amem, tmp_path, monkeypatch):
     monkeypatch.setattr(amem, "close", lambda: None)
     async with AsyncContextPilotMemory(amem, index_dir=tmp_path) as cp:
         first = (await cp.search(QA[0], filters={"user_id": A}, top_k=5))["context_pilot"]
-    assert cp.close() is None       # mem0's AsyncMemory.close() is sync, and so is the wrapper's
+    assert cp.close() is None  # mem0's AsyncMemory.close() is sync, and so is the wrapper's
     cp2 = AsyncContextPilotMemory(amem, index_dir=tmp_path)
     again = (await cp2.search(QA[0], filters={"user_id": A}, top_k=5))["context_pilot"]
     assert again["prefix_len"] == 5 and again["order"] == first["order"]

@@ -3,6 +3,7 @@ where documented (``search`` gains ``conversation_id``, its results are aligned 
 ``context_pilot``). Conformance: every public method of ``Memory``/``AsyncMemory`` is called directly and
 through the wrapper on the same store, and the results compared.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -26,7 +27,7 @@ PUBLIC = sorted(n for n in dir(Memory) if not n.startswith("_") and callable(get
 
 
 def same_signature_and_doc(ours: Any, theirs: Any, name: str) -> None:
-    if name == "from_config":     # mem0's signature; mem0's doc (if any) plus what the wrapper adds
+    if name == "from_config":  # mem0's signature; mem0's doc (if any) plus what the wrapper adds
         assert inspect.signature(ours) == inspect.signature(theirs)
         assert inspect.getdoc(ours).startswith(inspect.getdoc(theirs) or "")
     elif name == "search":
@@ -46,8 +47,20 @@ def test_a_wrapper_is_a_mem0_memory(mem):
     for name in PUBLIC:
         same_signature_and_doc(getattr(cp, name), getattr(mem, name), name)
         same_signature_and_doc(getattr(ContextPilotMemory, name), getattr(Memory, name), name)
-    assert PUBLIC == ["add", "chat", "close", "delete", "delete_all", "from_config", "get", "get_all",
-                      "history", "reset", "search", "update"]
+    assert PUBLIC == [
+        "add",
+        "chat",
+        "close",
+        "delete",
+        "delete_all",
+        "from_config",
+        "get",
+        "get_all",
+        "history",
+        "reset",
+        "search",
+        "update",
+    ]
 
 
 async def test_an_async_wrapper_is_a_mem0_async_memory():
@@ -58,7 +71,7 @@ async def test_an_async_wrapper_is_a_mem0_async_memory():
         for name in PUBLIC:
             same_signature_and_doc(getattr(cp, name), getattr(amem, name), name)
         assert inspect.iscoroutinefunction(cp.search) and inspect.iscoroutinefunction(cp.add)
-        assert not inspect.iscoroutinefunction(cp.close)            # mem0's AsyncMemory.close is sync
+        assert not inspect.iscoroutinefunction(cp.close)  # mem0's AsyncMemory.close is sync
         assert cp.close() is None
     finally:
         amem.close()
@@ -92,11 +105,12 @@ def test_sync_and_async_wrappers_refuse_the_other_kind():
 
 def test_from_config_builds_and_wraps(tmp_path):
     mem0_config = default_config()
-    cp = ContextPilotMemory.from_config({"mem0": mem0_config, "context_pilot": {"extra_budget": 0.2,
-                                                                                "index_dir": str(tmp_path)}})
+    cp = ContextPilotMemory.from_config(
+        {"mem0": mem0_config, "context_pilot": {"extra_budget": 0.2, "index_dir": str(tmp_path)}}
+    )
     assert isinstance(cp, ContextPilotMemory) and isinstance(cp.wrapped, Memory)
     assert cp.cp_config.extra_budget == 0.2 and cp.cp_config.index_dir == tmp_path
-    plain = ContextPilotMemory.from_config(mem0_config)              # a plain mem0 config works too
+    plain = ContextPilotMemory.from_config(mem0_config)  # a plain mem0 config works too
     assert plain.cp_config.extra_budget == 0.0
     with pytest.raises(ValueError, match="unknown top-level keys"):
         ContextPilotMemory.from_config({"mem0": mem0_config, "contextpilot": {}})
@@ -109,8 +123,11 @@ def test_from_config_builds_and_wraps(tmp_path):
 def _strip(result: Any) -> Any:
     """Results without the fields that legitimately differ between two calls (ranks, scores, times)."""
     if isinstance(result, dict):
-        return {k: _strip(v) for k, v in result.items()
-                if k not in ("score", "rank", "context_pilot", "created_at", "updated_at", "id", "user_id")}
+        return {
+            k: _strip(v)
+            for k, v in result.items()
+            if k not in ("score", "rank", "context_pilot", "created_at", "updated_at", "id", "user_id")
+        }
     if isinstance(result, list):
         return sorted((_strip(r) for r in result), key=repr)
     return result
@@ -134,17 +151,30 @@ def test_conformance_every_public_method_direct_and_wrapped():
 
         ids_a = ingest(memory, "ca", ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."])
         ids_b = ingest(memory, "cb", ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."])
-        both("add", lambda: memory.add("Cal flies kites on Sunday.", user_id="ca", infer=False),
-             lambda: cp.add("Cal flies kites on Sunday.", user_id="cb", infer=False))
+        both(
+            "add",
+            lambda: memory.add("Cal flies kites on Sunday.", user_id="ca", infer=False),
+            lambda: cp.add("Cal flies kites on Sunday.", user_id="cb", infer=False),
+        )
         both("get", lambda: memory.get(ids_a[0]), lambda: cp.get(ids_b[0]))
-        both("get_all", lambda: memory.get_all(filters={"user_id": "ca"}),
-             lambda: cp.get_all(filters={"user_id": "cb"}))
-        both("search", lambda: memory.search("kites", filters={"user_id": "ca"}, top_k=3),
-             lambda: cp.search("kites", filters={"user_id": "cb"}, top_k=3))
-        both("update", lambda: memory.update(ids_a[1], text="Cal likes kelp salad."),
-             lambda: cp.update(ids_b[1], text="Cal likes kelp salad."))
-        both("history", lambda: [h["event"] for h in memory.history(ids_a[1])],
-             lambda: [h["event"] for h in cp.history(ids_b[1])])
+        both(
+            "get_all", lambda: memory.get_all(filters={"user_id": "ca"}), lambda: cp.get_all(filters={"user_id": "cb"})
+        )
+        both(
+            "search",
+            lambda: memory.search("kites", filters={"user_id": "ca"}, top_k=3),
+            lambda: cp.search("kites", filters={"user_id": "cb"}, top_k=3),
+        )
+        both(
+            "update",
+            lambda: memory.update(ids_a[1], text="Cal likes kelp salad."),
+            lambda: cp.update(ids_b[1], text="Cal likes kelp salad."),
+        )
+        both(
+            "history",
+            lambda: [h["event"] for h in memory.history(ids_a[1])],
+            lambda: [h["event"] for h in cp.history(ids_b[1])],
+        )
         both("delete", lambda: memory.delete(ids_a[2]), lambda: cp.delete(ids_b[2]))
         both("chat", lambda: memory.chat("hi"), lambda: cp.chat("hi"))
         both("search-bad", lambda: memory.search("kites", filters={}), lambda: cp.search("kites", filters={}))
@@ -153,8 +183,7 @@ def test_conformance_every_public_method_direct_and_wrapped():
         assert cp.get_all(filters={"user_id": "cb"})["results"] == []
         ingest(memory, "cc", ["Cal is back."])
         assert cp.reset() is None and memory.get_all(filters={"user_id": "cc"})["results"] == []
-        assert set(outcomes) >= {"add", "get", "get_all", "search", "update", "history", "delete", "chat",
-                                 "delete_all"}
+        assert set(outcomes) >= {"add", "get", "get_all", "search", "update", "history", "delete", "chat", "delete_all"}
     finally:
         cp.close()
 

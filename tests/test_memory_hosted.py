@@ -2,6 +2,7 @@
 unchanged. The platform cannot be reached from here, so a small fake of its HTTP API runs behind
 ``httpx.MockTransport`` and the tests compare the exact requests made directly and through the wrapper.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ from cp_memory.memory import (
 pytestmark = pytest.mark.mem0
 
 FACTS = {
-    "alice": ["Alice moved to Lisbon.", "Alice works as a nurse.", "Alice has a cat.", "Alice likes jazz.",
-              "Alice runs marathons."],
+    "alice": [
+        "Alice moved to Lisbon.",
+        "Alice works as a nurse.",
+        "Alice has a cat.",
+        "Alice likes jazz.",
+        "Alice runs marathons.",
+    ],
     "bob": ["Bob lives in Oslo.", "Bob is a nurse too."],
 }
 
@@ -39,10 +45,13 @@ class FakePlatform:
 
     def __init__(self, shape: str = "dict", fail: int = 0) -> None:
         self.shape = shape
-        self.fail = fail                      # answer this many searches with 503 first
+        self.fail = fail  # answer this many searches with 503 first
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
-        self.memories = {f"{u}-{i}": {"id": f"{u}-{i}", "memory": t, "user_id": u, "metadata": None}
-                         for u, ts in FACTS.items() for i, t in enumerate(ts)}
+        self.memories = {
+            f"{u}-{i}": {"id": f"{u}-{i}", "memory": t, "user_id": u, "metadata": None}
+            for u, ts in FACTS.items()
+            for i, t in enumerate(ts)
+        }
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -55,9 +64,12 @@ class FakePlatform:
                 self.fail -= 1
                 return httpx.Response(503, json={"detail": "busy"})
             user = _user_of(body.get("filters") or {})
-            hits = [dict(m, score=1.0 - i / 10) for i, m in enumerate(self.memories.values())
-                    if user is not None and m["user_id"] == user]
-            hits = hits[:body.get("top_k", 10)]
+            hits = [
+                dict(m, score=1.0 - i / 10)
+                for i, m in enumerate(self.memories.values())
+                if user is not None and m["user_id"] == user
+            ]
+            hits = hits[: body.get("top_k", 10)]
             return httpx.Response(200, json=hits if self.shape == "list" else {"results": hits})
         if path.startswith("/v1/memories/") and request.method == "GET" and path.count("/") == 4:
             mid = path.split("/")[3]
@@ -65,8 +77,11 @@ class FakePlatform:
                 return httpx.Response(200, json=self.memories[mid])
             return httpx.Response(404, json={"detail": "Memory not found"})
         if path == "/v1/memories/" and request.method == "DELETE":
-            return httpx.Response(400, json={"detail": "bad filters"}) if not request.url.params else \
-                httpx.Response(200, json={"message": "deleted"})
+            return (
+                httpx.Response(400, json={"detail": "bad filters"})
+                if not request.url.params
+                else httpx.Response(200, json={"message": "deleted"})
+            )
         return httpx.Response(200, json={"ok": True, "path": path})
 
 
@@ -83,9 +98,11 @@ def _user_of(filters: dict[str, Any]) -> str | None:
 def _no_ping_over_the_network(monkeypatch):
     """AsyncMemoryClient pings the platform with ``requests`` (not its httpx client) in __init__: answer
     that one call locally, as the fake platform would."""
+
     def ping(self):
         self.org_id, self.project_id = "org", "proj"
         return "test@example.com"
+
     monkeypatch.setattr(AsyncMemoryClient, "_validate_api_key", ping)
 
 
@@ -104,24 +121,29 @@ def searches(fake: FakePlatform) -> list[Any]:
 def test_wrapping_a_client_gives_the_hosted_wrapper_and_keeps_the_class():
     cp = ContextPilotMemory(client(FakePlatform()))
     assert type(cp) is ContextPilotMemoryClient and isinstance(cp, MemoryClient)
-    assert callable(cp.users)          # MemoryClient.users() is not hidden by the wrapper
-    assert not hasattr(cp, "close")    # the client has no close(); neither has its wrapper
+    assert callable(cp.users)  # MemoryClient.users() is not hidden by the wrapper
+    assert not hasattr(cp, "close")  # the client has no close(); neither has its wrapper
     with pytest.raises(TypeError, match="AsyncContextPilotMemory"):
         ContextPilotMemory(async_client(FakePlatform()))
 
 
-@pytest.mark.parametrize("call", [
-    lambda c: c.search("Where does Alice live?", options=SearchMemoryOptions(filters={"user_id": "alice"}, top_k=3)),
-    lambda c: c.search("Where does Alice live?", SearchMemoryOptions(filters={"user_id": "alice"}, top_k=3)),
-    lambda c: c.search("Where does Alice live?", filters={"AND": [{"user_id": "alice"}]}, top_k=2, rerank=True),
-    lambda c: c.search("Where does Alice live?", filters={"user_id": "alice"}),
-    lambda c: c.search("jazz", filters={"user_id": "alice"}, categories=["music"], threshold=0.3),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.search(
+            "Where does Alice live?", options=SearchMemoryOptions(filters={"user_id": "alice"}, top_k=3)
+        ),
+        lambda c: c.search("Where does Alice live?", SearchMemoryOptions(filters={"user_id": "alice"}, top_k=3)),
+        lambda c: c.search("Where does Alice live?", filters={"AND": [{"user_id": "alice"}]}, top_k=2, rerank=True),
+        lambda c: c.search("Where does Alice live?", filters={"user_id": "alice"}),
+        lambda c: c.search("jazz", filters={"user_id": "alice"}, categories=["music"], threshold=0.3),
+    ],
+)
 def test_search_sends_exactly_the_callers_request(call):
     direct, wrapped = FakePlatform(), FakePlatform()
     plain = call(client(direct))
     out = call(ContextPilotMemory(client(wrapped)))
-    assert searches(wrapped) == searches(direct)          # the user filter and top_k are never replaced
+    assert searches(wrapped) == searches(direct)  # the user filter and top_k are never replaced
     assert sorted(r["id"] for r in out["results"]) == sorted(r["id"] for r in plain["results"])
     assert all(r["id"].startswith("alice-") for r in out["results"])
     assert "context_pilot" in out and out["context_pilot"]["fallback"] is False
@@ -144,7 +166,8 @@ def test_dedup_raises_top_k_only_and_results_stay_within_top_k():
     assert bodies[0] == {"query": "Alice", "filters": {"user_id": "alice"}, "top_k": 2}
     assert bodies[1] == {"query": "Alice", "filters": {"user_id": "alice"}, "top_k": 4}  # the one change
     assert len(second["results"]) == 2 and {s["id"] for s in second["context_pilot"]["sent"]} == {
-        r["id"] for r in first["results"]}
+        r["id"] for r in first["results"]
+    }
 
 
 def test_other_methods_pass_through_with_their_own_signatures():
@@ -185,22 +208,25 @@ def test_other_methods_pass_through_with_their_own_signatures():
             except Exception as exc:  # the same error both ways (mem0's own error mapping)
                 outcomes.append((type(exc).__name__, str(exc)))
         assert outcomes[0] == outcomes[1], name
-    strip = lambda reqs: [r for r in reqs if r[1] != "/v1/ping/"]
+
+    def strip(reqs: list[Any]) -> list[Any]:
+        return [r for r in reqs if r[1] != "/v1/ping/"]
+
     assert strip(wrapped.requests) == strip(direct.requests)
 
 
 def test_platform_errors_are_retried_then_mapped_like_mem0():
     from mem0.exceptions import NetworkError
 
-    with pytest.raises(NetworkError):       # mem0 maps a 503 to NetworkError ...
+    with pytest.raises(NetworkError):  # mem0 maps a 503 to NetworkError ...
         client(FakePlatform(fail=1)).search("Alice", filters={"user_id": "alice"})
     fake = FakePlatform(fail=1)
     out = ContextPilotMemory(client(fake), retry_wait_s=0.001).search("Alice", filters={"user_id": "alice"})
-    assert len(searches(fake)) == 2 and out["results"]      # ... which the wrapper retries (bounded)
+    assert len(searches(fake)) == 2 and out["results"]  # ... which the wrapper retries (bounded)
     fake = FakePlatform(fail=5)
     with pytest.raises(NetworkError, match="busy"):
         ContextPilotMemory(client(fake), retry_wait_s=0.001).search("Alice", filters={"user_id": "alice"})
-    assert len(searches(fake)) == 3                          # retry_attempts, then mem0's own error
+    assert len(searches(fake)) == 3  # retry_attempts, then mem0's own error
 
 
 async def test_async_client_wrapper():

@@ -1,5 +1,6 @@
 """Index snapshots under ``index_dir`` (issue 9 §6): restore, config precedence, malformed files, files
 of other writers, concurrent processes."""
+
 from __future__ import annotations
 
 import logging
@@ -48,7 +49,7 @@ def test_restart_with_index_dir_restores_index(keep_open, tmp_path):
     first.close()  # snapshots
     files = list(tmp_path.glob("*.cpidx"))
     assert len(files) == 2
-    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)     # private to the owner
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)  # private to the owner
     second = ContextPilotMemory(keep_open, index_dir=tmp_path)
     index = second.index_for(FA)
     assert index.snapshot() == before and len(index) == 1
@@ -70,7 +71,7 @@ def test_the_wrappers_configuration_wins_over_a_restored_snapshot(keep_open, tmp
     for q in (Q1, "Caroline's family", "adoption", "support group"):
         old.search(q, filters=FA, top_k=4)
     old.save()
-    new = ContextPilotMemory(keep_open, index_dir=tmp_path)           # extra_budget 0, no capacity model
+    new = ContextPilotMemory(keep_open, index_dir=tmp_path)  # extra_budget 0, no capacity model
     index = new.index_for(FA)
     assert len(index) == 4 and index.extra_budget == 0.0 and index.capacity_tokens is None
     for q in (Q1, "Caroline's family", "transition", "adoption agencies"):
@@ -85,7 +86,7 @@ def test_restored_requests_keep_their_age_order(keep_open, tmp_path):
     first.save()
     second = ContextPilotMemory(keep_open, index_dir=tmp_path, max_requests_per_scope=3)
     assert list(second._cp_pipeline.scopes.get(scope_of(FA)).requests) == order
-    second.search("adoption", filters=FA, top_k=3)            # one over the bound: the oldest goes
+    second.search("adoption", filters=FA, top_k=3)  # one over the bound: the oldest goes
     assert order[0] not in second.index_for(FA) and order[1] in second.index_for(FA)
 
 
@@ -95,14 +96,17 @@ def _valid_snapshot() -> bytes:
     return index.snapshot()
 
 
-@pytest.mark.parametrize("content", [
-    _valid_snapshot()[:-7],                         # truncated
-    b"\x00\xffgarbage\x13",                         # not even text
-    b"[1, 2, 3]",                                   # valid JSON, not an object
-    b'{"version": 1, "requests": "nope"}',          # wrong field types
-    b'{"version": 999}',                            # a future version
-    b"",                                            # empty
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        _valid_snapshot()[:-7],  # truncated
+        b"\x00\xffgarbage\x13",  # not even text
+        b"[1, 2, 3]",  # valid JSON, not an object
+        b'{"version": 1, "requests": "nope"}',  # wrong field types
+        b'{"version": 999}',  # a future version
+        b"",  # empty
+    ],
+)
 def test_a_malformed_snapshot_gives_one_error_and_a_cold_index(keep_open, tmp_path, caplog, content):
     cp = ContextPilotMemory(keep_open, index_dir=tmp_path)
     snapshot_path(cp, FA).write_bytes(content)
@@ -111,7 +115,7 @@ def test_a_malformed_snapshot_gives_one_error_and_a_cold_index(keep_open, tmp_pa
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "malformed" in errors[0].getMessage()
     assert first["context_pilot"]["fallback"] is False
-    again = cp.search(Q1, filters=FA, top_k=4)["context_pilot"]     # alignment stays on for that scope
+    again = cp.search(Q1, filters=FA, top_k=4)["context_pilot"]  # alignment stays on for that scope
     assert again["fallback"] is False and again["prefix_len"] == 4
 
 
@@ -123,7 +127,7 @@ def test_reset_deletes_only_this_wrappers_snapshots_and_stray_temp_files_are_swe
     folder.mkdir()
     foreign = folder / ("f" * 24 + ".cpidx")
     foreign.write_bytes(_valid_snapshot())
-    dead = folder / ("a" * 24 + ".cpidx.999999999.0123abcd.tmp")     # a writer that was killed
+    dead = folder / ("a" * 24 + ".cpidx.999999999.0123abcd.tmp")  # a writer that was killed
     alive = folder / ("b" * 24 + f".cpidx.{os.getpid()}.0123abcd.tmp")  # a writer still at work
     dead.write_bytes(b"half")
     alive.write_bytes(b"half")
@@ -163,4 +167,4 @@ def test_two_processes_sharing_an_index_dir_never_corrupt_a_snapshot(tmp_path):
     files = sorted(tmp_path.glob("*.cpidx"))
     assert len(files) == 3 and not list(tmp_path.glob("*.tmp"))
     for f in files:
-        assert len(ContextIndex.restore(f.read_bytes())) > 0       # every snapshot is complete
+        assert len(ContextIndex.restore(f.read_bytes())) > 0  # every snapshot is complete

@@ -6,6 +6,7 @@ searches the narrower scope with a large superset budget, and checks that every 
 itself returns for those very filters. The second line of defence (every extra re-read and checked
 against the caller's whole filter set) is tested by planting foreign blocks in a scope's own index.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,14 @@ from cp_memory.memory.filters import admits  # noqa: E402
 
 pytestmark = pytest.mark.mem0
 
-FOOD = ["{n} likes spicy ramen.", "{n} cooks pasta on Sundays.", "{n} eats sushi with friends.",
-        "{n} bakes sourdough bread.", "{n} drinks green tea every morning.", "{n} hates olives."]
+FOOD = [
+    "{n} likes spicy ramen.",
+    "{n} cooks pasta on Sundays.",
+    "{n} eats sushi with friends.",
+    "{n} bakes sourdough bread.",
+    "{n} drinks green tea every morning.",
+    "{n} hates olives.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,25 +47,54 @@ def store() -> Any:
 
     add("alice/bot1", [t.format(n="Alice") for t in FOOD[:3]], user_id="alice", agent_id="bot1")
     add("alice/bot2", [t.format(n="Alice") for t in FOOD[3:]], user_id="alice", agent_id="bot2")
-    add("alice/r1", ["Alice ordered ramen in run one.", "Alice asked for tea in run one."],
-        user_id="alice", run_id="r1")
-    add("alice/r2", ["Alice ordered sushi in run two.", "Alice asked for bread in run two."],
-        user_id="alice", run_id="r2")
-    add("eve/bot1/r1", ["Eve likes spicy ramen too.", "Eve drinks green tea."], user_id="eve",
-        agent_id="bot1", run_id="r1")
-    add("eve/bot1/r9", ["Eve cooks pasta at night.", "Eve bakes sourdough bread."], user_id="eve",
-        agent_id="bot1", run_id="r9")
-    add("alice/work", ["Alice eats lunch at her desk.", "Alice drinks coffee at work."], user_id="alice",
-        metadata={"category": "work"})
-    add("alice/home", ["Alice eats dinner at home.", "Alice drinks tea at home."], user_id="alice",
-        metadata={"category": "home"})
+    add(
+        "alice/r1", ["Alice ordered ramen in run one.", "Alice asked for tea in run one."], user_id="alice", run_id="r1"
+    )
+    add(
+        "alice/r2",
+        ["Alice ordered sushi in run two.", "Alice asked for bread in run two."],
+        user_id="alice",
+        run_id="r2",
+    )
+    add(
+        "eve/bot1/r1",
+        ["Eve likes spicy ramen too.", "Eve drinks green tea."],
+        user_id="eve",
+        agent_id="bot1",
+        run_id="r1",
+    )
+    add(
+        "eve/bot1/r9",
+        ["Eve cooks pasta at night.", "Eve bakes sourdough bread."],
+        user_id="eve",
+        agent_id="bot1",
+        run_id="r9",
+    )
+    add(
+        "alice/work",
+        ["Alice eats lunch at her desk.", "Alice drinks coffee at work."],
+        user_id="alice",
+        metadata={"category": "work"},
+    )
+    add(
+        "alice/home",
+        ["Alice eats dinner at home.", "Alice drinks tea at home."],
+        user_id="alice",
+        metadata={"category": "home"},
+    )
     memory.cp_ids = ids
     yield memory
     memory.close()
 
 
-QUERIES = ["What food does Alice like?", "What does Alice drink?", "What does Alice cook?",
-           "spicy food", "bread and tea", "What does Alice eat?"]
+QUERIES = [
+    "What food does Alice like?",
+    "What does Alice drink?",
+    "What does Alice cook?",
+    "spicy food",
+    "bread and tea",
+    "What does Alice eat?",
+]
 
 
 def shown_ids(out: dict) -> set[str]:
@@ -106,8 +142,9 @@ def test_metadata_filter_never_shows_other_categories(store):
 
 
 def test_extras_still_come_where_the_scope_allows_them(store):
-    extras, _ = warm_then_check(store, {"user_id": "alice", "agent_id": "bot1"},
-                                {"user_id": "alice", "agent_id": "bot1"})
+    extras, _ = warm_then_check(
+        store, {"user_id": "alice", "agent_id": "bot1"}, {"user_id": "alice", "agent_id": "bot1"}
+    )
     assert extras > 0, "superset alignment still reuses prefixes within one scope"
 
 
@@ -115,10 +152,10 @@ def test_a_planted_foreign_block_in_a_scopes_own_index_is_refused(store, caplog)
     """Second line of defence: an extra is re-read and must pass the caller's whole filter set."""
     cp = ContextPilotMemory(store, extra_budget=1.0)
     narrow = {"user_id": "alice", "agent_id": "bot1"}
-    foreign = store.cp_ids["alice/bot2"][:1] + store.cp_ids["eve/bot1/r1"][:1]   # within the budget of 3
+    foreign = store.cp_ids["alice/bot2"][:1] + store.cp_ids["eve/bot1/r1"][:1]  # within the budget of 3
     mine = store.cp_ids["alice/bot1"]
     keys = [ContextBlock(id=i, text=store.get(i)["memory"]).key for i in foreign + mine]
-    cp.index_for(narrow).insert(keys[:len(foreign)] + keys[len(foreign):])   # a cached path starting foreign
+    cp.index_for(narrow).insert(keys[: len(foreign)] + keys[len(foreign) :])  # a cached path starting foreign
     with caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
         out = cp.search("What food does Alice like?", filters=narrow, top_k=3, threshold=0.0)
     assert shown_ids(out) <= allowed(store, narrow)
@@ -153,26 +190,29 @@ def test_dedup_records_are_per_agent_and_run(store):
     assert r1["context_pilot"]["turn"] == 1 and r1["context_pilot"]["sent"] == []
 
 
-@pytest.mark.parametrize(("filters", "item", "expected"), [
-    ({"user_id": "a"}, {"user_id": "a"}, True),
-    ({"user_id": "a"}, {"user_id": "b"}, False),
-    ({"user_id": "a", "agent_id": "x"}, {"user_id": "a"}, False),                     # no agent: no match
-    ({"user_id": "a", "run_id": "r"}, {"user_id": "a", "run_id": "r"}, True),
-    ({"user_id": " a "}, {"user_id": "a"}, True),                                     # mem0 trims ids
-    ({"user_id": "a", "category": "w"}, {"user_id": "a", "metadata": {"category": "w"}}, True),
-    ({"user_id": "a", "category": "w"}, {"user_id": "a", "metadata": {"category": "h"}}, False),
-    ({"user_id": "a", "n": {"gte": 3}}, {"user_id": "a", "metadata": {"n": 3}}, True),
-    ({"user_id": "a", "n": {"gt": 3}}, {"user_id": "a", "metadata": {"n": "3"}}, False),  # type mismatch: no
-    ({"user_id": "a", "t": {"in": ["x", "y"]}}, {"user_id": "a", "metadata": {"t": "y"}}, True),
-    ({"user_id": "a", "t": {"nin": ["x"]}}, {"user_id": "a", "metadata": {"t": "x"}}, False),
-    ({"user_id": "a", "t": {"icontains": "AB"}}, {"user_id": "a", "metadata": {"t": "xaby"}}, True),
-    ({"user_id": "a", "t": "*"}, {"user_id": "a", "metadata": {"t": 1}}, True),
-    ({"user_id": "a", "t": "*"}, {"user_id": "a"}, False),
-    ({"AND": [{"user_id": "a"}, {"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, True),
-    ({"OR": [{"user_id": "b"}, {"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, True),
-    ({"user_id": "a", "NOT": [{"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, False),
-    ({"user_id": "a", "t": {"regex": "x"}}, {"user_id": "a", "metadata": {"t": "x"}}, False),  # unknown: no
-    ({"user_id": "a"}, {"user_id": "a", "expiration_date": "2001-01-01"}, False),    # expired: hidden
-])
+@pytest.mark.parametrize(
+    ("filters", "item", "expected"),
+    [
+        ({"user_id": "a"}, {"user_id": "a"}, True),
+        ({"user_id": "a"}, {"user_id": "b"}, False),
+        ({"user_id": "a", "agent_id": "x"}, {"user_id": "a"}, False),  # no agent: no match
+        ({"user_id": "a", "run_id": "r"}, {"user_id": "a", "run_id": "r"}, True),
+        ({"user_id": " a "}, {"user_id": "a"}, True),  # mem0 trims ids
+        ({"user_id": "a", "category": "w"}, {"user_id": "a", "metadata": {"category": "w"}}, True),
+        ({"user_id": "a", "category": "w"}, {"user_id": "a", "metadata": {"category": "h"}}, False),
+        ({"user_id": "a", "n": {"gte": 3}}, {"user_id": "a", "metadata": {"n": 3}}, True),
+        ({"user_id": "a", "n": {"gt": 3}}, {"user_id": "a", "metadata": {"n": "3"}}, False),  # type mismatch: no
+        ({"user_id": "a", "t": {"in": ["x", "y"]}}, {"user_id": "a", "metadata": {"t": "y"}}, True),
+        ({"user_id": "a", "t": {"nin": ["x"]}}, {"user_id": "a", "metadata": {"t": "x"}}, False),
+        ({"user_id": "a", "t": {"icontains": "AB"}}, {"user_id": "a", "metadata": {"t": "xaby"}}, True),
+        ({"user_id": "a", "t": "*"}, {"user_id": "a", "metadata": {"t": 1}}, True),
+        ({"user_id": "a", "t": "*"}, {"user_id": "a"}, False),
+        ({"AND": [{"user_id": "a"}, {"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, True),
+        ({"OR": [{"user_id": "b"}, {"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, True),
+        ({"user_id": "a", "NOT": [{"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, False),
+        ({"user_id": "a", "t": {"regex": "x"}}, {"user_id": "a", "metadata": {"t": "x"}}, False),  # unknown: no
+        ({"user_id": "a"}, {"user_id": "a", "expiration_date": "2001-01-01"}, False),  # expired: hidden
+    ],
+)
 def test_filter_evaluator_admits_only_what_it_can_prove(filters, item, expected):
     assert admits(filters, item) is expected

@@ -10,6 +10,7 @@ The wheel is built from a copy of the sources (so the shared checkout gets no ``
 interpreter whose working directory is outside the repository (the repository root cannot shadow
 anything there; the target directory comes first on ``sys.path``, ahead of the editable install).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -43,8 +44,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "cp_memory", src / "cp_memory",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "cp_memory", src / "cp_memory", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    )
     out = tmp_path_factory.mktemp("wheel")
     # the venv's own setuptools when it has one (no index needed); else pip's isolated build env
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
@@ -70,6 +72,7 @@ def test_wheel_installs_only_cp_memory(wheel: Path) -> None:
     # the Chain-of-Agents package ships inside the namespace, with its modules
     assert "cp_memory/agents/__init__.py" in names
     assert "cp_memory/agents/coa.py" in names
+    assert "cp_memory/py.typed" in names  # PEP 561 marker: type checkers use our annotations
     for forbidden in ("agents/", "tests/", "benchmarks/"):
         assert not any(n.startswith(forbidden) for n in names), forbidden
 
@@ -98,8 +101,9 @@ def test_openai_agents_sdk_and_chain_of_agents_import_in_one_process(wheel: Path
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
-    out = subprocess.run([sys.executable, "-c", script], cwd=outside, env=env, capture_output=True, text=True,
-                         timeout=120, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=outside, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     # the SDK's own package answered `import agents` ...

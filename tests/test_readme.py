@@ -1,4 +1,5 @@
 """The README's core example runs as written."""
+
 import contextlib
 import io
 import re
@@ -16,8 +17,9 @@ def test_core_example_runs_and_prints_what_the_comments_say():
         exec(compile(code, "README-core", "exec"), {})
     printed = out.getvalue().splitlines()
     assert printed[0].startswith("('m2', 'm1', 'm9') 2")
-    assert printed[1] == ("Please read the context in the following priority order: [Doc 2] > [Doc 3] > [Doc 1] "
-                          "and answer the question.")
+    assert printed[1] == (
+        "Please read the context in the following priority order: [Doc 2] > [Doc 3] > [Doc 1] and answer the question."
+    )
     assert printed[2] == "((1, 2, 3), (1, 2, 6), (1, 4, 0)) (0, 1, 2)"
     assert printed[3] == "Please refer to [Doc 1] in the previous conversation (turn 1)."
 
@@ -30,6 +32,6 @@ def test_mem0_example_runs():
         exec(compile(code, "README-mem0", "exec"), {})
     printed = out.getvalue()
     assert "'Alice moved to Lisbon in 2023.'" in printed
-    assert "Bob" not in printed                       # another user's memory never shows up
+    assert "Bob" not in printed  # another user's memory never shows up
     assert printed.rstrip().splitlines()[-1].count("in the previous conversation (turn 1)") >= 1
     assert "Question: Where does Alice live?\nAnswer:" in printed

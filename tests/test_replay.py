@@ -6,6 +6,7 @@
 * Engine-marked: the live benchmark on llama-server and the replay on a llama-server it launches
   (restarted per run) agree on every request's cached tokens, hence on the hit ratios.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ def test_export_round_trip(tmp_path: Path) -> None:
         assert [r["measured"] for r in base["requests"]] == [False, True]
         assert join_lines(data["lines"], chat["requests"][0]["user"]) == "Context\nQuestion: q1"
         assert chat["requests"][0]["new_chat"] is True
-    assert len(data["lines"]) == 10                          # 14 lines sent, repeated ones stored once
+    assert len(data["lines"]) == 10  # 14 lines sent, repeated ones stored once
     with pytest.raises(ValueError):
         export.add(turn=3, measured=True)
     (tmp_path / "bad.json").write_text('{"format": "other"}')
@@ -51,17 +52,32 @@ def test_replay_stats_pair_questions() -> None:
     from benchmarks.replay.stats import summarize
 
     def rec(mode: str, turn: int, ttft: float, cached: int, measured: bool = True) -> dict[str, Any]:
-        return {"k": "20", "mode": mode, "sample_id": "c", "turn": turn, "measured": measured, "ttft_s": ttft,
-                "prompt_tokens": 100, "cached_tokens": cached, "server_prompt_ms": None, "error": None}
+        return {
+            "k": "20",
+            "mode": mode,
+            "sample_id": "c",
+            "turn": turn,
+            "measured": measured,
+            "ttft_s": ttft,
+            "prompt_tokens": 100,
+            "cached_tokens": cached,
+            "server_prompt_ms": None,
+            "error": None,
+        }
 
-    records = [rec("baseline", 1, 9.0, 0, False), rec("aligned", 1, 9.0, 0, False),
-               rec("baseline", 2, 1.0, 0), rec("aligned", 2, 0.5, 50),
-               rec("baseline", 3, 2.0, 10), rec("aligned", 3, 0.5, 90),
-               rec("baseline", 4, 1.0, 0)]                     # turn 4: aligned lacks it -> left out
+    records = [
+        rec("baseline", 1, 9.0, 0, False),
+        rec("aligned", 1, 9.0, 0, False),
+        rec("baseline", 2, 1.0, 0),
+        rec("aligned", 2, 0.5, 50),
+        rec("baseline", 3, 2.0, 10),
+        rec("aligned", 3, 0.5, 90),
+        rec("baseline", 4, 1.0, 0),
+    ]  # turn 4: aligned lacks it -> left out
     rows = {r["mode"]: r for r in summarize(records)}
     assert rows["baseline"]["n"] == rows["aligned"]["n"] == 2
     assert rows["aligned"]["hit_ratio"] == pytest.approx(140 / 200)
-    assert rows["aligned"]["speedup_paired"] == pytest.approx(3.0)   # median of 2x and 4x
+    assert rows["aligned"]["speedup_paired"] == pytest.approx(3.0)  # median of 2x and 4x
     assert rows["aligned"]["speedup_mean"] == pytest.approx(1.5 / 0.5)
     assert rows["aligned"]["prefill_vs_baseline"] == pytest.approx(60 / 190)
 
@@ -115,8 +131,14 @@ class _Handler(BaseHTTPRequestHandler):
         served = self.server.cache.serve(text)
         # no text, like the model-cache engine: chat histories then match the live run's byte for byte
         chunk = {"choices": [{"text": "", "delta": {"content": ""}, "index": 0}]}
-        usage = {"choices": [], "usage": {"prompt_tokens": served.prompt, "completion_tokens": 1,
-                                          "prompt_tokens_details": {"cached_tokens": served.cached}}}
+        usage = {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": served.prompt,
+                "completion_tokens": 1,
+                "prompt_tokens_details": {"cached_tokens": served.cached},
+            },
+        }
         payload = "".join(f"data: {json.dumps(e)}\n\n" for e in (chunk, usage)) + "data: [DONE]\n\n"
         data = payload.encode()
         self.send_response(200)
@@ -158,9 +180,17 @@ def memory() -> Any:
 def _live(memory: Any, tmp_path: Path, **kw: Any) -> Any:
     from benchmarks.locomo.cli import BenchConfig, run_benchmark
 
-    cfg: dict[str, Any] = {"conversations": "0", "questions": 4, "max_memories": 40, "top_k": "6,12",
-                           "out": str(tmp_path), "progress": False, "max_tokens": 3, "warmup": 1,
-                           "export_prompts": str(tmp_path / "prompts.json.gz")}
+    cfg: dict[str, Any] = {
+        "conversations": "0",
+        "questions": 4,
+        "max_memories": 40,
+        "top_k": "6,12",
+        "out": str(tmp_path),
+        "progress": False,
+        "max_tokens": 3,
+        "warmup": 1,
+        "export_prompts": str(tmp_path / "prompts.json.gz"),
+    }
     cfg.update(kw)
     return run_benchmark(BenchConfig(**cfg), memory=memory)
 
@@ -175,15 +205,17 @@ def _replay(tmp_path: Path, *args: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("chat", [False, True])
-def test_replay_reproduces_the_model_cache_run(memory: Any, tmp_path: Path, model_server: _ModelServer,
-                                               chat: bool) -> None:
-    live = _live(memory, tmp_path, engine="model-cache", chat=chat,
-                 modes=("baseline", "aligned", "dedup") if chat else None)
+def test_replay_reproduces_the_model_cache_run(
+    memory: Any, tmp_path: Path, model_server: _ModelServer, chat: bool
+) -> None:
+    live = _live(
+        memory, tmp_path, engine="model-cache", chat=chat, modes=("baseline", "aligned", "dedup") if chat else None
+    )
     replayed = _replay(tmp_path, "--engine-url", f"http://127.0.0.1:{model_server.server_port}/v1")
     assert replayed["meta"]["engine"]["kind"] == "sglang"
     runs = len(live.meta["modes"]) * 2
     assert model_server.flushes == runs and replayed["meta"]["runs"] == runs
-    assert [r["mode"] for r in replayed["requests"]] == [r.mode for r in live.records]   # same order
+    assert [r["mode"] for r in replayed["requests"]] == [r.mode for r in live.records]  # same order
     assert [r["cached_tokens"] for r in replayed["requests"]] == [r.cached_tokens for r in live.records]
     assert [r["prompt_tokens"] for r in replayed["requests"]] == [r.prompt_tokens for r in live.records]
     got = {(r["k"], r["mode"]): r["hit_ratio"] for r in replayed["summary"]}
@@ -195,8 +227,8 @@ def test_replay_rejects_bad_arguments(tmp_path: Path) -> None:
     from benchmarks.replay.cli import main
 
     PromptExport().write(tmp_path / "empty.json")
-    assert main([str(tmp_path / "empty.json")]) == 2                                    # no engine
-    assert main([str(tmp_path / "empty.json"), "--engine-url", "http://127.0.0.1:9"]) == 1   # no runs
+    assert main([str(tmp_path / "empty.json")]) == 2  # no engine
+    assert main([str(tmp_path / "empty.json"), "--engine-url", "http://127.0.0.1:9"]) == 1  # no runs
     assert main([str(tmp_path / "missing.json"), "--llama-server", "x", "--model", "y"]) == 1
 
 
@@ -212,10 +244,18 @@ def test_replay_agrees_with_the_live_llama_server_run(memory: Any, tmp_path: Pat
         if REQUIRE_ENGINE:
             pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
         pytest.skip(f"llama-server or the random model absent: {exc}")
-    live = _live(memory, tmp_path, engine="llama", model=str(model), ctx_size=4096, cache_ram_mib=256,
-                 modes=("baseline", "aligned"))
-    replayed = _replay(tmp_path, "--llama-server", str(binary), "--model", str(model), "--ctx-size", "4096",
-                       "--cache-ram-mib", "256")
+    live = _live(
+        memory,
+        tmp_path,
+        engine="llama",
+        model=str(model),
+        ctx_size=4096,
+        cache_ram_mib=256,
+        modes=("baseline", "aligned"),
+    )
+    replayed = _replay(
+        tmp_path, "--llama-server", str(binary), "--model", str(model), "--ctx-size", "4096", "--cache-ram-mib", "256"
+    )
     assert replayed["meta"]["engine"]["restarts"] == 4
     assert [r["prompt_tokens"] for r in replayed["requests"]] == [r.prompt_tokens for r in live.records]
     assert [r["cached_tokens"] for r in replayed["requests"]] == [r.cached_tokens for r in live.records]
@@ -226,12 +266,23 @@ def test_replay_agrees_with_the_live_llama_server_run(memory: Any, tmp_path: Pat
 def test_group_by_mode_flushes_once_per_mode_and_rotates() -> None:
     from benchmarks.replay.cli import group_by_mode
 
-    runs = [{"conversation": c, "k": k, "mode": m, "warmup": 2}
-            for k in ("20", "100") for c in (0, 1) for m in ("baseline", "aligned")]
+    runs = [
+        {"conversation": c, "k": k, "mode": m, "warmup": 2}
+        for k in ("20", "100")
+        for c in (0, 1)
+        for m in ("baseline", "aligned")
+    ]
     grouped = group_by_mode(runs)
     assert [(r["k"], r["mode"], r["conversation"]) for r in grouped] == [
-        ("20", "baseline", 0), ("20", "baseline", 1), ("20", "aligned", 0), ("20", "aligned", 1),
-        ("100", "aligned", 0), ("100", "aligned", 1), ("100", "baseline", 0), ("100", "baseline", 1)]
+        ("20", "baseline", 0),
+        ("20", "baseline", 1),
+        ("20", "aligned", 0),
+        ("20", "aligned", 1),
+        ("100", "aligned", 0),
+        ("100", "aligned", 1),
+        ("100", "baseline", 0),
+        ("100", "baseline", 1),
+    ]
     assert [r["flush"] for r in grouped] == [True, False] * 4
     assert [r["warmup"] for r in grouped] == [2, 0] * 4
 
@@ -254,10 +305,12 @@ def test_gpu_script_model_loads_in_llama_server(tmp_path: Path) -> None:
         if REQUIRE_ENGINE:
             pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
         pytest.skip(f"llama-server or the SmolLM2 GGUF absent: {exc}")
-    spec = importlib.util.spec_from_file_location("random_gguf", Path(__file__).parents[1] / "scripts/gpu/random_gguf.py")
+    spec = importlib.util.spec_from_file_location(
+        "random_gguf", Path(__file__).parents[1] / "scripts/gpu/random_gguf.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["random_gguf"] = module          # dataclasses look their module up while it executes
+    sys.modules["random_gguf"] = module  # dataclasses look their module up while it executes
     try:
         spec.loader.exec_module(module)
     finally:
@@ -272,4 +325,4 @@ def test_gpu_script_model_loads_in_llama_server(tmp_path: Path) -> None:
         again = client.complete("Memories: Alice lives in Lisbon. Question: who?", max_tokens=2)
         client.close()
     assert first.error is None and first.prompt_tokens and first.ttft_s is not None
-    assert again.cached_tokens and again.cached_tokens > 5           # the shared prefix was reused
+    assert again.cached_tokens and again.cached_tokens > 5  # the shared prefix was reused

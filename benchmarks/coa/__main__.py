@@ -14,6 +14,7 @@ chats of ``--turns`` follow-ups with de-duplication (``conversation_id``).
 The default model is the random-weight llama GGUF: its prefill cost is that of its architecture, its
 text is noise (F1 meaningless). Writes ``<out>/coa_routing.{json,md,png}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,15 +70,20 @@ def with_tokens(items: list[Item], client: EngineClient) -> list[Item]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.coa", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.coa", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--locomo", default=None, help="path to locomo10.json (default: $CP_MEMORY_LOCOMO)")
     ap.add_argument("--model", choices=("random", "smollm2"), default="random")
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="threads per llama-server")
     ap.add_argument("--cache-mib", type=int, default=24, help="per-worker prompt cache (--cache-ram)")
-    ap.add_argument("--capacity-tokens", type=int, default=None,
-                    help="AgentRouter's per-worker cache model (default: the --cache-mib in tokens)")
+    ap.add_argument(
+        "--capacity-tokens",
+        type=int,
+        default=None,
+        help="AgentRouter's per-worker cache model (default: the --cache-mib in tokens)",
+    )
     ap.add_argument("--conversations", type=int, default=2, help="first N LoCoMo conversations")
     ap.add_argument("--questions", type=int, default=40, help="questions per conversation")
     ap.add_argument("--k", type=int, default=3, help="sessions retrieved per question")
@@ -90,12 +96,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ctx-size", type=int, default=4096)
     ap.add_argument("--chat", action="store_true", help="send prompts as chat messages (instruct models)")
-    ap.add_argument("--arms", default="round_robin,sglang_cache_aware,sglang_cache_aware_tuned,agent_aware",
-                    help=f"comma-separated, from {', '.join(ARMS)}")
+    ap.add_argument(
+        "--arms",
+        default="round_robin,sglang_cache_aware,sglang_cache_aware_tuned,agent_aware",
+        help=f"comma-separated, from {', '.join(ARMS)}",
+    )
     ap.add_argument("--workloads", default="single,multi", help="comma-separated: single, multi")
     ap.add_argument("--agent-args", default="", help="AgentRouter overrides for the agent_aware arm, k=v,...")
-    ap.add_argument("--sglang-tuned", default="",
-                    help="sglang-router settings for sglang_cache_aware_tuned, e.g. balance_abs_threshold=8")
+    ap.add_argument(
+        "--sglang-tuned",
+        default="",
+        help="sglang-router settings for sglang_cache_aware_tuned, e.g. balance_abs_threshold=8",
+    )
     ap.add_argument("--out", default="results")
     ap.add_argument("--keep-logs", action="store_true", help="keep the workers' and router's logs in <out>/logs")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -117,46 +129,75 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if a.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("httpx", "httpcore", "cp_memory.engine"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if a.locomo:
         os.environ["CP_MEMORY_LOCOMO"] = a.locomo
     arms: dict[str, Arm] = {**ARMS, **{x: parse_arm(x) for x in a.arms}}
     if a.agent_args:
-        arms["agent_aware"] = replace(arms["agent_aware"], agent={**arms["agent_aware"].agent,
-                                                                  **parse_overrides(a.agent_args)})
+        arms["agent_aware"] = replace(
+            arms["agent_aware"], agent={**arms["agent_aware"].agent, **parse_overrides(a.agent_args)}
+        )
     if a.sglang_tuned:
-        arms["sglang_cache_aware_tuned"] = replace(arms["sglang_cache_aware_tuned"],
-                                                   router={"policy": "cache_aware", **parse_overrides(a.sglang_tuned)})
+        arms["sglang_cache_aware_tuned"] = replace(
+            arms["sglang_cache_aware_tuned"], router={"policy": "cache_aware", **parse_overrides(a.sglang_tuned)}
+        )
     model = random_model_path() if a.model == "random" else smollm2_model_path()
     convs = load_locomo()[: a.conversations]
     work: dict[str, list[Item]] = {}
     if "single" in a.workloads:
         work["single"] = build_workload(convs, questions_per_conversation=a.questions, k=a.k, seed=a.seed)
     if "multi" in a.workloads:
-        work["multi"] = build_multiturn(convs, questions_per_conversation=a.questions, k=a.k, turns=a.turns,
-                                        seed=a.seed)
-    with LlamaServer(model, slots=1, ctx_size=a.ctx_size, threads=a.threads, cache_ram_mib=0) as tok_server, \
-            EngineClient(tok_server.base_url) as tok:
+        work["multi"] = build_multiturn(
+            convs, questions_per_conversation=a.questions, k=a.k, turns=a.turns, seed=a.seed
+        )
+    with (
+        LlamaServer(model, slots=1, ctx_size=a.ctx_size, threads=a.threads, cache_ram_mib=0) as tok_server,
+        EngineClient(tok_server.base_url) as tok,
+    ):
         work = {name: with_tokens(items, tok) for name, items in work.items()}
         version = tok_server.version()
     capacity = a.capacity_tokens or a.cache_mib * 2**20 // kv_bytes_per_token(a.model)
     log_dir = Path(a.out) / "logs" if a.keep_logs else None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-    settings = RunSettings(model, a.workers, a.threads, a.cache_mib, a.ctx_size, capacity, a.segment_tokens,
-                           a.concurrency, a.worker_max_tokens, a.manager_max_tokens, a.chat, log_dir)
+    settings = RunSettings(
+        model,
+        a.workers,
+        a.threads,
+        a.cache_mib,
+        a.ctx_size,
+        capacity,
+        a.segment_tokens,
+        a.concurrency,
+        a.worker_max_tokens,
+        a.manager_max_tokens,
+        a.chat,
+        log_dir,
+    )
     docs = {b.key: b.tokens for items in work.values() for it in items for b in it.blocks}
-    env = {"cpus": os.cpu_count(), "loadavg_start": [round(x, 1) for x in os.getloadavg()],
-           "python": platform.python_version(), "llama_server": version,
-           "sglang_router": SGLangRouter.version(), "distinct_documents": len(docs),
-           "document_tokens": sum(v or 0 for v in docs.values()), "kv_bytes_per_token": kv_bytes_per_token(a.model),
-           "capacity_tokens_per_worker": capacity, "machine": "shared with other engineers' jobs"}
-    logger.info("%s; %d distinct sessions (%d tokens); per-worker cache ~%d tokens",
-                ", ".join(f"{k}: {len(v)} questions" for k, v in work.items()), env["distinct_documents"],
-                env["document_tokens"], capacity)
+    env = {
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 1) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "llama_server": version,
+        "sglang_router": SGLangRouter.version(),
+        "distinct_documents": len(docs),
+        "document_tokens": sum(v or 0 for v in docs.values()),
+        "kv_bytes_per_token": kv_bytes_per_token(a.model),
+        "capacity_tokens_per_worker": capacity,
+        "machine": "shared with other engineers' jobs",
+    }
+    logger.info(
+        "%s; %d distinct sessions (%d tokens); per-worker cache ~%d tokens",
+        ", ".join(f"{k}: {len(v)} questions" for k, v in work.items()),
+        env["distinct_documents"],
+        env["document_tokens"],
+        capacity,
+    )
     runs: list[Run] = []
     records: list[dict[str, Any]] = []
     for rep in range(a.reps):
@@ -169,13 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     runs.sort(key=lambda r: (r.workload, a.arms.index(r.arm), r.rep))
     summary = summarize(runs)
     env["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
-    header = (f"Chain-of-Agents on LoCoMo: {a.conversations} conversations x {a.questions} questions, top-{a.k} "
-              f"sessions, segment budget {a.segment_tokens}, {a.workers} llama-server workers ({a.model} model, "
-              f"{a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
-              f"{a.worker_max_tokens} tokens, answer {a.manager_max_tokens}; multi-turn: chats of {a.turns}. "
-              f"Arms: " + "; ".join(f"{n} = {arms[n].describe()}" for n in a.arms)
-              + f". Machine: {env['cpus']} CPUs shared with other jobs (load {env['loadavg_start']} -> "
-              f"{env['loadavg_end']}): throughput is the median of {a.reps} alternating repetitions.")
+    header = (
+        f"Chain-of-Agents on LoCoMo: {a.conversations} conversations x {a.questions} questions, top-{a.k} "
+        f"sessions, segment budget {a.segment_tokens}, {a.workers} llama-server workers ({a.model} model, "
+        f"{a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
+        f"{a.worker_max_tokens} tokens, answer {a.manager_max_tokens}; multi-turn: chats of {a.turns}. "
+        f"Arms: "
+        + "; ".join(f"{n} = {arms[n].describe()}" for n in a.arms)
+        + f". Machine: {env['cpus']} CPUs shared with other jobs (load {env['loadavg_start']} -> "
+        f"{env['loadavg_end']}): throughput is the median of {a.reps} alternating repetitions."
+    )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(runs, summary, header)
@@ -187,11 +231,21 @@ def main(argv: list[str] | None = None) -> int:
             for call in rec["calls"]:
                 call.pop("output", None)
                 call.pop("request_id", None)
-    (out / "coa_routing.json").write_text(json.dumps(
-        {"command": "python -m benchmarks.coa " + " ".join(sys.argv[1:] if argv is None else argv),
-         "config": cfg, "arms": {n: asdict(arms[n]) for n in a.arms}, "env": env,
-         "summary": summary, "runs": [asdict(r) for r in runs], "questions": records},
-        separators=(",", ":"), default=str))
+    (out / "coa_routing.json").write_text(
+        json.dumps(
+            {
+                "command": "python -m benchmarks.coa " + " ".join(sys.argv[1:] if argv is None else argv),
+                "config": cfg,
+                "arms": {n: asdict(arms[n]) for n in a.arms},
+                "env": env,
+                "summary": summary,
+                "runs": [asdict(r) for r in runs],
+                "questions": records,
+            },
+            separators=(",", ":"),
+            default=str,
+        )
+    )
     plotted = plot(runs, out / "coa_routing.png")
     sys.stdout.write(md)
     logger.info("wrote %s/coa_routing.{md,json%s}", out, ",png" if plotted else "")

@@ -6,6 +6,7 @@ router (``sglang-router``, :class:`~cp_memory.engine.router.SGLangRouter`) in fr
 and give ChainOfAgents a single client pointing at it. The chain, its segmenter and its prompts are the
 same in every arm: only where each request runs differs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,18 +50,25 @@ class Arm:
 
 
 #: the arms, by name; --arms picks some, --agent-args / --sglang-tuned override their settings
-ARMS: dict[str, Arm] = {a.name: a for a in (
-    Arm("round_robin", "agent", {"policy": "round_robin"}, color="#9e9e9e"),
-    Arm("sglang_cache_aware", "sglang", router={"policy": "cache_aware"}, color="#ff9f40"),
-    # the best of a grid (cache_threshold 0.1/0.5, balance_abs_threshold 8, max_tree_size 50k with 5 s
-    # eviction) on the single-turn workload; within the defaults' run-to-run spread (docs/coa.md)
-    Arm("sglang_cache_aware_tuned", "sglang", router={"policy": "cache_aware", "balance_abs_threshold": 8},
-        color="#d62728"),
-    Arm("agent_aware", "agent", {"policy": "affinity"}, color="#1f77b4"),
-    # ablations, for the "why": the old safeguard and SGLang's pool-wide safeguard rule
-    Arm("agent_aware_abs2", "agent", {"policy": "affinity", "balance_abs_threshold": 2}, color="#aec7e8"),
-    Arm("agent_aware_global", "agent", {"policy": "affinity", "balance_scope": "global"}, color="#9edae5"),
-)}
+ARMS: dict[str, Arm] = {
+    a.name: a
+    for a in (
+        Arm("round_robin", "agent", {"policy": "round_robin"}, color="#9e9e9e"),
+        Arm("sglang_cache_aware", "sglang", router={"policy": "cache_aware"}, color="#ff9f40"),
+        # the best of a grid (cache_threshold 0.1/0.5, balance_abs_threshold 8, max_tree_size 50k with 5 s
+        # eviction) on the single-turn workload; within the defaults' run-to-run spread (docs/coa.md)
+        Arm(
+            "sglang_cache_aware_tuned",
+            "sglang",
+            router={"policy": "cache_aware", "balance_abs_threshold": 8},
+            color="#d62728",
+        ),
+        Arm("agent_aware", "agent", {"policy": "affinity"}, color="#1f77b4"),
+        # ablations, for the "why": the old safeguard and SGLang's pool-wide safeguard rule
+        Arm("agent_aware_abs2", "agent", {"policy": "affinity", "balance_abs_threshold": 2}, color="#aec7e8"),
+        Arm("agent_aware_global", "agent", {"policy": "affinity", "balance_scope": "global"}, color="#9edae5"),
+    )
+}
 
 
 def parse_overrides(spec: str) -> dict[str, Any]:
@@ -133,22 +141,42 @@ class Pool:
 
 
 @contextlib.contextmanager
-def pool(arm: Arm, *, model: Path, workers: int, threads: int, cache_mib: int, ctx_size: int,
-         capacity_tokens: int | None, log_dir: Path | None = None) -> Iterator[Pool]:
+def pool(
+    arm: Arm,
+    *,
+    model: Path,
+    workers: int,
+    threads: int,
+    cache_mib: int,
+    ctx_size: int,
+    capacity_tokens: int | None,
+    log_dir: Path | None = None,
+) -> Iterator[Pool]:
     """Start ``workers`` cold llama-servers (and the SGLang router for ``sglang`` arms); stop them after."""
     tag = re.sub(r"[^\w.-]+", "_", arm.name)
-    servers = [LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib,
-                           log_path=None if log_dir is None else log_dir / f"{tag}-w{i}.log")
-               for i in range(workers)]
+    servers = [
+        LlamaServer(
+            model,
+            slots=1,
+            ctx_size=ctx_size,
+            threads=threads,
+            cache_ram_mib=cache_mib,
+            log_path=None if log_dir is None else log_dir / f"{tag}-w{i}.log",
+        )
+        for i in range(workers)
+    ]
     clients: list[EngineClient] = []
     sglang: SGLangRouter | None = None
     try:
         for s in servers:
             s.start()
         if arm.kind == "sglang":
-            sglang = SGLangRouter([s.base_url for s in servers], request_timeout_s=600,
-                                  log_path=None if log_dir is None else log_dir / f"{tag}-router.log",
-                                  **arm.router).start()
+            sglang = SGLangRouter(
+                [s.base_url for s in servers],
+                request_timeout_s=600,
+                log_path=None if log_dir is None else log_dir / f"{tag}-router.log",
+                **arm.router,
+            ).start()
             clients = [EngineClient(sglang.base_url, model=servers[0].alias, timeout=600, max_retries=2)]
             router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")
         else:

@@ -6,6 +6,7 @@ the segment tokens). Per segment, the first miss is unavoidable (a first sight);
 the segment *prefilled again* — the cost a router can avoid (counted without relying on call order).
 Also: how many workers each segment was prefilled on, and the manager calls' prefill.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ def breakdown(data: dict[str, Any], workload: str) -> dict[str, dict[str, Any]]:
         if run["workload"] != workload:
             continue
         arm, rep = run["arm"], run["rep"]
-        calls = [c for q in data["questions"] if q["arm"] == arm and q["rep"] == rep and q["workload"] == workload
-                 for c in q["calls"]]
+        calls = [
+            c
+            for q in data["questions"]
+            if q["arm"] == arm and q["rep"] == rep and q["workload"] == workload
+            for c in q["calls"]
+        ]
         kinds: Counter[str] = Counter()
         tokens: Counter[str] = Counter()
         workers: dict[tuple[str, ...], set[int]] = defaultdict(set)
@@ -63,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         data = json.load(fh)
     workload = args[1] if len(args) > 1 else "single"
     for name, b in breakdown(data, workload).items():
-        sys.stdout.write(f"{name}: prefilled {b['prefilled_tokens']:,}, segments prefilled again "
-                         f"{b['prefilled_again_calls']} times ({b['prefilled_again_tokens']:,} segment tokens), "
-                         f"manager {b['manager_prefilled']:,}, "
-                         f"{b['workers_per_segment']:.2f} workers per segment\n")
+        sys.stdout.write(
+            f"{name}: prefilled {b['prefilled_tokens']:,}, segments prefilled again "
+            f"{b['prefilled_again_calls']} times ({b['prefilled_again_tokens']:,} segment tokens), "
+            f"manager {b['manager_prefilled']:,}, "
+            f"{b['workers_per_segment']:.2f} workers per segment\n"
+        )
         for kind, (n, t) in b["calls"].items():
             sys.stdout.write(f"    {kind:20s} {n:4d} calls {t:8,d} tokens prefilled\n")
     return 0

@@ -1,4 +1,5 @@
 """Tables, summary and plot of a CoA routing benchmark run."""
+
 from __future__ import annotations
 
 import logging
@@ -47,26 +48,41 @@ def summarize(runs: Sequence[Run]) -> dict[str, dict[str, dict[str, Any]]]:
 def _routes(r: Run) -> str:
     if not r.reasons:
         return "(router)"
-    return (f"{r.reasons.get('affinity', 0)} / {r.reasons.get('least_loaded', 0)} / "
-            f"{r.reasons.get('balance', 0)}" if "round_robin" not in r.reasons else "round-robin")
+    return (
+        f"{r.reasons.get('affinity', 0)} / {r.reasons.get('least_loaded', 0)} / {r.reasons.get('balance', 0)}"
+        if "round_robin" not in r.reasons
+        else "round-robin"
+    )
 
 
 def markdown(runs: Sequence[Run], summary: dict[str, dict[str, dict[str, Any]]], header: str) -> str:
     lines = [header, ""]
     for workload, arms in summary.items():
-        lines += [f"### {workload}", "",
-                  ("| arm | questions/s, median (range) | vs round-robin | engine hit (worker calls) | "
-                  "prefilled tokens (all calls) | engine prefill s | mean worker TTFT ms |"),
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### {workload}",
+            "",
+            (
+                "| arm | questions/s, median (range) | vs round-robin | engine hit (worker calls) | "
+                "prefilled tokens (all calls) | engine prefill s | mean worker TTFT ms |"
+            ),
+            "|---|---|---|---|---|---|---|",
+        ]
         for arm, s in arms.items():
             lines.append(
                 f"| {arm} | {s['throughput_qps_median']:.3f} ({s['throughput_qps_min']:.3f}–"
                 f"{s['throughput_qps_max']:.3f}) | {s.get('throughput_vs_round_robin', float('nan')):.2f}x | "
                 f"{100 * s['engine_hit_ratio']:.1f}% | {s['prefilled_tokens']:,.0f} | {s['engine_prompt_s']:.1f} | "
-                f"{s['mean_worker_ttft_ms']:.0f} |")
-        lines += ["", ("| arm | rep | questions/s | wall s | prefilled tokens (client / engines) | cached / prompt "
-                  "(worker calls) | calls per worker | prefilled per worker | routes: affinity / least-loaded / "
-                  "balance | failed |"), "|---|---|---|---|---|---|---|---|---|---|"]
+                f"{s['mean_worker_ttft_ms']:.0f} |"
+            )
+        lines += [
+            "",
+            (
+                "| arm | rep | questions/s | wall s | prefilled tokens (client / engines) | cached / prompt "
+                "(worker calls) | calls per worker | prefilled per worker | routes: affinity / least-loaded / "
+                "balance | failed |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in runs:
             if r.workload != workload:
                 continue
@@ -74,7 +90,8 @@ def markdown(runs: Sequence[Run], summary: dict[str, dict[str, dict[str, Any]]],
                 f"| {r.arm} | {r.rep} | {r.throughput_qps:.3f} | {r.wall_s:.1f} | {r.prefilled_tokens:,} / "
                 f"{r.engine_prefilled_tokens:,} | {r.worker_cached_tokens:,} / {r.worker_prompt_tokens:,} "
                 f"({100 * r.engine_hit_ratio:.1f}%) | {'/'.join(map(str, r.calls_per_worker))} | "
-                f"{'/'.join(f'{x / 1000:.1f}k' for x in r.prefilled_per_worker)} | {_routes(r)} | {r.failed} |")
+                f"{'/'.join(f'{x / 1000:.1f}k' for x in r.prefilled_per_worker)} | {_routes(r)} | {r.failed} |"
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -90,8 +107,11 @@ def plot(runs: Sequence[Run], path: Path) -> bool:
         return False
     workloads = list(dict.fromkeys(r.workload for r in runs))
     arms = list(dict.fromkeys(r.arm for r in runs))
-    metrics = [("throughput_qps", "questions / s", 1.0), ("prefilled_tokens", "prefilled tokens (k)", 1e-3),
-               ("engine_hit_ratio", "engine cache hit, worker calls (%)", 100.0)]
+    metrics = [
+        ("throughput_qps", "questions / s", 1.0),
+        ("prefilled_tokens", "prefilled tokens (k)", 1e-3),
+        ("engine_hit_ratio", "engine cache hit, worker calls (%)", 100.0),
+    ]
     fig, axes = plt.subplots(len(workloads), 3, figsize=(13, 3.4 * len(workloads)), squeeze=False)
     for row, workload in enumerate(workloads):
         for ax, (key, title, scale) in zip(axes[row], metrics):

@@ -4,6 +4,7 @@ Single-turn workloads run every question independently (``answer_many``, ``concu
 Multi-turn workloads run each chat's turns in order with ``conversation_id`` (de-duplication on), and
 ``concurrency`` chats at a time.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,16 +62,16 @@ class Run:
     manager_calls: int
     mean_worker_ttft_ms: float
     median_worker_ttft_ms: float
-    prompt_tokens: int                 # all calls, as the engines reported them
+    prompt_tokens: int  # all calls, as the engines reported them
     cached_tokens: int
-    prefilled_tokens: int              # prompt - cached, all calls (what the engines computed)
+    prefilled_tokens: int  # prompt - cached, all calls (what the engines computed)
     worker_prompt_tokens: int
     worker_cached_tokens: int
-    engine_hit_ratio: float            # worker calls: cached / prompt
-    engine_prefilled_tokens: int       # the engines' own counters (llamacpp:prompt_tokens_total)
-    engine_prompt_s: float             # the engines' own prefill time (llamacpp:prompt_seconds_total)
-    predicted_cached_tokens: int       # AgentRouter's cache model (0 for sglang arms)
-    duplicates_dropped: int            # multi-turn: blocks replaced by location annotations
+    engine_hit_ratio: float  # worker calls: cached / prompt
+    engine_prefilled_tokens: int  # the engines' own counters (llamacpp:prompt_tokens_total)
+    engine_prompt_s: float  # the engines' own prefill time (llamacpp:prompt_seconds_total)
+    predicted_cached_tokens: int  # AgentRouter's cache model (0 for sglang arms)
+    duplicates_dropped: int  # multi-turn: blocks replaced by location annotations
     mean_f1: float
     calls_per_worker: tuple[int, ...]
     prefilled_per_worker: tuple[int, ...]
@@ -103,20 +104,35 @@ def _chats(coa: ChainOfAgents, items: Sequence[Item], concurrency: int) -> list[
     return [r for r in out if r is not None]
 
 
-def run_arm(arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSettings
-            ) -> tuple[Run, list[dict[str, Any]]]:
+def run_arm(
+    arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSettings
+) -> tuple[Run, list[dict[str, Any]]]:
     multi = any(it.chat is not None for it in items)
-    with pool(arm, model=s.model, workers=s.workers, threads=s.threads, cache_mib=s.cache_mib,
-              ctx_size=s.ctx_size, capacity_tokens=s.capacity_tokens, log_dir=s.log_dir) as p:
-        coa = ChainOfAgents(p.router, segmenter=Segmenter(s.segment_tokens),
-                            worker_max_tokens=s.worker_max_tokens, manager_max_tokens=s.manager_max_tokens,
-                            chat=s.chat, **arm.coa)
+    with pool(
+        arm,
+        model=s.model,
+        workers=s.workers,
+        threads=s.threads,
+        cache_mib=s.cache_mib,
+        ctx_size=s.ctx_size,
+        capacity_tokens=s.capacity_tokens,
+        log_dir=s.log_dir,
+    ) as p:
+        coa = ChainOfAgents(
+            p.router,
+            segmenter=Segmenter(s.segment_tokens),
+            worker_max_tokens=s.worker_max_tokens,
+            manager_max_tokens=s.manager_max_tokens,
+            chat=s.chat,
+            **arm.coa,
+        )
         t0 = time.perf_counter()
         if multi:
             results = _chats(coa, items, s.concurrency)
         else:
-            results = coa.answer_many([CoAQuery(it.question, it.blocks, tag=i) for i, it in enumerate(items)],
-                                      max_concurrency=s.concurrency)
+            results = coa.answer_many(
+                [CoAQuery(it.question, it.blocks, tag=i) for i, it in enumerate(items)], max_concurrency=s.concurrency
+            )
         wall = time.perf_counter() - t0
         metrics = [engine_metrics(w) for w in p.workers]
         served = [requests_served(w) for w in p.workers]
@@ -133,13 +149,22 @@ def run_arm(arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSett
     wcached = sum(c.cached_tokens or 0 for c in wcalls)
     f1s = [f1_score(first_line(r.answer), items[int(str(r.tag))].answer) for r in ok]
     run = Run(
-        arm=arm.name, workload=workload, rep=rep, questions=len(ok), failed=len(failed), wall_s=wall,
-        throughput_qps=len(ok) / wall if wall > 0 else 0.0, worker_calls=len(wcalls),
+        arm=arm.name,
+        workload=workload,
+        rep=rep,
+        questions=len(ok),
+        failed=len(failed),
+        wall_s=wall,
+        throughput_qps=len(ok) / wall if wall > 0 else 0.0,
+        worker_calls=len(wcalls),
         manager_calls=len(calls) - len(wcalls),
         mean_worker_ttft_ms=1000 * statistics.fmean(c.ttft_s for c in wcalls) if wcalls else 0.0,
         median_worker_ttft_ms=1000 * statistics.median(c.ttft_s for c in wcalls) if wcalls else 0.0,
-        prompt_tokens=prompt, cached_tokens=cached, prefilled_tokens=prompt - cached,
-        worker_prompt_tokens=wprompt, worker_cached_tokens=wcached,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        prefilled_tokens=prompt - cached,
+        worker_prompt_tokens=wprompt,
+        worker_cached_tokens=wcached,
         engine_hit_ratio=wcached / wprompt if wprompt else 0.0,
         engine_prefilled_tokens=int(sum(m.get("prompt_tokens_total", 0) for m in metrics)),
         engine_prompt_s=sum(m.get("prompt_seconds_total", 0.0) for m in metrics),
@@ -150,11 +175,30 @@ def run_arm(arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSett
         prefilled_per_worker=tuple(int(m.get("prompt_tokens_total", 0)) for m in metrics),
         reasons=dict(Counter(c.route for c in calls)) if arm.kind == "agent" else {},
     )
-    records = [{"arm": arm.name, "workload": workload, "rep": rep, "question": r.question,
-                "chat": items[int(str(r.tag))].chat, "turn": r.turn, "answer": r.answer,
-                "gold": items[int(str(r.tag))].answer, "wall_s": r.wall_s,
-                "calls": [asdict(c) for c in r.calls]} for r in ok]
-    logger.info("%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed",
-                workload, arm.name, rep, run.throughput_qps, 100 * run.engine_hit_ratio, run.prefilled_tokens,
-                run.engine_prefilled_tokens, run.failed)
+    records = [
+        {
+            "arm": arm.name,
+            "workload": workload,
+            "rep": rep,
+            "question": r.question,
+            "chat": items[int(str(r.tag))].chat,
+            "turn": r.turn,
+            "answer": r.answer,
+            "gold": items[int(str(r.tag))].answer,
+            "wall_s": r.wall_s,
+            "calls": [asdict(c) for c in r.calls],
+        }
+        for r in ok
+    ]
+    logger.info(
+        "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed",
+        workload,
+        arm.name,
+        rep,
+        run.throughput_qps,
+        100 * run.engine_hit_ratio,
+        run.prefilled_tokens,
+        run.engine_prefilled_tokens,
+        run.failed,
+    )
     return run, records

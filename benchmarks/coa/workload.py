@@ -6,6 +6,7 @@ question retrieves the top-``k`` sessions of its own conversation with a TF-IDF 
 questions about one conversation keep drawing the same sessions: the recurring documents that
 agent-aware routing is meant to serve from a worker's cache.
 """
+
 from __future__ import annotations
 
 import random
@@ -43,12 +44,15 @@ def session_blocks(conv: Conversation) -> list[ContextBlock]:
     for t in conv.turns:
         lines[t.session].append(f"{t.speaker}: {t.text}")
         dates.setdefault(t.session, t.date_time)
-    return [ContextBlock(f"{conv.sample_id}/s{n}", f"Session {n} ({dates[n]}):\n" + "\n".join(lines[n]))
-            for n in sorted(lines)]
+    return [
+        ContextBlock(f"{conv.sample_id}/s{n}", f"Session {n} ({dates[n]}):\n" + "\n".join(lines[n]))
+        for n in sorted(lines)
+    ]
 
 
-def build_workload(convs: Sequence[Conversation], *, questions_per_conversation: int, k: int,
-                   seed: int = 0) -> list[Item]:
+def build_workload(
+    convs: Sequence[Conversation], *, questions_per_conversation: int, k: int, seed: int = 0
+) -> list[Item]:
     """Questions of ``convs`` (sampled, then interleaved at random), each with its top-``k`` sessions."""
     rng = random.Random(seed)
     items: list[Item] = []
@@ -59,14 +63,14 @@ def build_workload(convs: Sequence[Conversation], *, questions_per_conversation:
         rng.shuffle(qa)
         for q in qa[:questions_per_conversation]:
             top = retriever.search(q.question, min(k, len(blocks)))
-            items.append(Item(conv.sample_id, q.question, q.answer, q.category,
-                              tuple(blocks[i] for i in top)))
+            items.append(Item(conv.sample_id, q.question, q.answer, q.category, tuple(blocks[i] for i in top)))
     rng.shuffle(items)
     return items
 
 
-def build_multiturn(convs: Sequence[Conversation], *, questions_per_conversation: int, k: int,
-                    turns: int, seed: int = 0) -> list[Item]:
+def build_multiturn(
+    convs: Sequence[Conversation], *, questions_per_conversation: int, k: int, turns: int, seed: int = 0
+) -> list[Item]:
     """The same questions as :func:`build_workload`, grouped into chats of ``turns`` consecutive
     questions about one LoCoMo conversation (a user asking follow-ups): later turns retrieve sessions
     that earlier turns already sent, which the chain de-duplicates. Chats are listed in a random
@@ -81,8 +85,12 @@ def build_multiturn(convs: Sequence[Conversation], *, questions_per_conversation
     for conv, items in by_conv.items():
         for c, start in enumerate(range(0, len(items), turns)):
             chat = f"{conv}/chat{c}"
-            chats.append([Item(it.conversation, it.question, it.answer, it.category, it.blocks, chat, t)
-                          for t, it in enumerate(items[start:start + turns])])
+            chats.append(
+                [
+                    Item(it.conversation, it.question, it.answer, it.category, it.blocks, chat, t)
+                    for t, it in enumerate(items[start : start + turns])
+                ]
+            )
     out: list[Item] = []
     queues = [list(c) for c in chats]
     while queues:

@@ -10,6 +10,7 @@ Both arms search the same ``top_k`` (the guides' defaults differ: 3, 10, mem0's 
 read-only (the guides also ``add`` each exchange to mem0; left out in both arms so every arm searches the
 same memories; it is off the prompt path).
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -34,7 +35,7 @@ class ReadOnlyStore:
 
     def search(self, query: str, **kwargs: Any) -> Any:
         kwargs["top_k"] = self.top_k
-        if "user_id" in kwargs:        # the guides' hosted-client style: search(query, user_id=...)
+        if "user_id" in kwargs:  # the guides' hosted-client style: search(query, user_id=...)
             kwargs["filters"] = {"user_id": kwargs.pop("user_id")}
         out = self.memory.search(query, **kwargs)
         self.last_count = len(out.get("results", [])) if isinstance(out, dict) else len(out)
@@ -64,8 +65,9 @@ class FrameworkRunner(ABC):
         from cp_memory.memory import ContextPilotMemory
 
         # overfetch 0 (default): paper-style dedup, the turn's top_k are shown fresh or as pointers
-        self.cp = {arm: ContextPilotMemory(self.store, max_overfetch=self.overfetch)
-                   for arm in self.arms if arm != "mem0"}
+        self.cp = {
+            arm: ContextPilotMemory(self.store, max_overfetch=self.overfetch) for arm in self.arms if arm != "mem0"
+        }
 
     @abstractmethod
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:
@@ -74,11 +76,24 @@ class FrameworkRunner(ABC):
     def record(self, arm: str, answers: str, chat: Chat, turn: int, ex: Exchange, answer: str) -> TurnRecord:
         memories, pointers = self.shown(arm, ex)
         chars = sum(len(str(m.get("content") or "")) for m in ex.messages)
-        return TurnRecord(framework=self.name, arm=arm, answers=answers, chat=chat.index, turn=turn,
-                          prompt_tokens=ex.prompt_tokens, cached_tokens=ex.cached_tokens, prefilled=ex.prefilled,
-                          server_prompt_ms=ex.server_prompt_ms, ttft_s=ex.ttft_s, total_s=ex.total_s,
-                          messages=len(ex.messages), prompt_chars=chars, memories=memories, pointers=pointers,
-                          answer=answer[:200])
+        return TurnRecord(
+            framework=self.name,
+            arm=arm,
+            answers=answers,
+            chat=chat.index,
+            turn=turn,
+            prompt_tokens=ex.prompt_tokens,
+            cached_tokens=ex.cached_tokens,
+            prefilled=ex.prefilled,
+            server_prompt_ms=ex.server_prompt_ms,
+            ttft_s=ex.ttft_s,
+            total_s=ex.total_s,
+            messages=len(ex.messages),
+            prompt_chars=chars,
+            memories=memories,
+            pointers=pointers,
+            answer=answer[:200],
+        )
 
     def shown(self, arm: str, ex: Exchange) -> tuple[int, int]:
         """(memories in full, pointers) this turn put into the prompt."""

@@ -7,6 +7,7 @@ distributions from scratch (``--dry-run --ignore-installed``, pinned to the vers
 the two resolutions agree); the extra's cost is the distributions only the second one has, installed with
 ``--no-deps --target`` into a scratch folder and measured on disk (no ``.pyc``). Needs the package index.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,17 @@ def _pip(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _resolve(extras: str, constraints: Path, report: Path) -> dict[str, str]:
-    _pip("install", "--dry-run", "-q", "--ignore-installed", "--report", str(report), "-c", str(constraints),
-         f".[{extras}]")
+    _pip(
+        "install",
+        "--dry-run",
+        "-q",
+        "--ignore-installed",
+        "--report",
+        str(report),
+        "-c",
+        str(constraints),
+        f".[{extras}]",
+    )
     data = json.loads(report.read_text())
     return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in data["install"]}
 
@@ -40,8 +50,9 @@ def _size_mb(folder: Path) -> float:
 def measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cp_extras_") as tmp:
         root = Path(tmp)
-        frozen = [line for line in _pip("freeze").stdout.splitlines()
-                  if "==" in line and not line.lower().startswith(_SKIP)]
+        frozen = [
+            line for line in _pip("freeze").stdout.splitlines() if "==" in line and not line.lower().startswith(_SKIP)
+        ]
         constraints = root / "constraints.txt"
         constraints.write_text("\n".join(frozen) + "\n")
         base = _resolve(BASE, constraints, root / "base.json")
@@ -52,11 +63,20 @@ def measure() -> dict[str, Any]:
             changed = {k: [base[k], v] for k, v in full.items() if k in base and base[k] != v}
             target = root / f"t_{extra}"
             if beyond:
-                _pip("install", "-q", "--no-deps", "--no-compile", "--target", str(target),
-                     *[f"{k}=={v}" for k, v in beyond.items()])
-            out["extras"][extra] = {"distributions": sorted(f"{k}=={v}" for k, v in beyond.items()),
-                                    "versions_changed": changed,
-                                    "megabytes": round(_size_mb(target), 1) if beyond else 0.0}
+                _pip(
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--no-compile",
+                    "--target",
+                    str(target),
+                    *[f"{k}=={v}" for k, v in beyond.items()],
+                )
+            out["extras"][extra] = {
+                "distributions": sorted(f"{k}=={v}" for k, v in beyond.items()),
+                "versions_changed": changed,
+                "megabytes": round(_size_mb(target), 1) if beyond else 0.0,
+            }
         return out
 
 
@@ -64,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.frameworks.install_size", description=__doc__)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    result = {"command": "python -m benchmarks.frameworks.install_size" + (f" --json {args.json}" if args.json else ""),
-              **measure()}
+    result = {
+        "command": "python -m benchmarks.frameworks.install_size" + (f" --json {args.json}" if args.json else ""),
+        **measure(),
+    }
     text = json.dumps(result, indent=1)
     if args.json:
         Path(args.json).write_text(text + "\n", encoding="utf-8")

@@ -10,6 +10,7 @@ prompt exactly as the framework built it) and reads the response as it streams b
   else llama.cpp's ``timings`` (``cache_n`` + ``prompt_n``);
 * ``server_prompt_ms``: llama.cpp's own prefill time (``timings.prompt_ms``).
 """
+
 from __future__ import annotations
 
 import json
@@ -224,8 +225,9 @@ class _SyncTransport(httpx.BaseTransport):
             return response
         ex.status = response.status_code
         stream = _SyncStream(response.stream, _Reader(ex), self.probe._done)
-        return httpx.Response(response.status_code, headers=response.headers, stream=stream,
-                              extensions=response.extensions)
+        return httpx.Response(
+            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+        )
 
     def close(self) -> None:
         self.inner.close()
@@ -242,8 +244,9 @@ class _AsyncTransport(httpx.AsyncBaseTransport):
             return response
         ex.status = response.status_code
         stream = _AsyncStream(response.stream, _Reader(ex), self.probe._done)
-        return httpx.Response(response.status_code, headers=response.headers, stream=stream,
-                              extensions=response.extensions)
+        return httpx.Response(
+            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+        )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

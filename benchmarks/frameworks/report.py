@@ -1,4 +1,5 @@
 """Summaries, markdown and the PNG of ``python -m benchmarks.frameworks`` (pure functions of the records)."""
+
 from __future__ import annotations
 
 import statistics
@@ -20,7 +21,7 @@ def _mean(xs: Iterable[float | None]) -> float | None:
 def _quartiles(xs: Sequence[float]) -> tuple[float, float, float] | None:
     if not xs:
         return None
-    q1, q2, q3 = (percentile(xs, q) for q in (25, 50, 75))   # the project's one percentile convention
+    q1, q2, q3 = (percentile(xs, q) for q in (25, 50, 75))  # the project's one percentile convention
     assert q1 is not None and q2 is not None and q3 is not None
     return q1, q2, q3
 
@@ -48,23 +49,38 @@ def summarize(records: Sequence[dict[str, Any]], turns: int) -> list[dict[str, A
             sb = sum(b[key] for b, o in pairs if b[key] and o[key])
             so = sum(o[key] for b, o in pairs if b[key] and o[key])
             q = _quartiles(rs)
-            return {"n": len(rs), "ratio_of_sums": sb / so if so else None,
-                    "median": q[1] if q else None, "q1": q[0] if q else None, "q3": q[2] if q else None}
+            return {
+                "n": len(rs),
+                "ratio_of_sums": sb / so if so else None,
+                "median": q[1] if q else None,
+                "q1": q[0] if q else None,
+                "q3": q[2] if q else None,
+            }
 
         pre_b, pre_o = per_turn(base, "prefilled"), per_turn(ours, "prefilled")
         last_b, last_o = pre_b[-1], pre_o[-1]
-        out.append({
-            "framework": fw, "answers": answers, "arm": arm, "chats": len({c for c, _ in ours}),
-            "prefilled_per_turn": {"mem0": pre_b, arm: pre_o},
-            "prompt_tokens_per_turn": {"mem0": per_turn(base, "prompt_tokens"), arm: per_turn(ours, "prompt_tokens")},
-            "memories_per_turn": {"mem0": per_turn(base, "memories"), arm: per_turn(ours, "memories")},
-            "pointers_per_turn": per_turn(ours, "pointers"),
-            "prefill_ratio_last_turn": (last_b / last_o) if last_b and last_o else None,
-            "prefilled_total": {"mem0": sum(b["prefilled"] or 0 for b, _ in pairs),
-                                arm: sum(o["prefilled"] or 0 for _, o in pairs)},
-            "ttft_ratio": ratios("ttft_s"),
-            "server_prompt_ratio": ratios("server_prompt_ms"),
-        })
+        out.append(
+            {
+                "framework": fw,
+                "answers": answers,
+                "arm": arm,
+                "chats": len({c for c, _ in ours}),
+                "prefilled_per_turn": {"mem0": pre_b, arm: pre_o},
+                "prompt_tokens_per_turn": {
+                    "mem0": per_turn(base, "prompt_tokens"),
+                    arm: per_turn(ours, "prompt_tokens"),
+                },
+                "memories_per_turn": {"mem0": per_turn(base, "memories"), arm: per_turn(ours, "memories")},
+                "pointers_per_turn": per_turn(ours, "pointers"),
+                "prefill_ratio_last_turn": (last_b / last_o) if last_b and last_o else None,
+                "prefilled_total": {
+                    "mem0": sum(b["prefilled"] or 0 for b, _ in pairs),
+                    arm: sum(o["prefilled"] or 0 for _, o in pairs),
+                },
+                "ttft_ratio": ratios("ttft_s"),
+                "server_prompt_ratio": ratios("server_prompt_ms"),
+            }
+        )
     return out
 
 
@@ -77,15 +93,20 @@ def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         f"# Framework integrations: mem0's documented pattern vs cp_memory ({meta['model']})",
         "",
-        (f"LoCoMo conversation {meta['conversation']}, {meta['chats']} chats x {turns} turns, top_k={meta['top_k']}, "
-         f"llama-server ({meta['engine']}), one server per arm, chats alternating between arms. "
-         f"Answers: `model` = the model's own (max {meta['max_tokens']} tokens); `fixed` = replaced in the "
-         "history by a fixed ~120-word answer. Prefilled = prompt tokens - cached tokens, as the engine reports "
-         "them. TTFT measured on the client at the HTTP layer; machine: "
-         f"{meta['machine']}."),
+        (
+            f"LoCoMo conversation {meta['conversation']}, {meta['chats']} chats x {turns} turns, "
+            f"top_k={meta['top_k']}, "
+            f"llama-server ({meta['engine']}), one server per arm, chats alternating between arms. "
+            f"Answers: `model` = the model's own (max {meta['max_tokens']} tokens); `fixed` = replaced in the "
+            "history by a fixed ~120-word answer. Prefilled = prompt tokens - cached tokens, as the engine reports "
+            "them. TTFT measured on the client at the HTTP layer; machine: "
+            f"{meta['machine']}."
+        ),
         "",
-        (f"| framework | answers | cp arm | prefilled turn {turns}: mem0 / cp (ratio) | prefilled all turns: "
-         "mem0 / cp | TTFT ratio mem0/cp: sums, median [q1, q3] | server prefill ratio: sums, median |"),
+        (
+            f"| framework | answers | cp arm | prefilled turn {turns}: mem0 / cp (ratio) | prefilled all turns: "
+            "mem0 / cp | TTFT ratio mem0/cp: sums, median [q1, q3] | server prefill ratio: sums, median |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for s in summary:
@@ -96,7 +117,8 @@ def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {s['framework']} | {s['answers']} | {s['arm']} | {_fmt(pb, 0)} / {_fmt(po, 0)} "
             f"({_fmt(s['prefill_ratio_last_turn'], 2)}x) | {tb:,} / {to:,} ({_fmt(tb / to if to else None, 2)}x) | "
             f"{_fmt(tt['ratio_of_sums'], 2)}x, {_fmt(tt['median'], 2)}x [{_fmt(tt['q1'], 2)}, {_fmt(tt['q3'], 2)}] | "
-            f"{_fmt(sp['ratio_of_sums'], 2)}x, {_fmt(sp['median'], 2)}x |")
+            f"{_fmt(sp['ratio_of_sums'], 2)}x, {_fmt(sp['median'], 2)}x |"
+        )
     lines += ["", f"Mean prefilled tokens per turn (turn 1 .. {turns}):", ""]
     for s in summary:
         for arm, values in s["prefilled_per_turn"].items():
@@ -106,28 +128,41 @@ def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def plot(summary: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], path: Path, turns: int) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     frameworks = sorted({s["framework"] for s in summary})
     modes = sorted({s["answers"] for s in summary})
-    fig, axes = plt.subplots(len(modes), len(frameworks), figsize=(4.6 * len(frameworks), 3.4 * len(modes)),
-                             squeeze=False, sharex=True)
-    styles = {"mem0": ("tab:red", "o"), "cp-append": ("tab:blue", "s"), "cp-late": ("tab:green", "^"),
-              "cp": ("tab:blue", "s")}
+    fig, axes = plt.subplots(
+        len(modes), len(frameworks), figsize=(4.6 * len(frameworks), 3.4 * len(modes)), squeeze=False, sharex=True
+    )
+    styles = {
+        "mem0": ("tab:red", "o"),
+        "cp-append": ("tab:blue", "s"),
+        "cp-late": ("tab:green", "^"),
+        "cp": ("tab:blue", "s"),
+    }
     xs = list(range(1, turns + 1))
     for i, mode in enumerate(modes):
         for j, fw in enumerate(frameworks):
             ax = axes[i][j]
-            arms = sorted({r["arm"] for r in records if r["framework"] == fw and r["answers"] == mode},
-                          key=lambda a: (a != "mem0", a))
+            arms = sorted(
+                {r["arm"] for r in records if r["framework"] == fw and r["answers"] == mode},
+                key=lambda a: (a != "mem0", a),
+            )
             for arm in arms:
-                ys = [_mean(r["prefilled"] for r in records if r["framework"] == fw and r["answers"] == mode
-                            and r["arm"] == arm and r["turn"] == t) for t in xs]
+                ys = [
+                    _mean(
+                        r["prefilled"]
+                        for r in records
+                        if r["framework"] == fw and r["answers"] == mode and r["arm"] == arm and r["turn"] == t
+                    )
+                    for t in xs
+                ]
                 color, marker = styles.get(arm, ("gray", "x"))
                 label = "mem0 guide" if arm == "mem0" else f"cp_memory ({arm})"
-                ax.plot(xs, [y if y is not None else float("nan") for y in ys], marker=marker, color=color,
-                        label=label)
+                ax.plot(xs, [y if y is not None else float("nan") for y in ys], marker=marker, color=color, label=label)
             ax.set_title(f"{fw} — {mode} answers", fontsize=10)
             ax.set_xlabel("turn")
             ax.set_ylabel("prefilled tokens (mean over chats)")

@@ -2,6 +2,7 @@
 that searches mem0 with the newest message and calls ``ChatOpenAI`` with
 ``[SystemMessage(instructions + memories)] + messages``; the state is ``messages`` (``add_messages``) and
 ``mem0_user_id``. The cp arms replace the node by ``memory_node(MemoryPrompt(...), llm)``."""
+
 from __future__ import annotations
 
 from typing import Annotated, Any, TypedDict
@@ -18,8 +19,10 @@ from .arms import FrameworkRunner
 from .probe import EngineProbe
 from .workload import Chat, TurnRecord, fixed_answer
 
-INSTRUCTIONS = ("You are a helpful customer support assistant. Use the provided context to personalize your "
-                "responses and remember user preferences and past interactions.")
+INSTRUCTIONS = (
+    "You are a helpful customer support assistant. Use the provided context to personalize your "
+    "responses and remember user preferences and past interactions."
+)
 
 
 class State(TypedDict):
@@ -32,13 +35,21 @@ class LangGraphRunner(FrameworkRunner):
     arms = ("mem0", "cp-append", "cp-late")
 
     def _llm(self, base_url: str, probe: EngineProbe) -> ChatOpenAI:
-        return ChatOpenAI(base_url=f"{base_url}/v1", api_key="none", model="local", temperature=0,
-                          max_tokens=self.max_tokens, streaming=True, stream_usage=True, http_client=probe.client())
+        return ChatOpenAI(
+            base_url=f"{base_url}/v1",
+            api_key="none",
+            model="local",
+            temperature=0,
+            max_tokens=self.max_tokens,
+            streaming=True,
+            stream_usage=True,
+            http_client=probe.client(),
+        )
 
     def _mem0_node(self, llm: ChatOpenAI) -> Any:
         mem0 = self.baseline_store
 
-        def chatbot(state: State) -> dict[str, Any]:          # the guide's node, minus its mem0.add
+        def chatbot(state: State) -> dict[str, Any]:  # the guide's node, minus its mem0.add
             messages = state["messages"]
             memories = mem0.search(messages[-1].content, user_id=state["mem0_user_id"])
             context = "Relevant information from previous conversations:\n"
@@ -47,6 +58,7 @@ class LangGraphRunner(FrameworkRunner):
             system_message = SystemMessage(content=f"{INSTRUCTIONS}\n{context}")
             response = llm.invoke([system_message] + messages)
             return {"messages": [response]}
+
         return chatbot
 
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:

@@ -3,6 +3,7 @@
 adds a system message with the memories in front of the chat history. The cp arms pass a
 ``ContextPilotMem0Memory`` instead. The model client is LlamaIndex's ``OpenAILike``; turns use ``stream_chat``
 (streamed, so TTFT is measurable)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,13 +30,26 @@ class LlamaIndexRunner(FrameworkRunner):
         primary = LlamaIndexMemory.from_defaults()
         if arm == "mem0":
             return Mem0Memory(context=context, client=self.baseline_store, primary_memory=primary)
-        return ContextPilotMem0Memory(context=context, client=self.cp[arm], primary_memory=primary,
-                                      layout="append" if arm == "cp-append" else "late", top_k=self.top_k,
-                                      conversation_id=f"{arm}-chat{chat.index}", write_back=False)
+        return ContextPilotMem0Memory(
+            context=context,
+            client=self.cp[arm],
+            primary_memory=primary,
+            layout="append" if arm == "cp-append" else "late",
+            top_k=self.top_k,
+            conversation_id=f"{arm}-chat{chat.index}",
+            write_back=False,
+        )
 
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:
-        llm = OpenAILike(api_base=f"{base_url}/v1", api_key="none", model="local", is_chat_model=True,
-                         max_tokens=self.max_tokens, temperature=0, http_client=probe.client())
+        llm = OpenAILike(
+            api_base=f"{base_url}/v1",
+            api_key="none",
+            model="local",
+            is_chat_model=True,
+            max_tokens=self.max_tokens,
+            temperature=0,
+            http_client=probe.client(),
+        )
         memory = self._memory(arm, chat)
         engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
         out = []

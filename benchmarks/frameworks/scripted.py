@@ -8,6 +8,7 @@ arguments, e.g. mem0's ``user_id``), without calling the engine; every other ste
 tool output) goes to the real model. The engine therefore sees the conversation with the tool call and its
 output exactly as a well-behaved model would have produced them.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,27 +59,54 @@ class ScriptedFirstStep(Model):
             return None
         self.calls += 1
         call_id = f"call_{self.calls:04d}"
-        return ResponseFunctionToolCall(type="function_call", call_id=call_id, id=f"fc_{self.calls:04d}",
-                                        name=self.tool_name, status="completed",
-                                        arguments=json.dumps({"query": text, **self.extra_args}))
+        return ResponseFunctionToolCall(
+            type="function_call",
+            call_id=call_id,
+            id=f"fc_{self.calls:04d}",
+            name=self.tool_name,
+            status="completed",
+            arguments=json.dumps({"query": text, **self.extra_args}),
+        )
 
-    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,
-                           output_schema: Any, handoffs: Any, tracing: Any, **kwargs: Any) -> ModelResponse:
+    async def get_response(
+        self,
+        system_instructions: Any,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
         call = self._call(input)
         if call is not None:
             return ModelResponse(output=[call], usage=Usage(), response_id=None)
-        return await self.inner.get_response(system_instructions, input, model_settings, tools, output_schema,
-                                             handoffs, tracing, **kwargs)
+        return await self.inner.get_response(
+            system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+        )
 
-    async def stream_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,  # type: ignore[override]
-                              output_schema: Any, handoffs: Any, tracing: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    async def stream_response(
+        self,
+        system_instructions: Any,
+        input: Any,
+        model_settings: Any,
+        tools: Any,  # type: ignore[override]
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
         call = self._call(input)
         if call is not None:
-            response = Response.model_construct(id=f"resp_{self.calls:04d}", output=[call], usage=None,
-                                                object="response", model="scripted")
-            yield ResponseCompletedEvent.model_construct(type="response.completed", response=response,
-                                                         sequence_number=0)
+            response = Response.model_construct(
+                id=f"resp_{self.calls:04d}", output=[call], usage=None, object="response", model="scripted"
+            )
+            yield ResponseCompletedEvent.model_construct(
+                type="response.completed", response=response, sequence_number=0
+            )
             return
-        async for event in self.inner.stream_response(system_instructions, input, model_settings, tools,
-                                                      output_schema, handoffs, tracing, **kwargs):
+        async for event in self.inner.stream_response(
+            system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+        ):
             yield event

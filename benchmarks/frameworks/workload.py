@@ -8,6 +8,7 @@ Answers: ``"model"`` keeps the model's own (short) answer in the history; ``"fix
 the turn, by a fixed-length answer (:func:`fixed_answer`, ~120 words) so the history grows as it would
 with a real assistant's answers.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -58,8 +59,8 @@ class TurnRecord:
     total_s: float | None
     messages: int
     prompt_chars: int
-    memories: int          # memories shown in full this turn
-    pointers: int          # memories shown as pointers to an earlier turn
+    memories: int  # memories shown in full this turn
+    pointers: int  # memories shown as pointers to an earlier turn
     answer: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,7 +76,7 @@ def load_workload(locomo: str | None, conversation: int, chats: int, turns: int)
     need = chats * turns
     if len(questions) < need:
         raise ValueError(f"conversation {conversation} has {len(questions)} questions; {chats}x{turns} need {need}")
-    return conv, [Chat(c, tuple(questions[c * turns:(c + 1) * turns])) for c in range(chats)]
+    return conv, [Chat(c, tuple(questions[c * turns : (c + 1) * turns])) for c in range(chats)]
 
 
 def count_lines(text: str, prefixes: Sequence[str]) -> int:

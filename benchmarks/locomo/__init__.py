@@ -5,6 +5,7 @@
 The names below load lazily, so the stdlib-only modules (``metrics``, ``export``) import without mem0,
 cp_memory or numpy (``benchmarks.replay`` runs on a bare machine).
 """
+
 from __future__ import annotations
 
 from typing import Any

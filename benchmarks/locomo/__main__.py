@@ -1,4 +1,5 @@
 """``python -m benchmarks.locomo``."""
+
 from .cli import main
 
 raise SystemExit(main())

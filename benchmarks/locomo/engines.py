@@ -12,9 +12,11 @@
 ==================  =============================================================  ======================
 
 The HTTP engines (``llama.cpp``, ``sglang``, ``openai-compatible``) are in :mod:`.http_engines`, the
-model-cache engine in :mod:`.model_cache`. Every engine answers with a :class:`Reply`; a request that fails is a ``Reply`` with ``error`` set
+model-cache engine in :mod:`.model_cache`. Every engine answers with a :class:`Reply`; a request that fails
+is a ``Reply`` with ``error`` set
 (the run goes on and the failure is counted in the table), never an exception.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,7 +54,7 @@ class Reply:
     prompt_tokens: int | None
     cached_tokens: int | None
     error: str | None = None
-    server_prompt_ms: float | None = None   # prefill time the engine reports (llama.cpp), no HTTP
+    server_prompt_ms: float | None = None  # prefill time the engine reports (llama.cpp), no HTTP
 
 
 def messages_text(messages: Sequence[dict[str, Any]]) -> str:
@@ -71,7 +73,7 @@ class BenchEngine(ABC):
         self.model = model
         self.flushes: dict[str, int] = {}
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 - optional hook: engines that need no start keep this no-op
         """Launch or connect; idempotent."""
 
     @abstractmethod
@@ -96,12 +98,16 @@ class BenchEngine(ABC):
             if reply.error:
                 logger.warning("warm-up request failed: %s", reply.error)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: engines that launched nothing keep this no-op
         """Stop what was launched."""
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "model": self.model, "measures_ttft": self.measures_ttft,
-                "flushes": dict(self.flushes)}
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "measures_ttft": self.measures_ttft,
+            "flushes": dict(self.flushes),
+        }
 
     def __enter__(self) -> Self:
         self.start()

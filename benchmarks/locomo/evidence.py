@@ -17,6 +17,7 @@ Recall of a question = hit / coverable; a mode's recall is the mean over questio
 Baseline and aligned show the same set of memories, so their recall is identical (a test checks it);
 superset adds memories (recall can only rise), swap drops some (it can fall).
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,16 +90,22 @@ class EvidenceIndex:
             logger.warning("no memory of %s carries LoCoMo evidence metadata: evidence recall is n/a", user_id)
         return index
 
-    def score(self, question_evidence: Sequence[str], prompt_ids: Sequence[str],
-              retrieval_ids: Sequence[str]) -> EvidenceScore:
+    def score(
+        self, question_evidence: Sequence[str], prompt_ids: Sequence[str], retrieval_ids: Sequence[str]
+    ) -> EvidenceScore:
         """Score one prompt: ``prompt_ids`` in prompt order, ``retrieval_ids`` in mem0's rank order."""
         wanted = evidence_ids(*question_evidence)
         coverable = [e for e in wanted if e in self.coverable]
         first_pos = _first_cover(self.by_memory, prompt_ids)
         first_rank = _first_cover(self.by_memory, retrieval_ids)
         hits = [e for e in coverable if e in first_pos]
-        return EvidenceScore(len(wanted), len(coverable), len(hits), tuple(first_pos[e] for e in hits),
-                             tuple(first_rank[e] for e in coverable if e in first_rank))
+        return EvidenceScore(
+            len(wanted),
+            len(coverable),
+            len(hits),
+            tuple(first_pos[e] for e in hits),
+            tuple(first_rank[e] for e in coverable if e in first_rank),
+        )
 
 
 def _first_cover(by_memory: Mapping[str, tuple[str, ...]], ids: Sequence[str]) -> dict[str, int]:

@@ -16,6 +16,7 @@ Format (``"format": "cp_memory.locomo.prompts/1"``), compact JSON (gzip when FIL
 A prompt is ``"\\n".join(lines[i] for i in prompt)``. Chat runs store the new user message (``user``)
 and ``new_chat`` where the history starts again; the replay keeps its own history (its engine's answers).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -48,14 +49,24 @@ class PromptExport:
             out.append(i)
         return out
 
-    def start_run(self, *, conversation: int, sample_id: str, k: str, mode: str, position: int,
-                  warmup: int) -> None:
+    def start_run(self, *, conversation: int, sample_id: str, k: str, mode: str, position: int, warmup: int) -> None:
         """A (conversation, k, mode) run starts: the engine cache is flushed, then ``warmup`` requests."""
-        self.runs.append({"conversation": conversation, "sample_id": sample_id, "k": k, "mode": mode,
-                          "position": position, "flush": True, "warmup": warmup, "requests": []})
+        self.runs.append(
+            {
+                "conversation": conversation,
+                "sample_id": sample_id,
+                "k": k,
+                "mode": mode,
+                "position": position,
+                "flush": True,
+                "warmup": warmup,
+                "requests": [],
+            }
+        )
 
-    def add(self, *, turn: int, measured: bool, prompt: str | None = None, user: str | None = None,
-            new_chat: bool = False) -> None:
+    def add(
+        self, *, turn: int, measured: bool, prompt: str | None = None, user: str | None = None, new_chat: bool = False
+    ) -> None:
         """One request of the current run: a completion ``prompt`` or a chat's new ``user`` message."""
         if not self.runs:
             raise RuntimeError("PromptExport.add before start_run")
@@ -94,6 +105,9 @@ def load_prompts(path: str | Path) -> dict[str, Any]:
         raw = gzip.decompress(raw)
     data = json.loads(raw.decode("utf-8"))
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a prompt export ({FORMAT!r} expected, got {data.get('format')!r})"
-                         if isinstance(data, dict) else f"{path}: not a prompt export")
+        raise ValueError(
+            f"{path}: not a prompt export ({FORMAT!r} expected, got {data.get('format')!r})"
+            if isinstance(data, dict)
+            else f"{path}: not a prompt export"
+        )
     return data

@@ -1,4 +1,5 @@
 """The engines reached over HTTP: a server launched here (llama-server, SGLang) or one at a URL."""
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,15 @@ class ClientEngine(BenchEngine):
 
     kind = "openai-compatible"
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 600.0, send_model: bool = True) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        send_model: bool = True,
+    ) -> None:
         super().__init__(model)
         self.base_url = base_url
         self.api_key = api_key
@@ -34,8 +42,9 @@ class ClientEngine(BenchEngine):
         if self._client is not None:
             self._client.close()
         assert self.base_url is not None
-        self._client = EngineClient(self.base_url, model=self.model if self.send_model else None,
-                                    api_key=self.api_key, timeout=self.timeout)
+        self._client = EngineClient(
+            self.base_url, model=self.model if self.send_model else None, api_key=self.api_key, timeout=self.timeout
+        )
 
     @property
     def client(self) -> Any:
@@ -51,8 +60,14 @@ class ClientEngine(BenchEngine):
         except EngineError as exc:
             logger.warning("engine request failed: %s", exc)
             return Reply("", None, None, None, None, error=str(exc)[:500])
-        return Reply(r.text, r.ttft_s, r.total_s, r.prompt_tokens, r.cached_tokens,
-                     server_prompt_ms=getattr(r, "server_prompt_ms", None))
+        return Reply(
+            r.text,
+            r.ttft_s,
+            r.total_s,
+            r.prompt_tokens,
+            r.cached_tokens,
+            server_prompt_ms=getattr(r, "server_prompt_ms", None),
+        )
 
     def complete(self, prompt: str, *, max_tokens: int) -> Reply:
         return self._call("complete", prompt, max_tokens)
@@ -72,10 +87,12 @@ class ClientEngine(BenchEngine):
 class UrlEngine(ClientEngine):
     """A server someone else started (``--engine-url``). Its kind is probed to pick the cache flush."""
 
-    def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
-                 timeout: float = 600.0) -> None:
-        super().__init__(model or "", base_url=base_url.rstrip("/").removesuffix("/v1"), api_key=api_key,
-                         timeout=timeout)
+    def __init__(
+        self, base_url: str, model: str | None = None, *, api_key: str | None = None, timeout: float = 600.0
+    ) -> None:
+        super().__init__(
+            model or "", base_url=base_url.rstrip("/").removesuffix("/v1"), api_key=api_key, timeout=timeout
+        )
         self.server = "unknown"
 
     def start(self) -> None:
@@ -93,8 +110,9 @@ class UrlEngine(ClientEngine):
                     data = http.get("/v1/models").json().get("data") or []
                     self.model = str(data[0]["id"]) if data else "unknown-model"
             except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError) as exc:
-                raise RuntimeError(f"engine at {self.base_url} does not answer like an OpenAI-compatible "
-                                   f"server: {exc}") from exc
+                raise RuntimeError(
+                    f"engine at {self.base_url} does not answer like an OpenAI-compatible server: {exc}"
+                ) from exc
         self.kind = f"openai-compatible ({self.server})" if self.server != "unknown" else "openai-compatible"
         self._new_client()
         logger.info("engine at %s: %s, model %s", self.base_url, self.kind, self.model)
@@ -103,11 +121,14 @@ class UrlEngine(ClientEngine):
         if self.client.flush_cache():
             return "flush_cache"
         if self.server == "llama.cpp":
-            logger.warning("llama.cpp at %s: slots erased, but its host prompt cache cannot be cleared over "
-                           "HTTP; modes may see each other's prefixes. Use --engine llama for a fair run.",
-                           self.base_url)
+            logger.warning(
+                "llama.cpp at %s: slots erased, but its host prompt cache cannot be cleared over "
+                "HTTP; modes may see each other's prefixes. Use --engine llama for a fair run.",
+                self.base_url,
+            )
             return "slots-erased (host prompt cache kept)"
         import httpx
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:  # vLLM (with VLLM_SERVER_DEV_MODE=1): POST /reset_prefix_cache
             resp = httpx.post(f"{self.base_url}/reset_prefix_cache", headers=headers, timeout=30.0)
@@ -115,8 +136,9 @@ class UrlEngine(ClientEngine):
                 return "reset_prefix_cache"
         except httpx.HTTPError:
             pass
-        logger.warning("engine at %s has no cache flush endpoint: modes are NOT separated by a cold cache",
-                       self.base_url)
+        logger.warning(
+            "engine at %s has no cache flush endpoint: modes are NOT separated by a cold cache", self.base_url
+        )
         return "none (no flush endpoint)"
 
     def describe(self) -> dict[str, Any]:
@@ -146,8 +168,15 @@ class LlamaEngine(LaunchedEngine):
 
     kind = "llama.cpp"
 
-    def __init__(self, model_path: str | Path, *, ctx_size: int = 8192, threads: int | None = None,
-                 cache_ram_mib: int = 2048, log_path: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        ctx_size: int = 8192,
+        threads: int | None = None,
+        cache_ram_mib: int = 2048,
+        log_path: str | Path | None = None,
+    ) -> None:
         self.model_path = Path(model_path)
         super().__init__(_model_name(self.model_path))
         self.ctx_size = ctx_size
@@ -162,9 +191,15 @@ class LlamaEngine(LaunchedEngine):
 
         if self.server is not None and self.server.is_running:
             return
-        self.server = LlamaServer(self.model_path, slots=1, ctx_size=self.ctx_size, threads=self.threads,
-                                  cache_ram_mib=self.cache_ram_mib, alias=self.model,
-                                  log_path=self.log_path)
+        self.server = LlamaServer(
+            self.model_path,
+            slots=1,
+            ctx_size=self.ctx_size,
+            threads=self.threads,
+            cache_ram_mib=self.cache_ram_mib,
+            alias=self.model,
+            log_path=self.log_path,
+        )
         self.server.start()
         try:
             self.version = self.server.version()
@@ -182,10 +217,16 @@ class LlamaEngine(LaunchedEngine):
         return self.model_path.name.startswith("random-")
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "model_path": str(self.model_path), "version": self.version,
-                "random_weights": self.random_weights,
-                "ctx_size": self.ctx_size, "slots": 1, "cache_ram_mib": self.cache_ram_mib,
-                "threads": self.server.threads if self.server is not None else self.threads}
+        return {
+            **super().describe(),
+            "model_path": str(self.model_path),
+            "version": self.version,
+            "random_weights": self.random_weights,
+            "ctx_size": self.ctx_size,
+            "slots": 1,
+            "cache_ram_mib": self.cache_ram_mib,
+            "threads": self.server.threads if self.server is not None else self.threads,
+        }
 
 
 class SGLangEngine(LaunchedEngine):
@@ -193,9 +234,15 @@ class SGLangEngine(LaunchedEngine):
 
     kind = "sglang"
 
-    def __init__(self, model_path: str, *, context_length: int | None = None,
-                 mem_fraction_static: float | None = None, extra_args: Sequence[str] = (),
-                 log_path: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        context_length: int | None = None,
+        mem_fraction_static: float | None = None,
+        extra_args: Sequence[str] = (),
+        log_path: str | Path | None = None,
+    ) -> None:
         super().__init__(model_path)
         self.model_path = model_path
         self.context_length = context_length
@@ -209,9 +256,13 @@ class SGLangEngine(LaunchedEngine):
 
         if self.server is not None and self.server.is_running:
             return
-        self.server = SGLangServer(self.model_path, context_length=self.context_length,
-                                   mem_fraction_static=self.mem_fraction_static, extra_args=self.extra_args,
-                                   log_path=self.log_path)
+        self.server = SGLangServer(
+            self.model_path,
+            context_length=self.context_length,
+            mem_fraction_static=self.mem_fraction_static,
+            extra_args=self.extra_args,
+            log_path=self.log_path,
+        )
         self.server.start()
         self.base_url = self.server.base_url
         self._new_client()

@@ -14,6 +14,7 @@ Each observation's ``metadata.evidence`` holds the dialogue ids it was derived f
 which the evidence-recall statistics read back. A user whose memories are already in
 the store (a persistent ``--mem0-dir``) is not ingested again.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,8 @@ class Ingested:
 
     sample_id: str
     user_id: str
-    memories: int          # memories the user has in mem0 after ingestion
-    added: int             # add() calls made now (0: reused from a persistent store)
+    memories: int  # memories the user has in mem0 after ingestion
+    added: int  # add() calls made now (0: reused from a persistent store)
     seconds: float
 
 
@@ -67,8 +68,7 @@ def _session_dates(conv: Conversation) -> dict[int, str]:
     return dates
 
 
-def memory_items(conv: Conversation, source: str,
-                 max_memories: int | None = None) -> list[tuple[Any, dict[str, Any]]]:
+def memory_items(conv: Conversation, source: str, max_memories: int | None = None) -> list[tuple[Any, dict[str, Any]]]:
     """What is added for ``conv``: ``(messages, metadata)`` pairs, in conversation order."""
     if source not in MEMORY_SOURCES:
         raise ValueError(f"memories must be one of {MEMORY_SOURCES}, got {source!r}")
@@ -86,12 +86,16 @@ def memory_items(conv: Conversation, source: str,
             text = dated(o.session, o.text)
             if not o.text.strip():
                 continue
-            if text in kept:   # a repeated fact is stored once, covering the evidence of every copy
+            if text in kept:  # a repeated fact is stored once, covering the evidence of every copy
                 merged = evidence_ids(kept[text]["evidence"], *o.evidence_ids)
                 kept[text]["evidence"] = ",".join(merged)
                 continue
-            kept[text] = {"locomo_id": o.id, "session": o.session, "speaker": o.speaker,
-                          "evidence": ",".join(o.evidence_ids)}
+            kept[text] = {
+                "locomo_id": o.id,
+                "session": o.session,
+                "speaker": o.speaker,
+                "evidence": ",".join(o.evidence_ids),
+            }
             items.append((text, kept[text]))
     elif source == "turns":
         for t in conv.turns:
@@ -110,8 +114,14 @@ def memory_items(conv: Conversation, source: str,
     return items[:max_memories] if max_memories else items
 
 
-def make_memory(*, config_file: str | Path | None = None, store_dir: str | Path | None = None,
-                llm_url: str | None = None, llm_model: str | None = None, llm_api_key: str | None = None) -> Any:
+def make_memory(
+    *,
+    config_file: str | Path | None = None,
+    store_dir: str | Path | None = None,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    llm_api_key: str | None = None,
+) -> Any:
     """The mem0 ``Memory``: ``Memory.from_config(json)`` with ``config_file``, else the embedded default
     (local Qdrant in memory or under ``store_dir``, bundled MiniLM embedder); ``llm_url`` gives mem0 an
     OpenAI-compatible LLM (needed for ``--memories extract``)."""
@@ -119,9 +129,15 @@ def make_memory(*, config_file: str | Path | None = None, store_dir: str | Path 
 
     llm = None
     if llm_url:
-        llm = {"provider": "openai", "config": {"openai_base_url": llm_url.rstrip("/"),
-                                                "api_key": llm_api_key or "no-key",
-                                                "model": llm_model or "default", "temperature": 0.0}}
+        llm = {
+            "provider": "openai",
+            "config": {
+                "openai_base_url": llm_url.rstrip("/"),
+                "api_key": llm_api_key or "no-key",
+                "model": llm_model or "default",
+                "temperature": 0.0,
+            },
+        }
     if config_file:
         set_offline_env()
         from mem0 import Memory
@@ -143,8 +159,14 @@ def _count(memory: Any, user_id: str) -> int:
     return len(results)
 
 
-def ingest(memory: Any, conversations: Sequence[Conversation], source: str, *,
-           max_memories: int | None = None, progress: bool = True) -> list[Ingested]:
+def ingest(
+    memory: Any,
+    conversations: Sequence[Conversation],
+    source: str,
+    *,
+    max_memories: int | None = None,
+    progress: bool = True,
+) -> list[Ingested]:
     """Add each conversation's memories for its own user (skipped when the user already has some)."""
     import time
 
@@ -161,16 +183,22 @@ def ingest(memory: Any, conversations: Sequence[Conversation], source: str, *,
             continue
         items = memory_items(conv, source, max_memories)
         infer = source == "extract"
-        bar: Iterable[tuple[Any, dict[str, Any]]] = tqdm(items, desc=f"ingest {conv.sample_id} ({source})", unit="mem" if not infer else
-                             "session", disable=not progress, leave=False)
+        bar: Iterable[tuple[Any, dict[str, Any]]] = tqdm(
+            items,
+            desc=f"ingest {conv.sample_id} ({source})",
+            unit="mem" if not infer else "session",
+            disable=not progress,
+            leave=False,
+        )
         for messages, metadata in bar:
             memory.add(messages, user_id=uid, infer=infer, metadata=metadata)
         n = _count(memory, uid)
         seconds = time.perf_counter() - t0
-        logger.info("%s: %d add() calls -> %d memories for %s in %.1f s", conv.sample_id, len(items), n, uid,
-                    seconds)
+        logger.info("%s: %d add() calls -> %d memories for %s in %.1f s", conv.sample_id, len(items), n, uid, seconds)
         if n == 0:
-            raise RuntimeError(f"no memories stored for {uid} after ingestion (source {source}); "
-                               "with --memories extract check --llm-url")
+            raise RuntimeError(
+                f"no memories stored for {uid} after ingestion (source {source}); "
+                "with --memories extract check --llm-url"
+            )
         out.append(Ingested(conv.sample_id, uid, n, len(items), seconds))
     return out

@@ -4,6 +4,7 @@ The paper graded with GPT-4.1; any capable model behind an OpenAI-compatible end
 SGLang/vLLM/llama.cpp server, or a hosted API with ``--judge-api-key``). Judging runs after all modes
 are measured, so its requests never share the measured engine's cache or time.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,8 @@ JUDGE_SYSTEM = (
     "whether the prediction is correct.\n"
     'Output JSON only: {"score": <0, 0.5 or 1>, "reason": "<brief reason>"}\n'
     "Score 1 = fully correct, 0.5 = partially correct, 0 = wrong. Be lenient with phrasing differences if "
-    "the meaning matches (dates in another format are fine).")
+    "the meaning matches (dates in another format are fine)."
+)
 
 _NUMBER = re.compile(r"\"?score\"?\s*[:=]\s*([01](?:\.\d+)?)|^\s*([01](?:\.\d+)?)\s*$", re.IGNORECASE | re.MULTILINE)
 
@@ -44,8 +46,7 @@ def parse_score(text: str) -> float | None:
 class Judge:
     """Grades (question, prediction, gold) triples with a chat model."""
 
-    def __init__(self, url: str, *, model: str | None = None, api_key: str | None = None,
-                 max_tokens: int = 96) -> None:
+    def __init__(self, url: str, *, model: str | None = None, api_key: str | None = None, max_tokens: int = 96) -> None:
         from cp_memory.engine import EngineClient
 
         self.client = EngineClient(url, model=model, api_key=api_key, send_request_id=False, timeout=300.0)
@@ -55,9 +56,10 @@ class Judge:
     def score(self, question: str, prediction: str, gold: str) -> float | None:
         from cp_memory.engine import EngineError
 
-        messages = [{"role": "system", "content": JUDGE_SYSTEM},
-                    {"role": "user", "content": f"Question: {question}\nPredicted: {prediction}\n"
-                                                f"Ground truth: {gold}"}]
+        messages = [
+            {"role": "system", "content": JUDGE_SYSTEM},
+            {"role": "user", "content": f"Question: {question}\nPredicted: {prediction}\nGround truth: {gold}"},
+        ]
         try:
             reply = self.client.chat(messages, max_tokens=self.max_tokens, temperature=0.0)
         except EngineError as exc:
@@ -68,8 +70,9 @@ class Judge:
             logger.warning("judge reply without a score: %r", reply.text[:200])
         return score
 
-    def score_many(self, items: Sequence[tuple[str, str, str]],
-                   tick: Callable[[], None] | None = None) -> list[float | None]:
+    def score_many(
+        self, items: Sequence[tuple[str, str, str]], tick: Callable[[], None] | None = None
+    ) -> list[float | None]:
         """Scores in order; identical triples are judged once."""
         memo: dict[tuple[str, str, str], float | None] = {}
         out = []

@@ -8,6 +8,7 @@
 * :func:`clean_answer` — what is scored: the generated text without a ``<think>`` block, first
   non-empty line, stripped.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """The model-cache engine: no LLM, every prompt served by :mod:`cp_memory.cache_model` (deterministic,
 machine-independent hit ratios; TTFT, answers and F1 are n/a)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +15,9 @@ __all__ = ["CACHE_POLICIES", "ModelCacheEngine", "make_cache_model"]
 CACHE_POLICIES = ("radix", "llama.cpp")
 
 
-def make_cache_model(policy: str = "radix", *, capacity_tokens: int | None = 65_536,
-                     block_size: int = 16) -> PrefixCacheModel:
+def make_cache_model(
+    policy: str = "radix", *, capacity_tokens: int | None = 65_536, block_size: int = 16
+) -> PrefixCacheModel:
     """A fresh :mod:`cp_memory.cache_model` cache: ``radix`` (SGLang/vLLM: chained blocks of ``block_size``
     tokens, LRU over ``capacity_tokens``) or ``llama.cpp`` (one slot + host prompt cache of
     ``capacity_tokens``). Both on regex tokens (no tokenizer needed)."""
@@ -41,8 +43,7 @@ class ModelCacheEngine(BenchEngine):
         self.cache = make_cache_model(policy, capacity_tokens=capacity_tokens, block_size=block_size)
 
     def _flush(self) -> str:
-        self.cache = make_cache_model(self.policy, capacity_tokens=self.capacity_tokens,
-                                      block_size=self.block_size)
+        self.cache = make_cache_model(self.policy, capacity_tokens=self.capacity_tokens, block_size=self.block_size)
         return "new-cache"
 
     def warmup(self, n: int) -> None:
@@ -56,6 +57,10 @@ class ModelCacheEngine(BenchEngine):
         return self.complete(messages_text(messages), max_tokens=max_tokens)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "capacity_tokens": self.capacity_tokens, "policy": self.policy,
-                "block_tokens": self.block_size if self.policy == "radix" else 1,
-                "note": "hit ratio from cp_memory.cache_model (regex tokens); no LLM, TTFT not measured"}
+        return {
+            **super().describe(),
+            "capacity_tokens": self.capacity_tokens,
+            "policy": self.policy,
+            "block_tokens": self.block_size if self.policy == "radix" else 1,
+            "note": "hit ratio from cp_memory.cache_model (regex tokens); no LLM, TTFT not measured",
+        }

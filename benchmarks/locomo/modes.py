@@ -25,6 +25,7 @@ mode repeating its own order; labels run 1..N*M and the order annotation ranks t
 Each mode builder owns a fresh :class:`ContextPilotMemory` (cold per-user index and dedup log) over a
 shared :class:`CachedSearch`, so every mode sees exactly the same mem0 results for a question.
 """
+
 from __future__ import annotations
 
 import copy
@@ -80,8 +81,7 @@ class ModeSpec:
         return "swap" if self.swap_budget > 0 else "superset" if self.extra_budget > 0 else "aligned"
 
 
-def parse_mode(name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25,
-               protect: float = 0.5) -> ModeSpec:
+def parse_mode(name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25, protect: float = 0.5) -> ModeSpec:
     """``baseline`` | ``aligned`` | ``dedup`` | ``aligned+superset[@B]`` | ``aligned+swap[@B[/P]]``.
 
     Budgets are fractions of k in (0, 1]; ``P`` (protect) in [0, 1]. Without ``@`` the CLI's
@@ -95,8 +95,10 @@ def parse_mode(name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.
         return ModeSpec(name, dedup=True)
     m = _MODE.fullmatch(name)
     if not m:
-        raise ValueError(f"unknown mode {name!r}: baseline, aligned, dedup, aligned+superset[@B] or "
-                         "aligned+swap[@B[/P]] (e.g. aligned+swap@0.25/0.5)")
+        raise ValueError(
+            f"unknown mode {name!r}: baseline, aligned, dedup, aligned+superset[@B] or "
+            "aligned+swap[@B[/P]] (e.g. aligned+swap@0.25/0.5)"
+        )
     kind, b, p = m.group(1), m.group(2), m.group(3)
     try:
         budget = float(b) if b else (extra_budget if kind == "superset" else swap_budget)
@@ -167,16 +169,16 @@ class BuiltContext:
     """The context section of one prompt and what produced it."""
 
     context: str
-    block_ids: tuple[str, ...]        # memory ids in prompt order, one copy (repeat not expanded)
-    retrieved: int                    # memories mem0 returned for the question (<= k)
-    extra: int                        # superset/swap: other memories of the user shown
-    duplicates: int                   # dedup: retrieved memories replaced by location annotations
-    prefix_len: int | None            # ContextPilot's index: leading blocks shared with earlier requests
-    fallback: bool = False            # ContextPilotMemory fell back to mem0's order (an internal failure)
-    retrieval_ids: tuple[str, ...] = ()   # mem0's ranking for the question (the same in every mode)
-    duplicate_ids: tuple[str, ...] = ()   # dedup: memories a location annotation points back to
-    dropped: int = 0                  # swap: retrieved memories left out for extras
-    response: Any = None              # the wrapper's response (to commit the turn once it is sent)
+    block_ids: tuple[str, ...]  # memory ids in prompt order, one copy (repeat not expanded)
+    retrieved: int  # memories mem0 returned for the question (<= k)
+    extra: int  # superset/swap: other memories of the user shown
+    duplicates: int  # dedup: retrieved memories replaced by location annotations
+    prefix_len: int | None  # ContextPilot's index: leading blocks shared with earlier requests
+    fallback: bool = False  # ContextPilotMemory fell back to mem0's order (an internal failure)
+    retrieval_ids: tuple[str, ...] = ()  # mem0's ranking for the question (the same in every mode)
+    duplicate_ids: tuple[str, ...] = ()  # dedup: memories a location annotation points back to
+    dropped: int = 0  # swap: retrieved memories left out for extras
+    response: Any = None  # the wrapper's response (to commit the turn once it is sent)
 
 
 class CachedSearch:
@@ -195,8 +197,7 @@ class CachedSearch:
     def memory(self) -> Any:
         return self._memory
 
-    def search(self, query: str, *, top_k: int = 20, filters: Mapping[str, Any] | None = None,
-               **kwargs: Any) -> Any:
+    def search(self, query: str, *, top_k: int = 20, filters: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         key = (query, top_k, _freeze(filters), _freeze(kwargs))
         with self._lock:
             self.calls += 1
@@ -209,8 +210,9 @@ class CachedSearch:
             self._cache[key] = copy.deepcopy(out)
         return _copy_response(out)
 
-    def ranked_ids(self, query: str, *, top_k: int, filters: Mapping[str, Any] | None = None,
-                   **kwargs: Any) -> tuple[str, ...]:
+    def ranked_ids(
+        self, query: str, *, top_k: int, filters: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> tuple[str, ...]:
         """mem0's ranking (memory ids) of a memoized search; not counted as a call."""
         key = (query, top_k, _freeze(filters), _freeze(kwargs))
         with self._lock:
@@ -247,9 +249,18 @@ def _freeze(value: Any) -> Hashable:
 class ModeBuilder:
     """Builds contexts for one (mode, k) over one conversation's user; create one per mode run."""
 
-    def __init__(self, mode: str | ModeSpec, search: CachedSearch, *, user_id: str, k: KSpec,
-                 extra_budget: float = 0.25, conversation_id: str | None = None,
-                 mem0_kwargs: Mapping[str, Any] | None = None, alpha: float = 0.001) -> None:
+    def __init__(
+        self,
+        mode: str | ModeSpec,
+        search: CachedSearch,
+        *,
+        user_id: str,
+        k: KSpec,
+        extra_budget: float = 0.25,
+        conversation_id: str | None = None,
+        mem0_kwargs: Mapping[str, Any] | None = None,
+        alpha: float = 0.001,
+    ) -> None:
         spec = mode if isinstance(mode, ModeSpec) else parse_mode(mode, extra_budget=extra_budget)
         if spec.name == "aligned+superset" and spec.extra_budget <= 0:
             raise ValueError("aligned+superset needs extra_budget > 0")
@@ -266,15 +277,22 @@ class ModeBuilder:
             # dedup: max_overfetch=0 -> the same k memories as every other mode, the ones already sent
             # replaced by location annotations (the paper's multi-turn dedup). ContextPilotMemory's default
             # over-fetch would instead top the prompt up to k memories not sent before (longer prompts).
-            options: dict[str, Any] = {"alpha": alpha, "annotate": True, "dedup": spec.dedup,
-                                       "extra_budget": spec.extra_budget, "max_overfetch": 0}
+            options: dict[str, Any] = {
+                "alpha": alpha,
+                "annotate": True,
+                "dedup": spec.dedup,
+                "extra_budget": spec.extra_budget,
+                "max_overfetch": 0,
+            }
             if spec.swap_budget > 0:
                 options.update(swap_budget=spec.swap_budget, protect=spec.protect)
             try:
                 self.cpm = ContextPilotMemory(search, **options)
             except TypeError as exc:
-                raise ValueError(f"mode {spec.name!r} needs ContextPilotMemory(swap_budget=..., protect=...), "
-                                 f"which this cp_memory does not have: {exc}") from exc
+                raise ValueError(
+                    f"mode {spec.name!r} needs ContextPilotMemory(swap_budget=..., protect=...), "
+                    f"which this cp_memory does not have: {exc}"
+                ) from exc
 
     @property
     def filters(self) -> dict[str, Any]:
@@ -310,8 +328,9 @@ class ModeBuilder:
     def _aligned(self, question: str) -> BuiltContext:
         assert self.cpm is not None
         conv = self.conversation_id if self.spec.dedup else None
-        response = self.cpm.search(question, filters=self.filters, top_k=self.k.n, conversation_id=conv,
-                                   **self.mem0_kwargs)
+        response = self.cpm.search(
+            question, filters=self.filters, top_k=self.k.n, conversation_id=conv, **self.mem0_kwargs
+        )
         info = response["context_pilot"]
         if info.get("fallback"):
             logger.warning("ContextPilotMemory fell back to mem0's order for %r: %s", question, info.get("error"))
@@ -321,11 +340,23 @@ class ModeBuilder:
         if self.k.repeat == 1:
             context = info["context"]
         else:
-            context = render_context(texts * self.k.repeat, order_annotation=info["order_annotation"] or None,
-                                     location_annotations=info["location_annotations"])
+            context = render_context(
+                texts * self.k.repeat,
+                order_annotation=info["order_annotation"] or None,
+                location_annotations=info["location_annotations"],
+            )
         retrieved = sum(1 for b in blocks if not b["extra"]) + len(dup_ids) + len(info.get("dropped", ()))
         ranking = self.search.ranked_ids(question, top_k=self.k.n, filters=self.filters, **self.mem0_kwargs)
-        return BuiltContext(context, tuple(str(b["id"]) for b in blocks), retrieved, len(info["extra"]),
-                            len(dup_ids), int(info["prefix_len"]), bool(info.get("fallback")),
-                            retrieval_ids=ranking, duplicate_ids=tuple(dup_ids),
-                            dropped=len(info.get("dropped", ())), response=response)
+        return BuiltContext(
+            context,
+            tuple(str(b["id"]) for b in blocks),
+            retrieved,
+            len(info["extra"]),
+            len(dup_ids),
+            int(info["prefix_len"]),
+            bool(info.get("fallback")),
+            retrieval_ids=ranking,
+            duplicate_ids=tuple(dup_ids),
+            dropped=len(info.get("dropped", ())),
+            response=response,
+        )

@@ -1,5 +1,6 @@
 """The PNGs of a LoCoMo run: TTFT (or hit ratio) and evidence recall by k and mode; the Pareto front of
 prefilled tokens against evidence recall."""
+
 from __future__ import annotations
 
 import logging
@@ -18,6 +19,7 @@ __all__ = ["pareto_plot", "plot"]
 def _pyplot() -> Any:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -60,11 +62,17 @@ def plot(summaries: Sequence[Summary], path: Path, title: str, ttft: bool = True
         return None
     ks = list(dict.fromkeys(s.k for s in summaries))
     recall = any(s.evidence_recall is not None for s in summaries)
-    fig, axes = plt.subplots(1, 2 if recall else 1, figsize=((3.2 if recall else 1.8) + 2.6 * len(ks), 3.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, 2 if recall else 1, figsize=((3.2 if recall else 1.8) + 2.6 * len(ks), 3.8), squeeze=False
+    )
     if ttft:
-        _bars(axes[0][0], summaries, lambda s: None if s.ttft_mean_s is None else s.ttft_mean_s * 1000,
-              "mean TTFT (ms); tick = p50", ttft=True)
+        _bars(
+            axes[0][0],
+            summaries,
+            lambda s: None if s.ttft_mean_s is None else s.ttft_mean_s * 1000,
+            "mean TTFT (ms); tick = p50",
+            ttft=True,
+        )
     else:
         _bars(axes[0][0], summaries, lambda s: s.hit_ratio, "prefix-cache hit ratio (model)")
     axes[0][0].legend(fontsize=7)
@@ -78,8 +86,9 @@ def plot(summaries: Sequence[Summary], path: Path, title: str, ttft: bool = True
     return path
 
 
-def pareto_plot(summaries: Sequence[Summary], path: Path, title: str, *, aim_prefill: float = 0.5,
-                aim_recall_drop: float = 0.01) -> Path | None:
+def pareto_plot(
+    summaries: Sequence[Summary], path: Path, title: str, *, aim_prefill: float = 0.5, aim_recall_drop: float = 0.01
+) -> Path | None:
     """Prefilled tokens (vs baseline) against evidence recall, one panel per k, one point per mode.
 
     Modes at the same point share one label; hollow markers: the prompt is longer than the baseline's. The
@@ -104,8 +113,14 @@ def pareto_plot(summaries: Sequence[Summary], path: Path, title: str, *, aim_pre
         base = next((s for s in pts if s.k == k and s.mode == "baseline"), None)
         if base is not None and base.evidence_recall is not None:
             lo, hi = ax.get_ylim()
-            ax.fill_between([ax.get_xlim()[0], aim_prefill], base.evidence_recall - aim_recall_drop, hi,
-                            color="green", alpha=0.08, label="aim: <= 0.5x prefill, recall within 1 pt")
+            ax.fill_between(
+                [ax.get_xlim()[0], aim_prefill],
+                base.evidence_recall - aim_recall_drop,
+                hi,
+                color="green",
+                alpha=0.08,
+                label="aim: <= 0.5x prefill, recall within 1 pt",
+            )
             ax.set_ylim(lo, hi)
             ax.legend(fontsize=6, loc="lower right")
         ax.set_title(f"k={k} (hollow: prompt longer than baseline)", fontsize=8)

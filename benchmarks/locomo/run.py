@@ -1,5 +1,6 @@
 """One LoCoMo benchmark run as a function: :func:`run_benchmark` (ingest, measure every (conversation, k,
 mode), judge, write the results folder), with its configuration :class:`BenchConfig`."""
+
 from __future__ import annotations
 
 import logging
@@ -42,25 +43,25 @@ class BenchConfig:
     """Everything a run depends on (the CLI's options)."""
 
     locomo: str | None = None
-    conversations: str = "0"               # "all", "0", "0,3", "0-4"
-    questions: int | None = None           # per conversation; None = all (categories 1-4)
+    conversations: str = "0"  # "all", "0", "0,3", "0-4"
+    questions: int | None = None  # per conversation; None = all (categories 1-4)
     top_k: str = "20,100,5x10"
-    modes: tuple[str, ...] | None = None   # None: MODES (+ dedup with chat)
+    modes: tuple[str, ...] | None = None  # None: MODES (+ dedup with chat)
     extra_budget: float = 0.25
     swap_budget: float = 0.25
     protect: float = 0.5
     chat: bool = False
     chat_turns: int = 5
     memories: str = "observations"
-    max_memories: int | None = None        # first N memories per conversation (test slices)
+    max_memories: int | None = None  # first N memories per conversation (test slices)
     mem0_config: str | None = None
     mem0_dir: str | None = None
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
-    engine: str = "llama"                  # llama | sglang | model-cache
+    engine: str = "llama"  # llama | sglang | model-cache
     engine_url: str | None = None
-    model: str | None = None               # llama: GGUF path, "smollm2" or "tiny"; sglang/url: model name/path
+    model: str | None = None  # llama: GGUF path, "smollm2" or "tiny"; sglang/url: model name/path
     api_key: str | None = None
     ctx_size: int | None = None
     threads: int | None = None
@@ -72,11 +73,11 @@ class BenchConfig:
     judge_url: str | None = None
     judge_model: str | None = None
     judge_api_key: str | None = None
-    cache_policy: str = "radix"            # model-cache: radix (SGLang/vLLM blocks) | llama.cpp
+    cache_policy: str = "radix"  # model-cache: radix (SGLang/vLLM blocks) | llama.cpp
     cache_block: int = 16
     cache_tokens: int = 65_536
     out: str = "results"
-    export_prompts: str | None = None      # write the exact prompt sequence here (benchmarks.replay)
+    export_prompts: str | None = None  # write the exact prompt sequence here (benchmarks.replay)
     progress: bool = True
     quick: bool = False
     argv: tuple[str, ...] = field(default=())
@@ -122,8 +123,7 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
     if cfg.engine_url:
         return UrlEngine(cfg.engine_url, cfg.model, api_key=cfg.api_key)
     if cfg.engine == "model-cache":
-        return ModelCacheEngine(capacity_tokens=cfg.cache_tokens, policy=cfg.cache_policy,
-                                block_size=cfg.cache_block)
+        return ModelCacheEngine(capacity_tokens=cfg.cache_tokens, policy=cfg.cache_policy, block_size=cfg.cache_block)
     if cfg.engine == "sglang":
         if not cfg.model:
             raise ValueError("--engine sglang needs --model (a Hugging Face id or a local model folder)")
@@ -132,8 +132,13 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
         from cp_memory.engine import random_model_path, smollm2_model_path
 
         name = cfg.model or ("tiny" if cfg.quick else "smollm2")
-        path = (smollm2_model_path() if name == "smollm2" else random_model_path() if name in ("tiny", "random")
-                else Path(name))
+        path = (
+            smollm2_model_path()
+            if name == "smollm2"
+            else random_model_path()
+            if name in ("tiny", "random")
+            else Path(name)
+        )
         ctx = cfg.ctx_size or (32_768 if cfg.chat else 8192)
         return LlamaEngine(path, ctx_size=ctx, threads=cfg.threads, cache_ram_mib=cfg.cache_ram_mib)
     raise ValueError(f"unknown engine {cfg.engine!r}: llama, sglang, model-cache (or --engine-url URL)")
@@ -141,8 +146,14 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             check=False, cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or None
     except OSError:
         return None
@@ -169,16 +180,27 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     if cfg.memories not in MEMORY_SOURCES:
         raise ValueError(f"--memories must be one of {MEMORY_SOURCES}")
     if cfg.memories == "extract" and not cfg.llm_url and memory is None and not cfg.mem0_config:
-        raise ValueError("--memories extract needs an LLM for mem0: --llm-url URL (OpenAI-compatible) "
-                         "or an llm section in --mem0-config")
+        raise ValueError(
+            "--memories extract needs an LLM for mem0: --llm-url URL (OpenAI-compatible) "
+            "or an llm section in --mem0-config"
+        )
     top_k: list[KSpec] = parse_top_k(cfg.top_k)
     modes = cfg.modes or (CHAT_MODES if cfg.chat else MODES)
     if "aligned+superset" in modes and cfg.extra_budget <= 0:
         modes = tuple(m for m in modes if m != "aligned+superset")
         logger.info("--extra-budget 0: aligned+superset left out")
-    settings = RunSettings(modes=tuple(modes), top_k=tuple(top_k), extra_budget=cfg.extra_budget,
-                           swap_budget=cfg.swap_budget, protect=cfg.protect, chat=cfg.chat,
-                           chat_turns=cfg.chat_turns, max_tokens=cfg.max_tokens, warmup=cfg.warmup, threshold=cfg.threshold)
+    settings = RunSettings(
+        modes=tuple(modes),
+        top_k=tuple(top_k),
+        extra_budget=cfg.extra_budget,
+        swap_budget=cfg.swap_budget,
+        protect=cfg.protect,
+        chat=cfg.chat,
+        chat_turns=cfg.chat_turns,
+        max_tokens=cfg.max_tokens,
+        warmup=cfg.warmup,
+        threshold=cfg.threshold,
+    )
     mode_specs(settings)  # unknown modes fail here, before the engine starts
     convs = load_locomo(cfg.locomo)
     picked = select_conversations(cfg.conversations, convs)
@@ -193,15 +215,30 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     try:
         eng.start()
         if own_memory:
-            memory = make_memory(config_file=cfg.mem0_config, store_dir=cfg.mem0_dir, llm_url=cfg.llm_url,
-                                 llm_model=cfg.llm_model, llm_api_key=cfg.llm_api_key)
-        users: list[Ingested] = ingest(memory, [c for _, c in picked], cfg.memories,
-                                       max_memories=cfg.max_memories, progress=cfg.progress)
+            memory = make_memory(
+                config_file=cfg.mem0_config,
+                store_dir=cfg.mem0_dir,
+                llm_url=cfg.llm_url,
+                llm_model=cfg.llm_model,
+                llm_api_key=cfg.llm_api_key,
+            )
+        users: list[Ingested] = ingest(
+            memory, [c for _, c in picked], cfg.memories, max_memories=cfg.max_memories, progress=cfg.progress
+        )
         search = CachedSearch(memory)
         export = PromptExport(_export_meta(cfg, settings, picked)) if cfg.export_prompts else None
         try:
-            run_requests(eng, search, picked, users, questions, settings, progress=cfg.progress,
-                         on_record=records.append, export=export)
+            run_requests(
+                eng,
+                search,
+                picked,
+                users,
+                questions,
+                settings,
+                progress=cfg.progress,
+                on_record=records.append,
+                export=export,
+            )
         except KeyboardInterrupt:
             interrupted = True
             logger.warning("interrupted: writing the %d requests recorded so far", len(records))
@@ -217,18 +254,20 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "argv": list(cfg.argv),
-        "config": {k: v for k, v in asdict(cfg).items() if k not in ("argv", "api_key", "llm_api_key",
-                                                                     "judge_api_key")},
+        "config": {
+            k: v for k, v in asdict(cfg).items() if k not in ("argv", "api_key", "llm_api_key", "judge_api_key")
+        },
         "git_commit": _git_commit(),
         "engine": engine_info,
         "machine": machine_info(),
         "conversations": [{"index": i, "sample_id": c.sample_id} for i, c in picked],
-        "conversations_label": ("all 10 conversations" if len(picked) == len(convs) else
-                                f"{len(picked)} conversation(s): " + ", ".join(f"#{i} {c.sample_id}"
-                                                                             for i, c in picked)),
+        "conversations_label": (
+            "all 10 conversations"
+            if len(picked) == len(convs)
+            else f"{len(picked)} conversation(s): " + ", ".join(f"#{i} {c.sample_id}" for i, c in picked)
+        ),
         "questions_per_conversation": n_q,
-        "questions_label": f"{sum(n_q)} ({'first ' + str(cfg.questions) if cfg.questions else 'all'} per "
-                           f"conversation)",
+        "questions_label": f"{sum(n_q)} ({'first ' + str(cfg.questions) if cfg.questions else 'all'} per conversation)",
         "memories": cfg.memories + (f" (first {cfg.max_memories})" if cfg.max_memories else ""),
         "memories_per_user": [u.memories for u in users],
         "ingest": [asdict(u) for u in users],
@@ -266,16 +305,24 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     return BenchResult(folder, files, table, tuple(summaries), tuple(records), meta)
 
 
-def _export_meta(cfg: BenchConfig, settings: RunSettings, picked: Sequence[tuple[int, Conversation]]
-                 ) -> dict[str, Any]:
-    return {"argv": list(cfg.argv), "git_commit": _git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "conversations": [{"index": i, "sample_id": c.sample_id} for i, c in picked],
-            "modes": list(settings.modes), "top_k": [k.label for k in settings.top_k],
-            "max_tokens": settings.max_tokens, "warmup": settings.warmup, "warmup_prompt": WARMUP_PROMPT,
-            "chat": settings.chat, "system": SYSTEM_PROMPT if settings.chat else None,
-            "prompt_template": None if settings.chat else PROMPT_TEMPLATE,
-            "exclude_first_turn": settings.exclude_first_turn, "memories": cfg.memories,
-            "max_memories": cfg.max_memories}
+def _export_meta(cfg: BenchConfig, settings: RunSettings, picked: Sequence[tuple[int, Conversation]]) -> dict[str, Any]:
+    return {
+        "argv": list(cfg.argv),
+        "git_commit": _git_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "conversations": [{"index": i, "sample_id": c.sample_id} for i, c in picked],
+        "modes": list(settings.modes),
+        "top_k": [k.label for k in settings.top_k],
+        "max_tokens": settings.max_tokens,
+        "warmup": settings.warmup,
+        "warmup_prompt": WARMUP_PROMPT,
+        "chat": settings.chat,
+        "system": SYSTEM_PROMPT if settings.chat else None,
+        "prompt_template": None if settings.chat else PROMPT_TEMPLATE,
+        "exclude_first_turn": settings.exclude_first_turn,
+        "memories": cfg.memories,
+        "max_memories": cfg.max_memories,
+    }
 
 
 def _judge(records: list[RequestRecord], cfg: BenchConfig) -> list[RequestRecord]:
@@ -285,8 +332,9 @@ def _judge(records: list[RequestRecord], cfg: BenchConfig) -> list[RequestRecord
     todo = [i for i, r in enumerate(records) if r.error is None]
     bar = tqdm(total=len(todo), desc="judge", unit="ans", disable=not cfg.progress)
     try:
-        scores = judge.score_many([(records[i].question, records[i].answer, records[i].gold) for i in todo],
-                                  tick=lambda: bar.update(1))
+        scores = judge.score_many(
+            [(records[i].question, records[i].answer, records[i].gold) for i in todo], tick=lambda: bar.update(1)
+        )
     finally:
         bar.close()
         judge.close()

@@ -14,6 +14,7 @@ the k, so no mode is always first):
 The first turn of every (conversation, k, mode) run is recorded but left out of the TTFT and hit-ratio
 statistics (``measured=False``): it is the same cold request in every mode, as in the paper.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,11 +53,15 @@ __all__ = [
 ]
 
 #: The completion prompt of every mode (only the context differs).
-PROMPT_TEMPLATE = ("Memories:\n{context}\n\nBased on the memories above, answer the question in as few words "
-                   "as possible.\nQuestion: {query}\nAnswer:")
+PROMPT_TEMPLATE = (
+    "Memories:\n{context}\n\nBased on the memories above, answer the question in as few words "
+    "as possible.\nQuestion: {query}\nAnswer:"
+)
 #: The system message of every mode in chat runs.
-SYSTEM_PROMPT = ("You answer questions about a user's past conversations from the memories given with each "
-                 "question. Answer in as few words as possible.")
+SYSTEM_PROMPT = (
+    "You answer questions about a user's past conversations from the memories given with each "
+    "question. Answer in as few words as possible."
+)
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,13 @@ class RunSettings:
     modes: tuple[str, ...] = MODES
     top_k: tuple[KSpec, ...] = (KSpec(20), KSpec(100), KSpec(5, 10))
     extra_budget: float = 0.25
-    swap_budget: float = 0.25         # aligned+swap without @B
-    protect: float = 0.5              # aligned+swap without /P
+    swap_budget: float = 0.25  # aligned+swap without @B
+    protect: float = 0.5  # aligned+swap without /P
     chat: bool = False
-    chat_turns: int = 5               # chat: questions per chat before a new one starts (0: one chat)
+    chat_turns: int = 5  # chat: questions per chat before a new one starts (0: one chat)
     max_tokens: int = 16
     warmup: int = 2
-    threshold: float = 0.0            # mem0 search score threshold (0: always k results when it has them)
+    threshold: float = 0.0  # mem0 search score threshold (0: always k results when it has them)
     exclude_first_turn: bool = True
 
 
@@ -79,13 +84,13 @@ class RequestRecord:
     """One benchmark request (one question in one mode at one k)."""
 
     sample_id: str
-    conversation: int        # index in LoCoMo
-    k: str                   # "20", "100", "5x10"
+    conversation: int  # index in LoCoMo
+    k: str  # "20", "100", "5x10"
     mode: str
-    run_position: int        # 0-based position of this mode among the modes run for (conversation, k)
-    flush: str               # how the engine cache was made cold before this mode
-    turn: int                # 1-based question number in the run
-    measured: bool           # counted in TTFT / hit-ratio statistics (False: first turn)
+    run_position: int  # 0-based position of this mode among the modes run for (conversation, k)
+    flush: str  # how the engine cache was made cold before this mode
+    turn: int  # 1-based question number in the run
+    measured: bool  # counted in TTFT / hit-ratio statistics (False: first turn)
     question: str
     gold: str
     category: int
@@ -97,15 +102,15 @@ class RequestRecord:
     f1: float | None
     judge: float | None
     retrieved: int
-    blocks: int              # blocks shown (one copy)
+    blocks: int  # blocks shown (one copy)
     extra: int
     duplicates: int
     index_prefix_len: int | None
     context_chars: int
-    build_ms: float          # context build: memoized mem0 results + alignment/dedup + rendering
+    build_ms: float  # context build: memoized mem0 results + alignment/dedup + rendering
     error: str | None = None
-    server_prompt_ms: float | None = None   # engine-reported prefill time (llama.cpp), no HTTP
-    dropped: int = 0                        # swap: retrieved memories left out for extras
+    server_prompt_ms: float | None = None  # engine-reported prefill time (llama.cpp), no HTTP
+    dropped: int = 0  # swap: retrieved memories left out for extras
     # evidence recall (benchmarks.locomo.evidence): the question's evidence ids, those some memory of the
     # user covers, those a memory in this prompt covers, and where: 1-based prompt positions of the hits
     # and 1-based mem0 ranks of the retrieved evidence
@@ -125,10 +130,18 @@ def select_questions(conv: Conversation, limit: int | None) -> list[QA]:
     return qs[:limit] if limit else qs
 
 
-def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Sequence[tuple[int, Conversation]],
-                 users: Sequence[Ingested], questions: Sequence[Sequence[QA]], settings: RunSettings, *,
-                 progress: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
-                 export: PromptExport | None = None) -> list[RequestRecord]:
+def run_requests(
+    engine: BenchEngine,
+    search: CachedSearch,
+    conversations: Sequence[tuple[int, Conversation]],
+    users: Sequence[Ingested],
+    questions: Sequence[Sequence[QA]],
+    settings: RunSettings,
+    *,
+    progress: bool = True,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    export: PromptExport | None = None,
+) -> list[RequestRecord]:
     """Run every (conversation, k, mode) and return the records in execution order; ``export`` collects
     the prompts sent (``--export-prompts``)."""
     from tqdm import tqdm
@@ -151,18 +164,43 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
                     how = engine.flush()
                     engine.warmup(settings.warmup)
                     if export is not None:
-                        export.start_run(conversation=c_idx, sample_id=conv.sample_id, k=k.label, mode=mode,
-                                         position=r_pos, warmup=settings.warmup)
-                    builder = ModeBuilder(specs[mode], search, user_id=user.user_id, k=k,
-                                          conversation_id=f"{conv.sample_id}/k={k.label}",
-                                          mem0_kwargs=mem0_kwargs)
+                        export.start_run(
+                            conversation=c_idx,
+                            sample_id=conv.sample_id,
+                            k=k.label,
+                            mode=mode,
+                            position=r_pos,
+                            warmup=settings.warmup,
+                        )
+                    builder = ModeBuilder(
+                        specs[mode],
+                        search,
+                        user_id=user.user_id,
+                        k=k,
+                        conversation_id=f"{conv.sample_id}/k={k.label}",
+                        mem0_kwargs=mem0_kwargs,
+                    )
                     history: list[dict[str, Any]] = []
                     for turn, qa in enumerate(qs, start=1):
                         if settings.chat_turns and turn > 1 and (turn - 1) % settings.chat_turns == 0:
                             history = []
                             builder.new_chat(f"{conv.sample_id}/k={k.label}/chat{(turn - 1) // settings.chat_turns}")
-                        rec = _one(engine, builder, evidence, conv, c_idx, k, mode, r_pos, how, turn, qa,
-                                   history, settings, export)
+                        rec = _one(
+                            engine,
+                            builder,
+                            evidence,
+                            conv,
+                            c_idx,
+                            k,
+                            mode,
+                            r_pos,
+                            how,
+                            turn,
+                            qa,
+                            history,
+                            settings,
+                            export,
+                        )
                         records.append(rec)
                         if on_record is not None:
                             on_record(rec)
@@ -174,8 +212,10 @@ def run_requests(engine: BenchEngine, search: CachedSearch, conversations: Seque
 
 def mode_specs(settings: RunSettings) -> dict[str, ModeSpec]:
     """Every mode of a run parsed (clear errors for unknown names; dedup only with chat)."""
-    specs = {m: parse_mode(m, extra_budget=settings.extra_budget, swap_budget=settings.swap_budget,
-                           protect=settings.protect) for m in settings.modes}
+    specs = {
+        m: parse_mode(m, extra_budget=settings.extra_budget, swap_budget=settings.swap_budget, protect=settings.protect)
+        for m in settings.modes
+    }
     if not settings.chat and any(s.dedup for s in specs.values()):
         raise ValueError("mode(s) ['dedup'] not available without --chat")
     if len(specs) != len(settings.modes):
@@ -183,9 +223,22 @@ def mode_specs(settings: RunSettings) -> dict[str, ModeSpec]:
     return specs
 
 
-def _one(engine: BenchEngine, builder: ModeBuilder, evidence: EvidenceIndex, conv: Conversation, c_idx: int,
-         k: KSpec, mode: str, r_pos: int, how: str, turn: int, qa: QA, history: list[dict[str, Any]],
-         settings: RunSettings, export: PromptExport | None = None) -> RequestRecord:
+def _one(
+    engine: BenchEngine,
+    builder: ModeBuilder,
+    evidence: EvidenceIndex,
+    conv: Conversation,
+    c_idx: int,
+    k: KSpec,
+    mode: str,
+    r_pos: int,
+    how: str,
+    turn: int,
+    qa: QA,
+    history: list[dict[str, Any]],
+    settings: RunSettings,
+    export: PromptExport | None = None,
+) -> RequestRecord:
     t0 = time.perf_counter()
     built = builder.build(qa.question)
     carrier = {"results": [], "context_pilot": {"context": built.context}}
@@ -193,8 +246,12 @@ def _one(engine: BenchEngine, builder: ModeBuilder, evidence: EvidenceIndex, con
         messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
         build_ms = (time.perf_counter() - t0) * 1e3
         if export is not None:
-            export.add(turn=turn, measured=not (settings.exclude_first_turn and turn == 1),
-                       user=str(messages[-1]["content"]), new_chat=not history)
+            export.add(
+                turn=turn,
+                measured=not (settings.exclude_first_turn and turn == 1),
+                user=str(messages[-1]["content"]),
+                new_chat=not history,
+            )
         reply: Reply = engine.chat(messages, max_tokens=settings.max_tokens)
         history.append(messages[-1])
         history.append({"role": "assistant", "content": reply.text})
@@ -209,13 +266,37 @@ def _one(engine: BenchEngine, builder: ModeBuilder, evidence: EvidenceIndex, con
     answer = clean_answer(reply.text)
     f1 = locomo_f1(answer, qa.answer, qa.category) if engine.measures_ttft and reply.error is None else None
     return RequestRecord(
-        sample_id=conv.sample_id, conversation=c_idx, k=k.label, mode=mode, run_position=r_pos, flush=how,
-        turn=turn, measured=not (settings.exclude_first_turn and turn == 1) and reply.error is None,
-        question=qa.question, gold=qa.answer, category=qa.category, answer=answer,
-        ttft_s=reply.ttft_s, total_s=reply.total_s, prompt_tokens=reply.prompt_tokens,
-        cached_tokens=reply.cached_tokens, f1=f1, judge=None, retrieved=built.retrieved,
-        blocks=len(built.block_ids), extra=built.extra, duplicates=built.duplicates,
-        index_prefix_len=built.prefix_len, context_chars=len(built.context), build_ms=build_ms,
-        error=reply.error, server_prompt_ms=reply.server_prompt_ms, dropped=built.dropped,
-        evidence=ev.evidence, evidence_coverable=ev.coverable, evidence_hit=ev.hit,
-        evidence_positions=ev.positions, evidence_ranks=ev.ranks)
+        sample_id=conv.sample_id,
+        conversation=c_idx,
+        k=k.label,
+        mode=mode,
+        run_position=r_pos,
+        flush=how,
+        turn=turn,
+        measured=not (settings.exclude_first_turn and turn == 1) and reply.error is None,
+        question=qa.question,
+        gold=qa.answer,
+        category=qa.category,
+        answer=answer,
+        ttft_s=reply.ttft_s,
+        total_s=reply.total_s,
+        prompt_tokens=reply.prompt_tokens,
+        cached_tokens=reply.cached_tokens,
+        f1=f1,
+        judge=None,
+        retrieved=built.retrieved,
+        blocks=len(built.block_ids),
+        extra=built.extra,
+        duplicates=built.duplicates,
+        index_prefix_len=built.prefix_len,
+        context_chars=len(built.context),
+        build_ms=build_ms,
+        error=reply.error,
+        server_prompt_ms=reply.server_prompt_ms,
+        dropped=built.dropped,
+        evidence=ev.evidence,
+        evidence_coverable=ev.coverable,
+        evidence_hit=ev.hit,
+        evidence_positions=ev.positions,
+        evidence_ranks=ev.ranks,
+    )

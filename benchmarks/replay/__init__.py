@@ -3,4 +3,5 @@
 ``python -m benchmarks.replay FILE --engine-url URL`` or ``--llama-server BIN --model GGUF``; the file comes
 from ``python -m benchmarks.locomo ... --export-prompts FILE``. See docs/replay.md.
 """
+
 from __future__ import annotations

@@ -9,6 +9,7 @@ vLLM ``/reset_prefix_cache``; an external llama.cpp only gets its slots erased, 
 then the warm-up requests, then the prompts in order. Statistics: :mod:`benchmarks.replay.stats`.
 Standard library only (plus this repository's stdlib-only ``benchmarks.locomo.export/metrics``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,13 +35,19 @@ logger = logging.getLogger("benchmarks.replay")
 __all__ = ["group_by_mode", "main", "replay", "select_runs"]
 
 
-def select_runs(data: dict[str, Any], *, modes: Sequence[str] = (), top_k: Sequence[str] = (),
-                conversations: Sequence[int] = ()) -> list[dict[str, Any]]:
+def select_runs(
+    data: dict[str, Any], *, modes: Sequence[str] = (), top_k: Sequence[str] = (), conversations: Sequence[int] = ()
+) -> list[dict[str, Any]]:
     """The export's runs (in order; with ``top_k``, in its k order) restricted to the given modes, k labels and
     conversation indices."""
-    runs = [r for r in data["runs"] if (not modes or r["mode"] in modes) and (not top_k or r["k"] in top_k)
-            and (not conversations or r["conversation"] in conversations)]
-    if top_k:   # the k given first is replayed first (what matters most, ahead of a --deadline-s)
+    runs = [
+        r
+        for r in data["runs"]
+        if (not modes or r["mode"] in modes)
+        and (not top_k or r["k"] in top_k)
+        and (not conversations or r["conversation"] in conversations)
+    ]
+    if top_k:  # the k given first is replayed first (what matters most, ahead of a --deadline-s)
         runs.sort(key=lambda r: list(top_k).index(r["k"]))
     if not runs:
         raise ValueError("no run of the export matches the --modes/--top-k/--conversations given")
@@ -50,18 +57,27 @@ def select_runs(data: dict[str, Any], *, modes: Sequence[str] = (), top_k: Seque
 def _machine() -> dict[str, Any]:
     gpu = None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
         gpu = out.stdout.strip() or None
     except (OSError, subprocess.TimeoutExpired):
         pass
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     import os
+
     return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu, "python": platform.python_version()}
 
 
@@ -72,16 +88,23 @@ def group_by_mode(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     modes = list(dict.fromkeys(r["mode"] for r in runs))
     out = []
     for j, k in enumerate(ks):
-        for mode in modes[j % len(modes):] + modes[:j % len(modes)]:
+        for mode in modes[j % len(modes) :] + modes[: j % len(modes)]:
             group = [r for r in runs if r["k"] == k and r["mode"] == mode]
-            out += [{**r, "flush": i == 0, "warmup": r.get("warmup", 0) if i == 0 else 0}
-                    for i, r in enumerate(group)]
+            out += [{**r, "flush": i == 0, "warmup": r.get("warmup", 0) if i == 0 else 0} for i, r in enumerate(group)]
     return out
 
 
-def replay(data: dict[str, Any], runs: Sequence[dict[str, Any]], *, client: StreamingClient, kind: str,
-           server: LaunchedLlamaServer | None = None, max_tokens: int | None = None,
-           requests_per_run: int | None = None, deadline_s: float | None = None) -> list[dict[str, Any]]:
+def replay(
+    data: dict[str, Any],
+    runs: Sequence[dict[str, Any]],
+    *,
+    client: StreamingClient,
+    kind: str,
+    server: LaunchedLlamaServer | None = None,
+    max_tokens: int | None = None,
+    requests_per_run: int | None = None,
+    deadline_s: float | None = None,
+) -> list[dict[str, Any]]:
     """Replay ``runs``; one record per request (the keys :func:`benchmarks.replay.stats.summarize` reads).
 
     A run whose ``flush`` is false continues on the previous run's cache (``--flush per-mode``). With
@@ -118,21 +141,44 @@ def replay(data: dict[str, Any], runs: Sequence[dict[str, Any]], *, client: Stre
                 messages = ([{"role": "system", "content": system}] if system else []) + history + [user]
                 reply = client.chat(messages, max_tokens=tokens)
                 history += [user, {"role": "assistant", "content": reply.text}]
-            records.append({"conversation": run["conversation"], "sample_id": run["sample_id"], "k": run["k"],
-                            "mode": run["mode"], "run": i, "run_position": run.get("position"), "flush": how,
-                            "turn": req["turn"], "measured": bool(req["measured"]) and reply.error is None,
-                            "ttft_s": reply.ttft_s, "total_s": reply.total_s, "prompt_tokens": reply.prompt_tokens,
-                            "cached_tokens": reply.cached_tokens, "completion_tokens": reply.completion_tokens,
-                            "server_prompt_ms": reply.server_prompt_ms, "error": reply.error})
-        logger.info("run %d/%d %s k=%s %s: %d requests (%s)", i + 1, len(runs), run["sample_id"], run["k"],
-                    run["mode"], len(run["requests"][:requests_per_run]), how)
+            records.append(
+                {
+                    "conversation": run["conversation"],
+                    "sample_id": run["sample_id"],
+                    "k": run["k"],
+                    "mode": run["mode"],
+                    "run": i,
+                    "run_position": run.get("position"),
+                    "flush": how,
+                    "turn": req["turn"],
+                    "measured": bool(req["measured"]) and reply.error is None,
+                    "ttft_s": reply.ttft_s,
+                    "total_s": reply.total_s,
+                    "prompt_tokens": reply.prompt_tokens,
+                    "cached_tokens": reply.cached_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "server_prompt_ms": reply.server_prompt_ms,
+                    "error": reply.error,
+                }
+            )
+        logger.info(
+            "run %d/%d %s k=%s %s: %d requests (%s)",
+            i + 1,
+            len(runs),
+            run["sample_id"],
+            run["k"],
+            run["mode"],
+            len(run["requests"][:requests_per_run]),
+            how,
+        )
     client.close()
     return records
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.replay", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("prompts", help="file written by python -m benchmarks.locomo ... --export-prompts FILE")
     e = ap.add_argument_group("engine (one of)")
     e.add_argument("--engine-url", metavar="URL", help="a running OpenAI-compatible server")
@@ -148,17 +194,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--server-log", metavar="FILE", help="append llama-server's output here")
     s = ap.add_argument_group("what to replay")
     s.add_argument("--modes", default="", help="comma list (default: all in the file)")
-    s.add_argument("--top-k", default="", help="comma list of k labels, replayed in this order (default: all, as "
-                                                "exported)")
+    s.add_argument(
+        "--top-k", default="", help="comma list of k labels, replayed in this order (default: all, as exported)"
+    )
     s.add_argument("--conversations", default="", help="comma list of conversation indices (default: all)")
     s.add_argument("--requests-per-run", type=int, default=None, metavar="N", help="first N requests of each run")
     s.add_argument("--max-tokens", type=int, default=None, help="default: the export's")
-    s.add_argument("--flush", choices=("per-run", "per-mode"), default="per-run",
-                   help="per-run (default): a cold cache for every (conversation, k, mode) run, as exported; "
-                        "per-mode: the runs of one (k, mode) back to back after one flush (mode order rotated "
-                        "per k) - far fewer server restarts where a restart is slow (a large model on a GPU)")
-    s.add_argument("--deadline-s", type=float, default=None,
-                   help="start no further flush group after this many seconds (the results say so)")
+    s.add_argument(
+        "--flush",
+        choices=("per-run", "per-mode"),
+        default="per-run",
+        help="per-run (default): a cold cache for every (conversation, k, mode) run, as exported; "
+        "per-mode: the runs of one (k, mode) back to back after one flush (mode order rotated "
+        "per k) - far fewer server restarts where a restart is slow (a large model on a GPU)",
+    )
+    s.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="start no further flush group after this many seconds (the results say so)",
+    )
     ap.add_argument("--out", default="results", help="parent folder of the results folder")
     ap.add_argument("--label", default="", help="a word for the results folder name (e.g. h200)")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -172,8 +227,11 @@ def _split(text: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     if bool(args.engine_url) == bool(args.llama_server):
         logger.error("give exactly one of --engine-url URL or --llama-server BIN --model GGUF")
         return 2
@@ -183,15 +241,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.perf_counter()
     try:
         data = load_prompts(args.prompts)
-        runs = select_runs(data, modes=_split(args.modes), top_k=_split(args.top_k),
-                           conversations=[int(c) for c in _split(args.conversations)])
+        runs = select_runs(
+            data,
+            modes=_split(args.modes),
+            top_k=_split(args.top_k),
+            conversations=[int(c) for c in _split(args.conversations)],
+        )
         if args.flush == "per-mode":
             runs = group_by_mode(runs)
         server = None
         if args.llama_server:
-            server = LaunchedLlamaServer(args.llama_server, args.model, ctx_size=args.ctx_size, threads=args.threads,
-                                         cache_ram_mib=args.cache_ram_mib, gpu_layers=args.gpu_layers,
-                                         extra_args=shlex.split(args.server_args), log_path=args.server_log)
+            server = LaunchedLlamaServer(
+                args.llama_server,
+                args.model,
+                ctx_size=args.ctx_size,
+                threads=args.threads,
+                cache_ram_mib=args.cache_ram_mib,
+                gpu_layers=args.gpu_layers,
+                extra_args=shlex.split(args.server_args),
+                log_path=args.server_log,
+            )
             server.start()
             client = StreamingClient(server.base_url)
             kind = "llama.cpp (launched, restarted per run)"
@@ -199,8 +268,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             client = StreamingClient(args.engine_url, model=args.model_name, api_key=args.api_key)
             kind = client.probe()
         try:
-            records = replay(data, runs, client=client, kind=kind, server=server, max_tokens=args.max_tokens,
-                             requests_per_run=args.requests_per_run, deadline_s=args.deadline_s)
+            records = replay(
+                data,
+                runs,
+                client=client,
+                kind=kind,
+                server=server,
+                max_tokens=args.max_tokens,
+                requests_per_run=args.requests_per_run,
+                deadline_s=args.deadline_s,
+            )
         finally:
             if server is not None:
                 server.stop()
@@ -208,27 +285,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("%s", exc)
         return 1
     rows = summarize(records)
-    engine = {"kind": kind, "url": args.engine_url, "model": client.model or args.model,
-              "command": server.command() if server else None,
-              "restarts": server.restarts if server else 0,
-              "start_s_mean": (sum(server.start_s) / len(server.start_s)) if server and server.start_s else None}
+    engine = {
+        "kind": kind,
+        "url": args.engine_url,
+        "model": client.model or args.model,
+        "command": server.command() if server else None,
+        "restarts": server.restarts if server else 0,
+        "start_s_mean": (sum(server.start_s) / len(server.start_s)) if server and server.start_s else None,
+    }
     done = len({r["run"] for r in records})
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "argv": argv, "export": data["meta"], "engine": engine,
-            "machine": _machine(), "runs": len(runs), "runs_replayed": done, "requests": len(records),
-            "flush": args.flush, "stopped_early": done < len(runs),
-            "wall_s": round(time.perf_counter() - t_start, 1)}
-    header = [f"**LoCoMo prompt replay** — engine: **{kind}**, model: **{engine['model']}**", "",
-              f"- machine: {meta['machine']}",
-              (f"- {done} of {len(runs)} runs, {len(records)} requests, wall {meta['wall_s']} s; cache made cold "
-               f"before every {'run' if args.flush == 'per-run' else '(k, mode) group'}; warm-ups and first turns "
-               "left out" + ("; STOPPED EARLY at the deadline" if done < len(runs) else "")),
-              f"- prompts: {args.prompts} (exported by: {' '.join(data['meta'].get('argv', []))})"]
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "argv": argv,
+        "export": data["meta"],
+        "engine": engine,
+        "machine": _machine(),
+        "runs": len(runs),
+        "runs_replayed": done,
+        "requests": len(records),
+        "flush": args.flush,
+        "stopped_early": done < len(runs),
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+    header = [
+        f"**LoCoMo prompt replay** — engine: **{kind}**, model: **{engine['model']}**",
+        "",
+        f"- machine: {meta['machine']}",
+        (
+            f"- {done} of {len(runs)} runs, {len(records)} requests, wall {meta['wall_s']} s; cache made cold "
+            f"before every {'run' if args.flush == 'per-run' else '(k, mode) group'}; warm-ups and first turns "
+            "left out" + ("; STOPPED EARLY at the deadline" if done < len(runs) else "")
+        ),
+        f"- prompts: {args.prompts} (exported by: {' '.join(data['meta'].get('argv', []))})",
+    ]
     table = markdown(rows, header)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = Path(args.out) / f"replay-{stamp}{'-' + args.label if args.label else ''}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps({"meta": meta, "summary": rows, "requests": records},
-                                                    indent=1) + "\n", encoding="utf-8")
+    (folder / "results.json").write_text(
+        json.dumps({"meta": meta, "summary": rows, "requests": records}, indent=1) + "\n", encoding="utf-8"
+    )
     (folder / "table.md").write_text(table + "\n", encoding="utf-8")
     sys.stdout.write(table + f"\n\nresults: {folder}\n")
     return 0

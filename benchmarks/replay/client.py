@@ -5,6 +5,7 @@ TTFT is timed as ``cp_memory.engine`` does: from sending the request to the firs
 carries generated text (the first chunk with a choice when no text came). Cached tokens come from
 ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's ``timings.cache_n``.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -39,8 +40,15 @@ def _int(value: Any) -> int | None:
 class StreamingClient:
     """One keep-alive connection to ``base_url`` (``http://host:port``, an optional ``/v1`` is dropped)."""
 
-    def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None,
-                 timeout: float = 600.0, retries: int = 3) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        retries: int = 3,
+    ) -> None:
         url = urllib.parse.urlsplit(base_url.rstrip("/").removesuffix("/v1"))
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"engine URL must be http(s)://host:port, got {base_url!r}")
@@ -66,8 +74,7 @@ class StreamingClient:
             self._conn.close()
             self._conn = None
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None
-                ) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, bytes]:
         """A plain request; ``(status, body)``; connection errors retried ``retries`` times, then raised."""
         data = None if body is None else json.dumps(body).encode("utf-8")
         for attempt in range(self.retries + 1):
@@ -82,7 +89,7 @@ class StreamingClient:
                 self.close()
                 if attempt == self.retries:
                     raise ConnectionError(f"{method} {self.base_url}{path} failed: {exc}") from exc
-                time.sleep(0.2 * 2 ** attempt)
+                time.sleep(0.2 * 2**attempt)
             finally:
                 if self._conn is not None:
                     self._conn.timeout = self.timeout
@@ -114,8 +121,11 @@ class StreamingClient:
             slots = self.get_json("/slots") or []
             for slot in slots if isinstance(slots, list) else []:
                 self.request("POST", f"/slots/{slot.get('id', 0)}?action=erase", timeout=30.0)
-            logger.warning("llama.cpp at %s: slots erased, but its host prompt cache (--cache-ram) cannot be "
-                           "cleared over HTTP; launch it with --llama-server for a restart per mode", self.base_url)
+            logger.warning(
+                "llama.cpp at %s: slots erased, but its host prompt cache (--cache-ram) cannot be "
+                "cleared over HTTP; launch it with --llama-server for a restart per mode",
+                self.base_url,
+            )
             return "slots-erased (host prompt cache kept)"
         if self.request("POST", "/reset_prefix_cache", timeout=60.0)[0] == 200:
             return "reset_prefix_cache"
@@ -130,8 +140,13 @@ class StreamingClient:
         return self._stream("/v1/chat/completions", {"messages": messages}, max_tokens, chat=True)
 
     def _stream(self, path: str, payload: dict[str, Any], max_tokens: int, *, chat: bool) -> Reply:
-        body = {**payload, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            **payload,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if self.model:
             body["model"] = self.model
         data = json.dumps(body).encode("utf-8")
@@ -152,7 +167,7 @@ class StreamingClient:
                 self.close()
                 last = str(exc)
                 if attempt < self.retries:
-                    time.sleep(0.2 * 2 ** attempt)
+                    time.sleep(0.2 * 2**attempt)
         return Reply("", None, None, None, None, error=f"{path}: {last}"[:500])
 
 
@@ -196,5 +211,12 @@ def _read_stream(resp: http.client.HTTPResponse, t0: float, chat: bool) -> Reply
     if prompt_tokens is None and _int(timings.get("cache_n")) is not None and _int(timings.get("prompt_n")) is not None:
         prompt_tokens = int(timings["cache_n"]) + int(timings["prompt_n"])
     prompt_ms = timings.get("prompt_ms")
-    return Reply("".join(parts), ttft, t_end - t0, prompt_tokens, cached, _int(usage.get("completion_tokens")),
-                 float(prompt_ms) if isinstance(prompt_ms, (int, float)) else None)
+    return Reply(
+        "".join(parts),
+        ttft,
+        t_end - t0,
+        prompt_tokens,
+        cached,
+        _int(usage.get("completion_tokens")),
+        float(prompt_ms) if isinstance(prompt_ms, (int, float)) else None,
+    )

@@ -4,6 +4,7 @@ llama.cpp's host prompt cache (``--cache-ram``) cannot be cleared over HTTP, so 
 restarts the server before every (conversation, k, mode) run, as the LoCoMo benchmark does. The
 server runs in its own process group and is stopped by that group's id (only what was started here).
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,9 +35,19 @@ def _free_port() -> int:
 class LaunchedLlamaServer:
     """``llama-server -m MODEL -np 1 -c CTX --cache-ram MiB -fa on ...`` on a free loopback port."""
 
-    def __init__(self, binary: str | Path, model: str | Path, *, ctx_size: int = 8192, threads: int | None = None,
-                 cache_ram_mib: int = 2048, gpu_layers: int | None = None, extra_args: Sequence[str] = (),
-                 log_path: str | Path | None = None, start_timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        binary: str | Path,
+        model: str | Path,
+        *,
+        ctx_size: int = 8192,
+        threads: int | None = None,
+        cache_ram_mib: int = 2048,
+        gpu_layers: int | None = None,
+        extra_args: Sequence[str] = (),
+        log_path: str | Path | None = None,
+        start_timeout: float = 600.0,
+    ) -> None:
         self.binary = Path(binary)
         self.model = Path(model)
         for what, p in (("llama-server binary", self.binary), ("model", self.model)):
@@ -60,9 +71,30 @@ class LaunchedLlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-               "-np", "1", "-c", str(self.ctx_size), "-t", str(self.threads), "-tb", str(self.threads),
-               "--cache-ram", str(self.cache_ram_mib), "-fa", "on", "--no-webui", "-a", "replay"]
+        cmd = [
+            str(self.binary),
+            "-m",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-np",
+            "1",
+            "-c",
+            str(self.ctx_size),
+            "-t",
+            str(self.threads),
+            "-tb",
+            str(self.threads),
+            "--cache-ram",
+            str(self.cache_ram_mib),
+            "-fa",
+            "on",
+            "--no-webui",
+            "-a",
+            "replay",
+        ]
         if self.gpu_layers is not None:
             cmd += ["-ngl", str(self.gpu_layers)]
         return cmd + self.extra_args
@@ -75,14 +107,19 @@ class LaunchedLlamaServer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the server runs
         t0 = time.perf_counter()
-        self._proc = subprocess.Popen(self.command(), stdout=self._log or subprocess.DEVNULL,
-                                      stderr=subprocess.STDOUT if self._log else subprocess.DEVNULL,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            self.command(),
+            stdout=self._log or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if self._log else subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self._proc.returncode} while starting "
-                                   f"(log: {self.log_path or 'none; pass --server-log'})")
+                raise RuntimeError(
+                    f"llama-server exited with {self._proc.returncode} while starting "
+                    f"(log: {self.log_path or 'none; pass --server-log'})"
+                )
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
                     if r.status == 200:

@@ -7,6 +7,7 @@
   baseline TTFT / mode TTFT for the same question, with its interquartile range; the same pairing on
   the engine-reported prefill time where the engine reports one (llama.cpp), which excludes HTTP.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -30,17 +31,26 @@ def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
     keys.sort(key=lambda km: (ks.index(km[0]), km[1] != "baseline"))
     common: dict[str, set[tuple[str, int]]] = {}
     for k in ks:
-        sets = [{(r["sample_id"], r["turn"]) for r in records
-                 if r["k"] == k and r["mode"] == m and r["measured"] and not r.get("error")}
-                for kk, m in keys if kk == k]
+        sets = [
+            {
+                (r["sample_id"], r["turn"])
+                for r in records
+                if r["k"] == k and r["mode"] == m and r["measured"] and not r.get("error")
+            }
+            for kk, m in keys
+            if kk == k
+        ]
         common[k] = set.intersection(*sets) if sets else set()
     by = {(r["k"], r["mode"], r["sample_id"], r["turn"]): r for r in records}
     rows = []
     for k, mode in keys:
         meas = [r for r in records if r["k"] == k and r["mode"] == mode and (r["sample_id"], r["turn"]) in common[k]]
         ttft = [float(r["ttft_s"]) for r in meas if r.get("ttft_s") is not None]
-        toks = [(int(r["cached_tokens"]), int(r["prompt_tokens"])) for r in meas
-                if r.get("cached_tokens") is not None and r.get("prompt_tokens")]
+        toks = [
+            (int(r["cached_tokens"]), int(r["prompt_tokens"]))
+            for r in meas
+            if r.get("cached_tokens") is not None and r.get("prompt_tokens")
+        ]
         server = [float(r["server_prompt_ms"]) for r in meas if r.get("server_prompt_ms") is not None]
         pairs, server_pairs = [], []
         for r in meas:
@@ -51,17 +61,25 @@ def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
                 pairs.append(float(b["ttft_s"]) / float(r["ttft_s"]))
             if b.get("server_prompt_ms") and r.get("server_prompt_ms"):
                 server_pairs.append(float(b["server_prompt_ms"]) / float(r["server_prompt_ms"]))
-        rows.append({
-            "k": k, "mode": mode, "n": len(meas), "errors": sum(1 for r in records if r["k"] == k
-                                                              and r["mode"] == mode and r.get("error")),
-            "ttft_mean_s": mean(ttft), "ttft_p50_s": percentile(ttft, 50),
-            "speedup_paired": percentile(pairs, 50), "speedup_paired_p25": percentile(pairs, 25),
-            "speedup_paired_p75": percentile(pairs, 75),
-            "server_prefill_ms_mean": mean(server), "server_speedup_paired": percentile(server_pairs, 50),
-            "hit_ratio": sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None,
-            "prompt_tokens_mean": mean([float(p) for _, p in toks]),
-            "prompt_tokens": sum(p for _, p in toks), "prefill_tokens": sum(p - c for c, p in toks),
-        })
+        rows.append(
+            {
+                "k": k,
+                "mode": mode,
+                "n": len(meas),
+                "errors": sum(1 for r in records if r["k"] == k and r["mode"] == mode and r.get("error")),
+                "ttft_mean_s": mean(ttft),
+                "ttft_p50_s": percentile(ttft, 50),
+                "speedup_paired": percentile(pairs, 50),
+                "speedup_paired_p25": percentile(pairs, 25),
+                "speedup_paired_p75": percentile(pairs, 75),
+                "server_prefill_ms_mean": mean(server),
+                "server_speedup_paired": percentile(server_pairs, 50),
+                "hit_ratio": sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None,
+                "prompt_tokens_mean": mean([float(p) for _, p in toks]),
+                "prompt_tokens": sum(p for _, p in toks),
+                "prefill_tokens": sum(p - c for c, p in toks),
+            }
+        )
     base = {row["k"]: row for row in rows if row["mode"] == "baseline"}
     for row in rows:
         b = base.get(row["k"])
@@ -76,17 +94,26 @@ def _f(value: Any, fmt: str, suffix: str = "") -> str:
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], header: Sequence[str] = ()) -> str:
-    lines = list(header) + ["", ("| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | "
-                                 "speedup (paired, IQR) | server prefill (ms) | server speedup (paired) | "
-                                 "engine hit ratio | prompt tokens | prefilled vs baseline | errors |"),
-                            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = list(header) + [
+        "",
+        (
+            "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | "
+            "speedup (paired, IQR) | server prefill (ms) | server speedup (paired) | "
+            "engine hit ratio | prompt tokens | prefilled vs baseline | errors |"
+        ),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        iqr = (f" ({r['speedup_paired_p25']:.2f}-{r['speedup_paired_p75']:.2f})"
-               if r.get("speedup_paired_p25") is not None else "")
+        iqr = (
+            f" ({r['speedup_paired_p25']:.2f}-{r['speedup_paired_p75']:.2f})"
+            if r.get("speedup_paired_p25") is not None
+            else ""
+        )
         lines.append(
             f"| {r['k']} | {r['mode']} | {r['n']} | {_f(r['ttft_mean_s'], '.4f')} | {_f(r['ttft_p50_s'], '.4f')} | "
             f"{_f(r['speedup_mean'], '.2f', 'x')} | {_f(r['speedup_paired'], '.2f', 'x')}{iqr} | "
             f"{_f(r['server_prefill_ms_mean'], '.1f')} | {_f(r['server_speedup_paired'], '.2f', 'x')} | "
             f"{_f(r['hit_ratio'], '.3f')} | {_f(r['prompt_tokens_mean'], '.0f')} | "
-            f"{_f(r['prefill_vs_baseline'], '.2f', 'x')} | {r['errors']} |")
+            f"{_f(r['prefill_vs_baseline'], '.2f', 'x')} | {r['errors']} |"
+        )
     return "\n".join(lines)

@@ -10,6 +10,7 @@ vs baseline per router. Writes ``<out>/scale.{json,md,png}``.
 
     python -m benchmarks.scale --replicas 3 --conversations 0-3 --questions 20 --k 20
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,16 +39,21 @@ KV_BYTES_PER_TOKEN = {"random": 2048, "smollm2": 30 * 3 * 64 * 2 * 2}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--routers", default=",".join(ROUTERS), help=f"comma-separated, from {', '.join(ROUTERS)}")
     ap.add_argument("--modes", default="baseline,aligned")
     ap.add_argument("--conversations", default="0-3", help="LoCoMo conversations (one user each): all, 0-3, 0,5")
     ap.add_argument("--questions", type=int, default=20, help="questions per user (categories 1-4, in order)")
     ap.add_argument("--k", default="20", help="memories retrieved per question")
-    ap.add_argument("--max-memories", type=int, default=None,
-                    help="first N memories per user (the paper's regime: k close to a user's whole store)")
+    ap.add_argument(
+        "--max-memories",
+        type=int,
+        default=None,
+        help="first N memories per user (the paper's regime: k close to a user's whole store)",
+    )
     ap.add_argument("--concurrency", type=int, default=0, help="users served at once (0: all)")
     ap.add_argument("--model", choices=("random", "smollm2"), default="random")
     ap.add_argument("--threads", type=int, default=1, help="threads per replica")
@@ -74,8 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if a.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("httpx", "httpcore", "cp_memory", "mem0", "benchmarks.locomo"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if a.locomo:
@@ -87,16 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     memory = make_memory(store_dir=a.mem0_dir)
     ingested = ingest(memory, convs, "observations", max_memories=a.max_memories, progress=False)
     search = CachedSearch(memory)
-    users = [User(ing.user_id, conv.sample_id, tuple(select_questions(conv, a.questions)))
-             for ing, conv in zip(ingested, convs)]
-    for u in users:                           # every mode and router then sees the same mem0 results
+    users = [
+        User(ing.user_id, conv.sample_id, tuple(select_questions(conv, a.questions)))
+        for ing, conv in zip(ingested, convs)
+    ]
+    for u in users:  # every mode and router then sees the same mem0 results
         for qa in u.questions:
             search.search(qa.question, top_k=k.n, filters={"user_id": u.user_id}, threshold=0.0)
     model = random_model_path() if a.model == "random" else smollm2_model_path()
     capacity = a.cache_mib * 2**20 // KV_BYTES_PER_TOKEN[a.model]
     concurrency = a.concurrency or len(users)
-    logger.info("%d users x %d questions, k=%s, %d replicas, %d users at once", len(users), a.questions, k.label,
-                a.replicas, concurrency)
+    logger.info(
+        "%d users x %d questions, k=%s, %d replicas, %d users at once",
+        len(users),
+        a.questions,
+        k.label,
+        a.replicas,
+        concurrency,
+    )
     reqs: list[Request] = []
     walls: dict[tuple[str, str, int], float] = {}
     load_start = [round(x, 1) for x in os.getloadavg()]
@@ -104,39 +119,64 @@ def main(argv: list[str] | None = None) -> int:
         shift = rep % len(a.routers)
         for router in a.routers[shift:] + a.routers[:shift]:
             for mode in a.modes if rep % 2 == 0 else list(reversed(a.modes)):
-                with replicas(a.replicas, model=model, threads=a.threads, cache_mib=a.cache_mib,
-                              ctx_size=a.ctx_size) as servers:
-                    dispatcher = make_dispatcher(router, servers, capacity_tokens=capacity,
-                                                 balance_abs_threshold=a.balance_abs)
+                with replicas(
+                    a.replicas, model=model, threads=a.threads, cache_mib=a.cache_mib, ctx_size=a.ctx_size
+                ) as servers:
+                    dispatcher = make_dispatcher(
+                        router, servers, capacity_tokens=capacity, balance_abs_threshold=a.balance_abs
+                    )
                     try:
-                        out, wall = serve_users(dispatcher, mode, rep, users, search, k, concurrency=concurrency,
-                                                max_tokens=a.max_tokens)
+                        out, wall = serve_users(
+                            dispatcher, mode, rep, users, search, k, concurrency=concurrency, max_tokens=a.max_tokens
+                        )
                     finally:
                         dispatcher.close()
                 reqs += out
                 walls[(router, mode, rep)] = wall
                 ok = [r for r in out if r.error is None]
-                logger.info("%s / %s rep %d: %d requests in %.1f s, hit %.1f%%", router, mode, rep, len(ok), wall,
-                            100 * sum(r.cached_tokens or 0 for r in ok) / max(1, sum(r.prompt_tokens or 0 for r in ok)))
+                logger.info(
+                    "%s / %s rep %d: %d requests in %.1f s, hit %.1f%%",
+                    router,
+                    mode,
+                    rep,
+                    len(ok),
+                    wall,
+                    100 * sum(r.cached_tokens or 0 for r in ok) / max(1, sum(r.prompt_tokens or 0 for r in ok)),
+                )
     summary = summarize(reqs, walls)
-    env = {"cpus": os.cpu_count(), "loadavg": [load_start, [round(x, 1) for x in os.getloadavg()]],
-           "sglang_router": SGLangRouter.version(), "capacity_tokens_per_replica": capacity,
-           "machine": "shared with other engineers' jobs"}
+    env = {
+        "cpus": os.cpu_count(),
+        "loadavg": [load_start, [round(x, 1) for x in os.getloadavg()]],
+        "sglang_router": SGLangRouter.version(),
+        "capacity_tokens_per_replica": capacity,
+        "machine": "shared with other engineers' jobs",
+    }
     cap = f", first {a.max_memories} memories each" if a.max_memories else ""
-    header = (f"{len(users)} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations{cap}), all users "
-              f"concurrent, over {a.replicas} llama-server replicas ({a.model} model, {a.threads} thread, "
-              f"{a.cache_mib} MiB prompt cache each, cold per run); {a.reps} repetition(s); each user's first "
-              f"question excluded (cold everywhere). Machine: {env['cpus']} CPUs shared with other jobs (load "
-              f"{env['loadavg'][0]} -> {env['loadavg'][1]}): hit ratio and prefilled tokens are machine-"
-              f"independent, times are not.")
+    header = (
+        f"{len(users)} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations{cap}), all users "
+        f"concurrent, over {a.replicas} llama-server replicas ({a.model} model, {a.threads} thread, "
+        f"{a.cache_mib} MiB prompt cache each, cold per run); {a.reps} repetition(s); each user's first "
+        f"question excluded (cold everywhere). Machine: {env['cpus']} CPUs shared with other jobs (load "
+        f"{env['loadavg'][0]} -> {env['loadavg'][1]}): hit ratio and prefilled tokens are machine-"
+        f"independent, times are not."
+    )
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = markdown(summary, header)
     (out_dir / "scale.md").write_text(md)
-    (out_dir / "scale.json").write_text(json.dumps(
-        {"command": "python -m benchmarks.scale " + " ".join(sys.argv[1:] if argv is None else argv),
-         "config": {k_: v for k_, v in vars(a).items()}, "env": env, "summary": summary,
-         "requests": [asdict(r) for r in reqs]}, indent=1, default=str))
+    (out_dir / "scale.json").write_text(
+        json.dumps(
+            {
+                "command": "python -m benchmarks.scale " + " ".join(sys.argv[1:] if argv is None else argv),
+                "config": {k_: v for k_, v in vars(a).items()},
+                "env": env,
+                "summary": summary,
+                "requests": [asdict(r) for r in reqs],
+            },
+            indent=1,
+            default=str,
+        )
+    )
     plot(summary, out_dir / "scale.png")
     sys.stdout.write(md)
     return 0

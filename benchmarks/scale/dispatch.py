@@ -12,6 +12,7 @@
 Every dispatcher hands out an :class:`~cp_memory.engine.EngineClient` per request and learns when the
 request ended (``done``), so load is counted the same way for all.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,8 +76,7 @@ class SGLangDispatch:
     name = "sglang-router"
 
     def __init__(self, replicas: Sequence[LlamaServer], **router_args: object) -> None:
-        self.router = SGLangRouter([r.base_url for r in replicas], request_timeout_s=600,
-                                   **router_args).start()  # type: ignore[arg-type]
+        self.router = SGLangRouter([r.base_url for r in replicas], request_timeout_s=600, **router_args).start()  # type: ignore[arg-type]
         self.client = EngineClient(self.router.base_url, model=replicas[0].alias, timeout=600, max_retries=2)
 
     def dispatch(self, user: str, prompt_tokens: int) -> Dispatch:
@@ -95,12 +95,21 @@ class Affinity:
 
     name = "affinity"
 
-    def __init__(self, replicas: Sequence[LlamaServer], *, capacity_tokens: int | None,
-                 balance_abs_threshold: int = 8, balance_rel_threshold: float = 1.5) -> None:
+    def __init__(
+        self,
+        replicas: Sequence[LlamaServer],
+        *,
+        capacity_tokens: int | None,
+        balance_abs_threshold: int = 8,
+        balance_rel_threshold: float = 1.5,
+    ) -> None:
         self.clients = [EngineClient(r.base_url, timeout=600, max_retries=2) for r in replicas]
-        self.router = AgentRouter(self.clients, capacity_tokens=capacity_tokens,
-                                  balance_abs_threshold=balance_abs_threshold,
-                                  balance_rel_threshold=balance_rel_threshold)
+        self.router = AgentRouter(
+            self.clients,
+            capacity_tokens=capacity_tokens,
+            balance_abs_threshold=balance_abs_threshold,
+            balance_rel_threshold=balance_rel_threshold,
+        )
         self._routes: dict[int, Route] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
@@ -122,8 +131,9 @@ class Affinity:
             c.close()
 
 
-def make_dispatcher(name: str, replicas: Sequence[LlamaServer], *, capacity_tokens: int | None,
-                    balance_abs_threshold: int) -> Dispatcher:
+def make_dispatcher(
+    name: str, replicas: Sequence[LlamaServer], *, capacity_tokens: int | None, balance_abs_threshold: int
+) -> Dispatcher:
     if name == "round_robin":
         return RoundRobin(replicas)
     if name == "sglang-router":
@@ -136,8 +146,9 @@ def make_dispatcher(name: str, replicas: Sequence[LlamaServer], *, capacity_toke
 @contextlib.contextmanager
 def replicas(n: int, *, model: Path, threads: int, cache_mib: int, ctx_size: int) -> Iterator[list[LlamaServer]]:
     """``n`` cold llama-server replicas (1 slot each), stopped afterwards."""
-    servers = [LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads,
-                           cache_ram_mib=cache_mib) for _ in range(n)]
+    servers = [
+        LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib) for _ in range(n)
+    ]
     try:
         for s in servers:
             s.start()

@@ -1,4 +1,5 @@
 """Summary, Markdown table and plot of the scale-out benchmark."""
+
 from __future__ import annotations
 
 import logging
@@ -17,17 +18,23 @@ __all__ = ["markdown", "plot", "summarize"]
 
 
 def _stats(reqs: Sequence[Request]) -> dict[str, Any]:
-    ok = [r for r in reqs if r.error is None and r.turn > 1]       # a user's first turn is cold everywhere
+    ok = [r for r in reqs if r.error is None and r.turn > 1]  # a user's first turn is cold everywhere
     prompt = sum(r.prompt_tokens or 0 for r in ok)
     cached = sum(r.cached_tokens or 0 for r in ok)
     ttft = [1000 * r.ttft_s for r in ok if r.ttft_s is not None]
     server = [r.server_prompt_ms for r in ok if r.server_prompt_ms is not None]
-    return {"requests": len(ok), "failed": sum(1 for r in reqs if r.error is not None),
-            "prompt_tokens": prompt, "cached_tokens": cached, "prefilled_tokens": prompt - cached,
-            "hit_ratio": cached / prompt if prompt else 0.0,
-            "ttft_ms_median": statistics.median(ttft) if ttft else None,
-            "ttft_ms_p90": percentile(ttft, 90), "server_prompt_ms_median": statistics.median(server) if server else None,
-            "server_prompt_ms_mean": statistics.fmean(server) if server else None}
+    return {
+        "requests": len(ok),
+        "failed": sum(1 for r in reqs if r.error is not None),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "prefilled_tokens": prompt - cached,
+        "hit_ratio": cached / prompt if prompt else 0.0,
+        "ttft_ms_median": statistics.median(ttft) if ttft else None,
+        "ttft_ms_p90": percentile(ttft, 90),
+        "server_prompt_ms_median": statistics.median(server) if server else None,
+        "server_prompt_ms_mean": statistics.fmean(server) if server else None,
+    }
 
 
 def summarize(reqs: Sequence[Request], walls: dict[tuple[str, str, int], float]) -> dict[str, dict[str, Any]]:
@@ -39,8 +46,9 @@ def summarize(reqs: Sequence[Request], walls: dict[tuple[str, str, int], float])
             sel = [r for r in reqs if r.router == router and r.mode == mode]
             s = _stats(sel)
             s["wall_s"] = [w for (ro, mo, _), w in sorted(walls.items()) if ro == router and mo == mode]
-            s["per_replica"] = dict(sorted((str(i), sum(1 for r in sel if r.replica == i))
-                                           for i in {r.replica for r in sel}))
+            s["per_replica"] = dict(
+                sorted((str(i), sum(1 for r in sel if r.replica == i)) for i in {r.replica for r in sel})
+            )
             modes[mode] = s
         b, a = modes.get("baseline"), modes.get("aligned")
         if b and a and b["server_prompt_ms_median"] and a["server_prompt_ms_median"]:
@@ -55,23 +63,40 @@ def summarize(reqs: Sequence[Request], walls: dict[tuple[str, str, int], float])
 
 
 def markdown(summary: dict[str, dict[str, Any]], header: str) -> str:
-    lines = [header, "", ("| router | mode | engine hit ratio | prefilled tokens | median TTFT ms | p90 TTFT ms | "
-             "mean engine prefill ms | requests per replica |"), "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        header,
+        "",
+        (
+            "| router | mode | engine hit ratio | prefilled tokens | median TTFT ms | p90 TTFT ms | "
+            "mean engine prefill ms | requests per replica |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for router, modes in summary.items():
         for mode, s in modes.items():
             if mode == "aligned_vs_baseline":
                 continue
-            lines.append(f"| {router} | {mode} | {100 * s['hit_ratio']:.1f}% | {s['prefilled_tokens']:,} | "
-                         f"{s['ttft_ms_median']:.0f} | {s['ttft_ms_p90']:.0f} | {s['server_prompt_ms_mean']:.1f} | "
-                         f"{'/'.join(str(v) for k, v in s['per_replica'].items()) if '-1' not in s['per_replica'] else '(router)'} |")
-    lines += ["", ("| router | hit ratio baseline -> aligned | prefilled tokens baseline / aligned | "
-              "median TTFT baseline / aligned | engine prefill time baseline / aligned |"), "|---|---|---|---|---|"]
+            lines.append(
+                f"| {router} | {mode} | {100 * s['hit_ratio']:.1f}% | {s['prefilled_tokens']:,} | "
+                f"{s['ttft_ms_median']:.0f} | {s['ttft_ms_p90']:.0f} | {s['server_prompt_ms_mean']:.1f} | "
+                f"{per_replica(s)} |"
+            )
+    lines += [
+        "",
+        (
+            "| router | hit ratio baseline -> aligned | prefilled tokens baseline / aligned | "
+            "median TTFT baseline / aligned | engine prefill time baseline / aligned |"
+        ),
+        "|---|---|---|---|---|",
+    ]
     for router, modes in summary.items():
         c = modes.get("aligned_vs_baseline")
         if c:
-            lines.append(f"| {router} | {100 * c['hit_ratio'][0]:.1f}% -> {100 * c['hit_ratio'][1]:.1f}% | "
-                         f"{c['prefilled_tokens_ratio']:.2f}x | {c['ttft_median_ratio']:.2f}x | "
-                         f"{c['server_prompt_ms_ratio']:.2f}x |")
+            lines.append(
+                f"| {router} | {100 * c['hit_ratio'][0]:.1f}% -> {100 * c['hit_ratio'][1]:.1f}% | "
+                f"{c['prefilled_tokens_ratio']:.2f}x | {c['ttft_median_ratio']:.2f}x | "
+                f"{c['server_prompt_ms_ratio']:.2f}x |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -101,3 +126,9 @@ def plot(summary: dict[str, dict[str, Any]], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def per_replica(summary: dict[str, Any]) -> str:
+    """Requests per replica ('a/b/c'), or '(router)' when the router chose and no split is known."""
+    split = summary["per_replica"]
+    return "(router)" if "-1" in split else "/".join(str(v) for v in split.values())

@@ -6,6 +6,7 @@ served at once, so all users' questions interleave over the replicas. Each user 
 the start of the run), prompts use the LoCoMo benchmark's template, and every request records the
 engine-reported prompt and cached tokens, TTFT and the engine's own prefill time.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,19 +41,29 @@ class Request:
     mode: str
     rep: int
     user: str
-    turn: int                   # 1-based question number of the user
-    replica: int                # -1: chosen by the external router
+    turn: int  # 1-based question number of the user
+    replica: int  # -1: chosen by the external router
     reason: str
     prompt_tokens: int | None
     cached_tokens: int | None
     ttft_s: float | None
     server_prompt_ms: float | None
-    prefix_len: int | None      # aligned: blocks ContextPilot expects cached
+    prefix_len: int | None  # aligned: blocks ContextPilot expects cached
     error: str | None = None
 
 
-def serve_users(dispatcher: Dispatcher, mode: str, rep: int, users: Sequence[User], search: CachedSearch,
-                k: KSpec, *, concurrency: int, max_tokens: int, token_len: int = 4) -> tuple[list[Request], float]:
+def serve_users(
+    dispatcher: Dispatcher,
+    mode: str,
+    rep: int,
+    users: Sequence[User],
+    search: CachedSearch,
+    k: KSpec,
+    *,
+    concurrency: int,
+    max_tokens: int,
+    token_len: int = 4,
+) -> tuple[list[Request], float]:
     """Serve every user's questions; returns the requests (completion order) and the wall time."""
     out: list[Request] = []
     lock = threading.Lock()
@@ -61,8 +72,9 @@ def serve_users(dispatcher: Dispatcher, mode: str, rep: int, users: Sequence[Use
         builder = ModeBuilder(mode, search, user_id=user.user_id, k=k, mem0_kwargs={"threshold": 0.0})
         for turn, qa in enumerate(user.questions, start=1):
             built = builder.build(qa.question)
-            prompt = build_prompt(qa.question, {"results": [], "context_pilot": {"context": built.context}},
-                                  template=PROMPT_TEMPLATE)
+            prompt = build_prompt(
+                qa.question, {"results": [], "context_pilot": {"context": built.context}}, template=PROMPT_TEMPLATE
+            )
             d = dispatcher.dispatch(user.user_id, len(prompt) // token_len)
             try:
                 reply = d.client.complete(prompt, max_tokens=max_tokens)
@@ -70,14 +82,38 @@ def serve_users(dispatcher: Dispatcher, mode: str, rep: int, users: Sequence[Use
                 dispatcher.done(d, ok=False)
                 builder.sent(built, False)
                 logger.error("%s turn %d on %s: %s", user.user_id, turn, dispatcher.name, exc)
-                rec = Request(dispatcher.name, mode, rep, user.user_id, turn, d.replica, d.reason, None, None,
-                              None, None, built.prefix_len, str(exc))
+                rec = Request(
+                    dispatcher.name,
+                    mode,
+                    rep,
+                    user.user_id,
+                    turn,
+                    d.replica,
+                    d.reason,
+                    None,
+                    None,
+                    None,
+                    None,
+                    built.prefix_len,
+                    str(exc),
+                )
             else:
                 dispatcher.done(d, ok=True)
                 builder.sent(built, True)
-                rec = Request(dispatcher.name, mode, rep, user.user_id, turn, d.replica, d.reason,
-                              reply.prompt_tokens, reply.cached_tokens, reply.ttft_s, reply.server_prompt_ms,
-                              built.prefix_len)
+                rec = Request(
+                    dispatcher.name,
+                    mode,
+                    rep,
+                    user.user_id,
+                    turn,
+                    d.replica,
+                    d.reason,
+                    reply.prompt_tokens,
+                    reply.cached_tokens,
+                    reply.ttft_s,
+                    reply.server_prompt_ms,
+                    built.prefix_len,
+                )
             with lock:
                 out.append(rec)
 

@@ -7,6 +7,7 @@
 
 See docs/coa.md.
 """
+
 from __future__ import annotations
 
 from .coa import (

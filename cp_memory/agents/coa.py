@@ -29,6 +29,7 @@ generator with no I/O that yields each engine request and returns the :class:`Co
 :func:`~cp_memory.agents.flow.drive` (sync clients) and :func:`~cp_memory.agents.flow.adrive` (async
 clients) send the requests.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -110,13 +111,25 @@ class ChainOfAgents:
             overloaded, instead of spreading their one-off prompts over every worker's cache.
     """
 
-    def __init__(self, router: AgentRouter[Any], *, segment_tokens: int = 1024,
-                 segmenter: Segmenter | None = None, manager: Any | None = None,
-                 worker_max_tokens: int = 128, manager_max_tokens: int = 32,
-                 manager_stop: Sequence[str] | None = None, temperature: float = 0.0, chat: bool = False,
-                 dedup: Deduplicator | None = None, max_conversations: int = 10_000,
-                 worker_template: str = WORKER_TEMPLATE, manager_template: str = MANAGER_TEMPLATE,
-                 model_tails: bool = True, manager_affinity: bool = True) -> None:
+    def __init__(
+        self,
+        router: AgentRouter[Any],
+        *,
+        segment_tokens: int = 1024,
+        segmenter: Segmenter | None = None,
+        manager: Any | None = None,
+        worker_max_tokens: int = 128,
+        manager_max_tokens: int = 32,
+        manager_stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        chat: bool = False,
+        dedup: Deduplicator | None = None,
+        max_conversations: int = 10_000,
+        worker_template: str = WORKER_TEMPLATE,
+        manager_template: str = MANAGER_TEMPLATE,
+        model_tails: bool = True,
+        manager_affinity: bool = True,
+    ) -> None:
         if not isinstance(router, AgentRouter):
             raise TypeError(f"router must be an AgentRouter, got {type(router).__name__}")
         for name, v in (("worker_max_tokens", worker_max_tokens), ("manager_max_tokens", manager_max_tokens)):
@@ -142,8 +155,14 @@ class ChainOfAgents:
         self._manager_prefix_tokens = tuple(self.segmenter.token_len(prefix) for _ in self._manager_prefix)
 
     # ------------------------------------------------------------------ planning (no I/O)
-    def plan(self, question: str, blocks: Sequence[ContextBlock], *,
-             conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAPlan:
+    def plan(
+        self,
+        question: str,
+        blocks: Sequence[ContextBlock],
+        *,
+        conversation_id: Hashable | None = None,
+        tag: Hashable | None = None,
+    ) -> CoAPlan:
         """Dedup (in a conversation) and segment a question's blocks; no I/O.
 
         In a conversation the turn is only *planned* (:meth:`Deduplicator.plan`): :meth:`run` commits
@@ -164,8 +183,9 @@ class ChainOfAgents:
         except BaseException:
             self.conversations.rollback(t.pending)
             raise
-        return CoAPlan(question, segments, t.first_cu, conversation_id, t.turn, t.duplicates, t.annotations,
-                       tag, t.pending)
+        return CoAPlan(
+            question, segments, t.first_cu, conversation_id, t.turn, t.duplicates, t.annotations, tag, t.pending
+        )
 
     @property
     def dedup(self) -> Deduplicator:
@@ -190,11 +210,23 @@ class ChainOfAgents:
         try:
             for seg in plan.segments:
                 prompt = worker_prompt(seg.text, cu, plan.question, self.worker_template)
-                route = self.router.route(seg.keys, seg.token_lens, tail_key="worker", home_key=seg.ids[0],
-                                          tail_tokens=self._tail(prompt[len(seg.text):], self.worker_max_tokens))
-                res = yield from self._call(plan, "worker", seg.position, route,
-                                            self.router.client(route.worker), prompt,
-                                            max_tokens=self.worker_max_tokens, request_id=route.request_id)
+                route = self.router.route(
+                    seg.keys,
+                    seg.token_lens,
+                    tail_key="worker",
+                    home_key=seg.ids[0],
+                    tail_tokens=self._tail(prompt[len(seg.text) :], self.worker_max_tokens),
+                )
+                res = yield from self._call(
+                    plan,
+                    "worker",
+                    seg.position,
+                    route,
+                    self.router.client(route.worker),
+                    prompt,
+                    max_tokens=self.worker_max_tokens,
+                    request_id=route.request_id,
+                )
                 cu = res.text.strip()
                 cus.append(cu)
                 calls.append(_stats("worker", seg.position, route, seg, res, ""))
@@ -203,13 +235,21 @@ class ChainOfAgents:
             if self.manager is None:
                 prefix = sum(self._manager_prefix_tokens)
                 tail = self._tail(prompt, self.manager_max_tokens)
-                mroute = self.router.route(self._manager_prefix, self._manager_prefix_tokens,
-                                           tail_tokens=max(0, tail - prefix) if tail else 0)
+                mroute = self.router.route(
+                    self._manager_prefix, self._manager_prefix_tokens, tail_tokens=max(0, tail - prefix) if tail else 0
+                )
             client = self.manager if mroute is None else self.router.client(mroute.worker)
-            res = yield from self._call(plan, "manager", len(plan.segments), mroute, client, prompt,
-                                        max_tokens=self.manager_max_tokens,
-                                        request_id=mroute.request_id if mroute is not None else None,
-                                        stop=self.manager_stop)
+            res = yield from self._call(
+                plan,
+                "manager",
+                len(plan.segments),
+                mroute,
+                client,
+                prompt,
+                max_tokens=self.manager_max_tokens,
+                request_id=mroute.request_id if mroute is not None else None,
+                stop=self.manager_stop,
+            )
             calls.append(_stats("manager", len(plan.segments), mroute, None, res, "manager"))
         except BaseException:
             if plan.dedup is not None:
@@ -218,21 +258,33 @@ class ChainOfAgents:
         turn = plan.turn
         if plan.dedup is not None:
             turn = self.conversations.commit(plan.dedup, cus[-1] if cus else plan.first_cu)
-        return CoAResult(plan.question, res.text.strip(), tuple(cus), tuple(calls), plan.segments,
-                         time.perf_counter() - t0, plan.conversation_id, turn, plan.duplicates,
-                         plan.annotations, plan.tag)
+        return CoAResult(
+            plan.question,
+            res.text.strip(),
+            tuple(cus),
+            tuple(calls),
+            plan.segments,
+            time.perf_counter() - t0,
+            plan.conversation_id,
+            turn,
+            plan.duplicates,
+            plan.annotations,
+            plan.tag,
+        )
 
     def _tail(self, text: str, max_tokens: int) -> int:
         """Tokens a prompt's non-reusable part and its generation take in the engine cache (0: not modelled)."""
         return self.segmenter.token_len(text) + max_tokens if self.model_tails else 0
 
-    def _call(self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str,
-              **kwargs: Any) -> Generator[EngineCall, Any, Any]:
+    def _call(
+        self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str, **kwargs: Any
+    ) -> Generator[EngineCall, Any, Any]:
         """One engine call: yield it, release the worker (failed on error), map errors."""
         name = route.worker_name if route is not None else "manager"
         payload: Any = [{"role": "user", "content": prompt}] if self.chat else prompt
-        call = EngineCall(client, "chat" if self.chat else "complete", payload,
-                          {"temperature": self.temperature, **kwargs}, name)
+        call = EngineCall(
+            client, "chat" if self.chat else "complete", payload, {"temperature": self.temperature, **kwargs}, name
+        )
         try:
             res = yield call
         except Exception as exc:
@@ -250,11 +302,12 @@ class ChainOfAgents:
     @staticmethod
     def _fail(plan: CoAPlan, role: Role, step: int, name: str, exc: Exception) -> ChainOfAgentsError:
         what = f"worker step {step + 1}/{len(plan.segments)}" if role == "worker" else "manager"
-        msg = (f"Chain-of-Agents failed for question {plan.question[:80]!r} at the {what} on {name}: "
-               f"{type(exc).__name__}: {exc}")
+        msg = (
+            f"Chain-of-Agents failed for question {plan.question[:80]!r} at the {what} on {name}: "
+            f"{type(exc).__name__}: {exc}"
+        )
         logger.warning("%s", msg)
-        return ChainOfAgentsError(msg, question=plan.question, role=role, step=step, worker_name=name,
-                                  tag=plan.tag)
+        return ChainOfAgentsError(msg, question=plan.question, role=role, step=step, worker_name=name, tag=plan.tag)
 
     # ------------------------------------------------------------------ drivers
     def run(self, plan: CoAPlan) -> CoAResult:
@@ -265,18 +318,31 @@ class ChainOfAgents:
         """Run a :meth:`plan` with async clients. Raises :class:`ChainOfAgentsError`."""
         return await adrive(self.flow(plan))
 
-    def answer(self, question: str, blocks: Sequence[ContextBlock], *,
-               conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAResult:
+    def answer(
+        self,
+        question: str,
+        blocks: Sequence[ContextBlock],
+        *,
+        conversation_id: Hashable | None = None,
+        tag: Hashable | None = None,
+    ) -> CoAResult:
         """Run the chain for one question with sync clients. Raises :class:`ChainOfAgentsError`."""
         return self.run(self.plan(question, blocks, conversation_id=conversation_id, tag=tag))
 
-    async def aanswer(self, question: str, blocks: Sequence[ContextBlock], *,
-                      conversation_id: Hashable | None = None, tag: Hashable | None = None) -> CoAResult:
+    async def aanswer(
+        self,
+        question: str,
+        blocks: Sequence[ContextBlock],
+        *,
+        conversation_id: Hashable | None = None,
+        tag: Hashable | None = None,
+    ) -> CoAResult:
         """:meth:`answer` with async clients."""
         return await self.arun(self.plan(question, blocks, conversation_id=conversation_id, tag=tag))
 
-    def answer_many(self, queries: Sequence[CoAQuery], *, max_concurrency: int = 4
-                    ) -> list[CoAResult | ChainOfAgentsError]:
+    def answer_many(
+        self, queries: Sequence[CoAQuery], *, max_concurrency: int = 4
+    ) -> list[CoAResult | ChainOfAgentsError]:
         """Answer many questions concurrently (threads); a failed question yields its error in place."""
         _check_concurrency(max_concurrency)
 
@@ -289,8 +355,9 @@ class ChainOfAgents:
         with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="coa") as pool:
             return list(pool.map(one, queries))
 
-    async def aanswer_many(self, queries: Sequence[CoAQuery], *, max_concurrency: int = 4
-                           ) -> list[CoAResult | ChainOfAgentsError]:
+    async def aanswer_many(
+        self, queries: Sequence[CoAQuery], *, max_concurrency: int = 4
+    ) -> list[CoAResult | ChainOfAgentsError]:
         """:meth:`answer_many` with async clients (at most ``max_concurrency`` chains at a time)."""
         _check_concurrency(max_concurrency)
         sem = asyncio.Semaphore(max_concurrency)
@@ -298,8 +365,7 @@ class ChainOfAgents:
         async def one(q: CoAQuery) -> CoAResult | ChainOfAgentsError:
             async with sem:
                 try:
-                    return await self.aanswer(q.question, q.blocks, conversation_id=q.conversation_id,
-                                              tag=q.tag)
+                    return await self.aanswer(q.question, q.blocks, conversation_id=q.conversation_id, tag=q.tag)
                 except ChainOfAgentsError as exc:
                     return exc
 
@@ -311,10 +377,10 @@ def _check_concurrency(max_concurrency: int) -> None:
         raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
 
 
-def _stats(role: Role, step: int, route: Route | None, seg: Segment | None, res: Any,
-           manager_name: str) -> CallStats:
+def _stats(role: Role, step: int, route: Route | None, seg: Segment | None, res: Any, manager_name: str) -> CallStats:
     return CallStats(
-        role=role, step=step,
+        role=role,
+        step=step,
         worker=route.worker if route is not None else -1,
         worker_name=route.worker_name if route is not None else manager_name,
         route=route.reason if route is not None else "dedicated",
@@ -322,6 +388,10 @@ def _stats(role: Role, step: int, route: Route | None, seg: Segment | None, res:
         block_ids=seg.ids if seg is not None else (),
         segment_tokens=seg.tokens if seg is not None else 0,
         predicted_cached_tokens=route.matched_tokens if route is not None else 0,
-        ttft_s=float(res.ttft_s), total_s=float(res.total_s), prompt_tokens=res.prompt_tokens,
-        cached_tokens=res.cached_tokens, completion_tokens=res.completion_tokens, output=res.text,
+        ttft_s=float(res.ttft_s),
+        total_s=float(res.total_s),
+        prompt_tokens=res.prompt_tokens,
+        cached_tokens=res.cached_tokens,
+        completion_tokens=res.completion_tokens,
+        output=res.text,
     )

@@ -11,6 +11,7 @@ A turn is planned first (nothing recorded), then committed once its chain succee
 count as sent and its final CU is remembered — or rolled back when the chain failed, so a failed question
 asked again sends its documents again.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,31 +63,37 @@ class Conversations:
         self._cus: LRUMap[Hashable, dict[int, str]] = LRUMap(max_conversations)
         self._lock = threading.Lock()
 
-    def plan(self, conversation_id: Hashable, blocks: Sequence[ContextBlock], *,
-             label_template: str) -> PlannedTurn:
+    def plan(self, conversation_id: Hashable, blocks: Sequence[ContextBlock], *, label_template: str) -> PlannedTurn:
         """Plan one turn against the committed ones; records nothing."""
         pending = self.dedup.plan(conversation_id, blocks)
         turn = pending.turn
         notes = []
         for d in pending.dropped:
             template = SAME_TURN_TEMPLATE if d.location.turn == turn else LOCATION_TEMPLATE
-            notes.append(location_annotation(d.block_id, label=block_label(d.block_id, label_template),
-                                             turn=d.location.turn, template=template))
+            notes.append(
+                location_annotation(
+                    d.block_id, label=block_label(d.block_id, label_template), turn=d.location.turn, template=template
+                )
+            )
         annotations = tuple(dict.fromkeys(notes))
         earlier = sorted({d.location.turn for d in pending.dropped if d.location.turn != turn})
         cus = self._cus.get(conversation_id, {})
         with self._lock:
             prior = [PRIOR_TURN_TEMPLATE.format(turn=t, cu=cus[t]) for t in earlier if cus.get(t)]
-        return PlannedTurn(pending, "\n".join([*prior, *annotations]),
-                           tuple(d.block_id for d in pending.dropped), annotations)
+        return PlannedTurn(
+            pending, "\n".join([*prior, *annotations]), tuple(d.block_id for d in pending.dropped), annotations
+        )
 
     def commit(self, pending: DedupResult, final_cu: str) -> int:
         """The turn's chain succeeded: its blocks count as sent, its final CU is kept. Returns its number."""
         try:
             turn = self.dedup.commit(pending).turn
         except ValueError as exc:  # expired (max_pending plans since): later turns send the blocks again
-            logger.warning("conversation %r: turn not recorded (%s); its documents will be sent again",
-                           pending.conversation_id, exc)
+            logger.warning(
+                "conversation %r: turn not recorded (%s); its documents will be sent again",
+                pending.conversation_id,
+                exc,
+            )
             return pending.turn
         cus = self._cus.get_or_create(pending.conversation_id, dict)
         with self._lock:

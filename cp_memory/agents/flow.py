@@ -6,6 +6,7 @@ returns its result. :func:`drive` sends the calls with sync clients, :func:`adri
 the two differ only in ``await``. Routing, releasing workers, error mapping and the conversation's
 commit/rollback all live in the flow (:meth:`cp_memory.agents.ChainOfAgents.flow`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Generator

@@ -4,10 +4,17 @@ A worker reads its segment, the previous worker's communication unit (CU) and th
 a CU; the manager answers from the last CU. Everything that varies between questions (previous CU,
 question) follows the segment, so a recurring segment is a shared prefix of its worker prompts.
 """
+
 from __future__ import annotations
 
-__all__ = ["MANAGER_TEMPLATE", "PRIOR_TURN_TEMPLATE", "WORKER_TEMPLATE", "check_worker_template",
-           "manager_prompt", "worker_prompt"]
+__all__ = [
+    "MANAGER_TEMPLATE",
+    "PRIOR_TURN_TEMPLATE",
+    "WORKER_TEMPLATE",
+    "check_worker_template",
+    "manager_prompt",
+    "worker_prompt",
+]
 
 #: worker prompt (paper Table 11); the segment comes first so it is the prompt's reusable prefix
 WORKER_TEMPLATE = (

@@ -1,5 +1,6 @@
 """Records of a Chain-of-Agents run: what the chain will run (:class:`CoAPlan`), one engine request
 (:class:`EngineCall`), per-call statistics, results and errors. No I/O here."""
+
 from __future__ import annotations
 
 import inspect
@@ -13,8 +14,16 @@ from cp_memory.dedup import DedupResult
 from .segment import Segment
 
 __all__ = [
-    "AsyncCompletionClient", "CallStats", "ChainOfAgentsError", "CoAPlan", "CoAQuery", "CoAResult",
-    "CompletionLike", "EngineCall", "Role", "SyncCompletionClient",
+    "AsyncCompletionClient",
+    "CallStats",
+    "ChainOfAgentsError",
+    "CoAPlan",
+    "CoAQuery",
+    "CoAResult",
+    "CompletionLike",
+    "EngineCall",
+    "Role",
+    "SyncCompletionClient",
 ]
 
 #: who made an engine call
@@ -36,16 +45,29 @@ class CompletionLike(Protocol):
 class SyncCompletionClient(Protocol):
     """:class:`cp_memory.engine.EngineClient`'s ``complete``."""
 
-    def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
-                 request_id: str | None = ..., stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
+    def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = ...,
+        temperature: float = ...,
+        request_id: str | None = ...,
+        stop: str | Sequence[str] | None = ...,
+    ) -> CompletionLike: ...
 
 
 class AsyncCompletionClient(Protocol):
     """:class:`cp_memory.engine.AsyncEngineClient`'s ``complete``."""
 
-    async def complete(self, prompt: str, *, max_tokens: int = ..., temperature: float = ...,
-                       request_id: str | None = ...,
-                       stop: str | Sequence[str] | None = ...) -> CompletionLike: ...
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = ...,
+        temperature: float = ...,
+        request_id: str | None = ...,
+        stop: str | Sequence[str] | None = ...,
+    ) -> CompletionLike: ...
 
 
 @dataclass(frozen=True)
@@ -71,15 +93,13 @@ class EngineCall:
     def sync_method(self) -> Any:
         fn = self._method()
         if inspect.iscoroutinefunction(fn):
-            raise TypeError(f"{self.worker_name} has an async client; use aanswer()/aanswer_many() "
-                            "with async clients")
+            raise TypeError(f"{self.worker_name} has an async client; use aanswer()/aanswer_many() with async clients")
         return fn
 
     def async_method(self) -> Any:
         fn = self._method()
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"{self.worker_name} has a sync client; use answer()/answer_many() "
-                            "with sync clients")
+            raise TypeError(f"{self.worker_name} has a sync client; use answer()/answer_many() with sync clients")
         return fn
 
 
@@ -159,8 +179,9 @@ class ChainOfAgentsError(RuntimeError):
     sends the documents again.
     """
 
-    def __init__(self, message: str, *, question: str, role: Role, step: int, worker_name: str,
-                 tag: Hashable | None = None) -> None:
+    def __init__(
+        self, message: str, *, question: str, role: Role, step: int, worker_name: str, tag: Hashable | None = None
+    ) -> None:
         super().__init__(message)
         self.question = question
         self.role = role

@@ -1,4 +1,5 @@
 """Records of agent-aware routing: the policy, one route, per-worker and pool statistics."""
+
 from __future__ import annotations
 
 import enum

@@ -33,6 +33,7 @@ Policy ``"round_robin"`` is the cache-blind baseline. Segments are matched by *e
 the worker indexes store position-tagged block keys ``(i, key)`` with retrieval tail order, so a cached
 ``[a, b]`` matches a segment ``[a, b, c]`` but not ``[b, a]`` — as the engine's token-level cache does.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,11 +78,20 @@ class AgentRouter(Generic[ClientT]):
         max_homes: segments whose last worker is remembered (least recently used forgotten).
     """
 
-    def __init__(self, clients: Sequence[ClientT], *, names: Sequence[str] | None = None,
-                 policy: RoutingPolicy | str = RoutingPolicy.AFFINITY, capacity_tokens: int | None = None,
-                 balance_abs_threshold: int = 8, balance_rel_threshold: float = 1.5,
-                 balance_scope: str = "target", min_match_tokens: int = 1,
-                 placement: str = "cache", max_homes: int = 100_000) -> None:
+    def __init__(
+        self,
+        clients: Sequence[ClientT],
+        *,
+        names: Sequence[str] | None = None,
+        policy: RoutingPolicy | str = RoutingPolicy.AFFINITY,
+        capacity_tokens: int | None = None,
+        balance_abs_threshold: int = 8,
+        balance_rel_threshold: float = 1.5,
+        balance_scope: str = "target",
+        min_match_tokens: int = 1,
+        placement: str = "cache",
+        max_homes: int = 100_000,
+    ) -> None:
         clients = list(clients)
         if not clients:
             raise ValueError("an AgentRouter needs at least one worker client")
@@ -116,11 +126,10 @@ class AgentRouter(Generic[ClientT]):
         self.placement = placement
         # first block of a segment -> the worker that cached it last (kept after the model evicts it)
         self._homes: LRUMap[Hashable, int] = LRUMap(max_homes)
-        self._heads: dict[str, Hashable] = {}   # request id -> first block, while in flight
+        self._heads: dict[str, Hashable] = {}  # request id -> first block, while in flight
         # an unbounded model still counts tokens (placement compares them): a capacity nothing reaches
         model_capacity = capacity_tokens if capacity_tokens is not None else _UNBOUNDED
-        self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval")
-                              for _ in clients)
+        self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval") for _ in clients)
         self._load = [0] * len(clients)
         self._counters = [_Counters() for _ in clients]
         self._rr = itertools.count()
@@ -152,15 +161,34 @@ class AgentRouter(Generic[ClientT]):
             out = []
             for i, c in enumerate(self._counters):
                 idx = self._indexes[i]
-                out.append(WorkerStats(self.names[i], c.routed, c.affinity, c.least_loaded, c.balance,
-                                       c.round_robin, c.failed, self._load[i], len(idx), idx.cached_tokens,
-                                       c.home))
+                out.append(
+                    WorkerStats(
+                        self.names[i],
+                        c.routed,
+                        c.affinity,
+                        c.least_loaded,
+                        c.balance,
+                        c.round_robin,
+                        c.failed,
+                        self._load[i],
+                        len(idx),
+                        idx.cached_tokens,
+                        c.home,
+                    )
+                )
             return RouterStats(self.policy.value, tuple(out))
 
     # ------------------------------------------------------------------ routing
-    def route(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,
-              request_id: str | None = None, tail_tokens: int = 0, tail_key: Hashable | None = None,
-              home_key: Hashable | None = None) -> Route:
+    def route(
+        self,
+        keys: Sequence[Hashable],
+        token_lens: Sequence[int] | None = None,
+        *,
+        request_id: str | None = None,
+        tail_tokens: int = 0,
+        tail_key: Hashable | None = None,
+        home_key: Hashable | None = None,
+    ) -> Route:
         """Pick a worker for a request whose reusable prefix is the blocks ``keys`` (in prompt order).
 
         Counts the request as in flight on that worker until :meth:`release`, and records the blocks in
@@ -194,8 +222,9 @@ class AgentRouter(Generic[ClientT]):
             if tagged or tail_tokens:
                 tail = ("tail", rid if tail_key is None else tail_key)
                 stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
-                placement = self._indexes[worker].insert(stored, rid,
-                                                         token_lens=lens + [tail_tokens] if tail_tokens else lens)
+                placement = self._indexes[worker].insert(
+                    stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens
+                )
                 matched = min(placement.prefix_len, len(tagged))
             if head is not None:
                 self._heads[rid] = head
@@ -206,12 +235,17 @@ class AgentRouter(Generic[ClientT]):
             c.routed += 1
             setattr(c, reason, getattr(c, reason) + 1)
         route = Route(worker, self.names[worker], reason, rid, matched, sum(lens[:matched]), seg_tokens)
-        logger.debug("route %s -> %s (%s, %d/%d tokens cached in model)", rid, route.worker_name, reason,
-                     route.matched_tokens, seg_tokens)
+        logger.debug(
+            "route %s -> %s (%s, %d/%d tokens cached in model)",
+            rid,
+            route.worker_name,
+            reason,
+            route.matched_tokens,
+            seg_tokens,
+        )
         return route
 
-    def _choose(self, tagged: list[tuple[int, Hashable]], lens: list[int],
-                head: Hashable | None) -> tuple[int, str]:
+    def _choose(self, tagged: list[tuple[int, Hashable]], lens: list[int], head: Hashable | None) -> tuple[int, str]:
         n = len(self._clients)
         load = self._load
         if self.policy is RoutingPolicy.ROUND_ROBIN:
@@ -271,7 +305,7 @@ class AgentRouter(Generic[ClientT]):
         if len(idx) == 0:
             return 0
         placement = idx.match(tagged)
-        return sum(lens[:placement.prefix_len])
+        return sum(lens[: placement.prefix_len])
 
     def release(self, route: Route, *, ok: bool = True) -> None:
         """The request finished (``ok``) or failed; on failure its blocks leave the worker's cache model."""
@@ -287,8 +321,9 @@ class AgentRouter(Generic[ClientT]):
                     self._homes.pop(head)
 
     @contextlib.contextmanager
-    def dispatch(self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *,
-                 request_id: str | None = None) -> Iterator[Route]:
+    def dispatch(
+        self, keys: Sequence[Hashable], token_lens: Sequence[int] | None = None, *, request_id: str | None = None
+    ) -> Iterator[Route]:
         """``with router.dispatch(keys, lens) as route: ...`` — route, then release (failed on exception)."""
         route = self.route(keys, token_lens, request_id=request_id)
         try:

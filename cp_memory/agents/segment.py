@@ -17,6 +17,7 @@ can serve it from its engine's prefix cache.
 * rendering is a pure function of the blocks: ``[Doc <id>] <text>`` lines. Labels use the block id, not
   the position, so a segment reads the same in every question that produces it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -97,9 +98,15 @@ class Segmenter:
         label_template: see :data:`LABEL_TEMPLATE`.
     """
 
-    def __init__(self, budget_tokens: int, *, token_len: Callable[[str], int] | None = None,
-                 index: ContextIndex | None = None, max_segments: int = 10_000,
-                 label_template: str = LABEL_TEMPLATE) -> None:
+    def __init__(
+        self,
+        budget_tokens: int,
+        *,
+        token_len: Callable[[str], int] | None = None,
+        index: ContextIndex | None = None,
+        max_segments: int = 10_000,
+        label_template: str = LABEL_TEMPLATE,
+    ) -> None:
         if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
             raise ValueError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
         if not isinstance(max_segments, int) or max_segments < 1:
@@ -110,8 +117,10 @@ class Segmenter:
             raise ValueError("label_template must contain '{id}'")
         self.budget_tokens = budget_tokens
         if index is not None and index.extra_budget > 0:
-            raise ValueError("the segment index must not use superset alignment (extra_budget=0): a "
-                             "segment holds only the question's own blocks")
+            raise ValueError(
+                "the segment index must not use superset alignment (extra_budget=0): a "
+                "segment holds only the question's own blocks"
+            )
         self.token_len = token_len or estimate_tokens
         self.index = index if index is not None else ContextIndex(tail_order="frequency")
         self.max_segments = max_segments
@@ -153,11 +162,22 @@ class Segmenter:
                 remaining = [k for k in remaining if k not in taken]
                 take = self._remember(take, lens)
                 if len(take) == 1 and lens[take[0]] > self.budget_tokens:
-                    logger.warning("block %r has %d tokens, over the segment budget of %d; it gets a "
-                                   "segment of its own (blocks are never split)",
-                                   take[0][0], lens[take[0]], self.budget_tokens)
-                segments.append(Segment(len(segments), tuple(by_key[k] for k in take),
-                                        tuple(lens[k] for k in take), n_aligned, self.label_template))
+                    logger.warning(
+                        "block %r has %d tokens, over the segment budget of %d; it gets a "
+                        "segment of its own (blocks are never split)",
+                        take[0][0],
+                        lens[take[0]],
+                        self.budget_tokens,
+                    )
+                segments.append(
+                    Segment(
+                        len(segments),
+                        tuple(by_key[k] for k in take),
+                        tuple(lens[k] for k in take),
+                        n_aligned,
+                        self.label_template,
+                    )
+                )
         return tuple(segments)
 
     def _align(self, remaining: list[BlockKey]) -> tuple[list[BlockKey], int]:
@@ -168,7 +188,7 @@ class Segmenter:
         placement = self.index.match(remaining)
         wanted = set(remaining)
         order = [k for k in placement.order if k in wanted]  # an index with superset alignment adds extras
-        prefix = sum(1 for k in placement.order[:placement.prefix_len] if k in wanted)
+        prefix = sum(1 for k in placement.order[: placement.prefix_len] if k in wanted)
         return order, prefix
 
     def _pack(self, order: list[BlockKey], aligned: int, lens: dict[BlockKey, int]) -> list[BlockKey]:

@@ -86,25 +86,40 @@ class Watchdog:
         self._pipe: IO[bytes] | None = pipe
 
     @classmethod
-    def start(cls, pgid: int, grace_s: float, workdir: Path | None,
-              log: IO[bytes]) -> Watchdog | None:
+    def start(cls, pgid: int, grace_s: float, workdir: Path | None, log: IO[bytes]) -> Watchdog | None:
         script = Path(__file__).with_name("_watchdog.py")
         if not sys.executable or not script.is_file():
-            logger.warning("no engine watchdog (no interpreter path or %s missing): engine "
-                           "pid %d may outlive this process if it is killed", script, pgid)
+            logger.warning(
+                "no engine watchdog (no interpreter path or %s missing): engine "
+                "pid %d may outlive this process if it is killed",
+                script,
+                pgid,
+            )
             return None
         read_fd, write_fd = os.pipe()  # both non-inheritable (PEP 446)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(script), str(pgid), f"{grace_s:g}",
-                 *([str(workdir)] if workdir is not None else [])],
-                stdin=read_fd, stdout=subprocess.DEVNULL, stderr=log,
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(script),
+                    str(pgid),
+                    f"{grace_s:g}",
+                    *([str(workdir)] if workdir is not None else []),
+                ],
+                stdin=read_fd,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
                 start_new_session=True,  # out of reach of a signal aimed at the owner's group
             )
         except OSError as exc:
             os.close(write_fd)
-            logger.warning("cannot start the engine watchdog (%s): engine pid %d may outlive "
-                           "this process if it is killed", exc, pgid)
+            logger.warning(
+                "cannot start the engine watchdog (%s): engine pid %d may outlive this process if it is killed",
+                exc,
+                pgid,
+            )
             return None
         finally:
             os.close(read_fd)
@@ -125,8 +140,7 @@ class Watchdog:
             self.proc.wait()
 
 
-def shutdown(proc: subprocess.Popen[bytes], watchdog: Watchdog | None, timeout: float,
-              stragglers: bool) -> None:
+def shutdown(proc: subprocess.Popen[bytes], watchdog: Watchdog | None, timeout: float, stragglers: bool) -> None:
     """Graceful stop (TERM, wait, KILL), then release the watchdog. Safe to call twice."""
     try:
         terminate(proc, timeout, stragglers)

@@ -200,13 +200,11 @@ class ManagedServer:
                 env=env,
                 start_new_session=True,  # a terminal Ctrl-C is ours to handle, not the child's
             )
-            watchdog = (Watchdog.start(proc.pid, self.stop_timeout, self._workdir, log)
-                        if self.die_with_parent else None)
+            watchdog = Watchdog.start(proc.pid, self.stop_timeout, self._workdir, log) if self.die_with_parent else None
         self._proc = proc
         self._watchdog = watchdog
         self.port = port
-        self._finalizer = weakref.finalize(self, shutdown, proc, watchdog, self.stop_timeout,
-                                           self.kill_stragglers)
+        self._finalizer = weakref.finalize(self, shutdown, proc, watchdog, self.stop_timeout, self.kill_stragglers)
         try:
             self._wait_healthy(proc)
         except BaseException:
@@ -252,4 +250,3 @@ class ManagedServer:
                     )
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
-

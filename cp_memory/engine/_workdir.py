@@ -31,7 +31,7 @@ def process_start_time(pid: int) -> int | None:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    fields = raw[raw.rfind(b")") + 2:].split()  # the command name may hold spaces and parens
+    fields = raw[raw.rfind(b")") + 2 :].split()  # the command name may hold spaces and parens
     try:
         return int(fields[19])  # field 22 of the whole line; fields[0] is field 3
     except (IndexError, ValueError):
@@ -86,9 +86,9 @@ def make_workdir(engine_name: str, root: str | os.PathLike[str] | None = None) -
     """Sweep stale directories, then create this process's new private directory (mode 0700)."""
     sweep_stale_workdirs(root)
     pid = os.getpid()
-    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{engine_name}-{pid}-",
-                                 dir=os.fspath(root) if root is not None else None))
+    path = Path(
+        tempfile.mkdtemp(prefix=f"{PREFIX}{engine_name}-{pid}-", dir=os.fspath(root) if root is not None else None)
+    )
     started = process_start_time(pid)
-    (path / OWNER_FILE).write_text(f"{pid} {started if started is not None else '-'}\n",
-                                   encoding="ascii")
+    (path / OWNER_FILE).write_text(f"{pid} {started if started is not None else '-'}\n", encoding="ascii")
     return path

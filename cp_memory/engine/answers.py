@@ -17,8 +17,7 @@ from .sse import CompletionResult, StreamDecoder, error_detail
 if TYPE_CHECKING:
     from .transport import Call
 
-__all__ = ["ERROR_BODY_LIMIT", "Body", "Bounded", "Handler", "Reply", "RetryableStatus",
-           "completion_handler"]
+__all__ = ["ERROR_BODY_LIMIT", "Body", "Bounded", "Handler", "Reply", "RetryableStatus", "completion_handler"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -80,8 +79,11 @@ class ErrorBody:
         detail = error_detail(self.body.decode("utf-8", "replace"))
         if self.status >= 500 or self.status == 429:
             raise RetryableStatus(self.status, detail, self.retry_after)
-        raise EngineStatusError(f"{self.call.where} was rejected: HTTP {self.status}: {detail}",
-                                status=self.status, retry_after=self.retry_after)
+        raise EngineStatusError(
+            f"{self.call.where} was rejected: HTTP {self.status}: {detail}",
+            status=self.status,
+            retry_after=self.retry_after,
+        )
 
 
 class Stream:
@@ -90,8 +92,7 @@ class Stream:
     def __init__(self, call: Call[CompletionResult], headers: httpx.Headers) -> None:
         self.call = call
         event_stream = "text/event-stream" in headers.get("content-type", "")
-        self.decoder = StreamDecoder(call.url, call.t0, chat=call.request.chat,
-                                     event_stream=event_stream)
+        self.decoder = StreamDecoder(call.url, call.t0, chat=call.request.chat, event_stream=event_stream)
 
     def feed(self, data: bytes) -> bool:
         return self.decoder.feed(data)
@@ -129,7 +130,8 @@ class Bounded(Generic[T_co]):
             raise EngineResponseTooLarge(
                 f"{call.where}: the answer exceeded max_response_bytes="
                 f"{call.config.max_response_bytes} (a server ignoring max_tokens?); stopped "
-                f"reading after {call.received} bytes")
+                f"reading after {call.received} bytes"
+            )
         if call.expired():
             raise call.deadline_error()
         return self.inner.feed(data)
@@ -140,8 +142,7 @@ class Bounded(Generic[T_co]):
         return self.inner.finish()
 
 
-def completion_handler(call: Call[CompletionResult], status: int,
-                        headers: httpx.Headers) -> Handler[CompletionResult]:
+def completion_handler(call: Call[CompletionResult], status: int, headers: httpx.Headers) -> Handler[CompletionResult]:
     if status >= 400:
         return ErrorBody(call, status, headers)
     return Stream(call, headers)

@@ -96,8 +96,7 @@ class _ClientBase:
         if total_timeout is None:
             total_timeout = timeout * (max_retries + 1)
         if not total_timeout > 0:  # math.inf: no deadline for the whole call
-            raise ValueError(f"total_timeout must be > 0 (or None for the default), "
-                             f"got {total_timeout!r}")
+            raise ValueError(f"total_timeout must be > 0 (or None for the default), got {total_timeout!r}")
         if max_response_bytes <= 0:
             raise ValueError(f"max_response_bytes must be > 0, got {max_response_bytes!r}")
         base = base_url.rstrip("/").removesuffix("/v1")
@@ -121,10 +120,17 @@ class _ClientBase:
         headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._config = ClientConfig(base_url=base, headers=headers, timeout=timeout,
-                                    total_timeout=total_timeout, max_retries=max_retries,
-                                    retry_wait_s=retry_wait_s, retry_wait_max_s=retry_wait_max_s,
-                                    max_response_bytes=max_response_bytes, secrets=tuple(secrets))
+        self._config = ClientConfig(
+            base_url=base,
+            headers=headers,
+            timeout=timeout,
+            total_timeout=total_timeout,
+            max_retries=max_retries,
+            retry_wait_s=retry_wait_s,
+            retry_wait_max_s=retry_wait_max_s,
+            max_response_bytes=max_response_bytes,
+            secrets=tuple(secrets),
+        )
         self._http = self._make_http()
 
     def _make_http(self) -> Any:
@@ -132,12 +138,22 @@ class _ClientBase:
 
     def __repr__(self) -> str:
         key = "***" if "Authorization" in self._config.headers else None
-        return (f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
-                f"api_key={key!r}, timeout={self.timeout:g}, total_timeout="
-                f"{self.total_timeout:g})")
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
+            f"api_key={key!r}, timeout={self.timeout:g}, total_timeout="
+            f"{self.total_timeout:g})"
+        )
 
-    def _completion(self, key: str, payload: Any, *, max_tokens: int, temperature: float,
-                    request_id: str | None, stop: str | Sequence[str] | None) -> Call[CompletionResult]:
+    def _completion(
+        self,
+        key: str,
+        payload: Any,
+        *,
+        max_tokens: int,
+        temperature: float,
+        request_id: str | None,
+        stop: str | Sequence[str] | None,
+    ) -> Call[CompletionResult]:
         rid = str(request_id) if request_id is not None else uuid.uuid4().hex
         body: dict[str, Any] = {
             key: payload,
@@ -154,9 +170,14 @@ class _ClientBase:
             body["rid"] = rid
         body.update(self.extra_body)
         chat = key == "messages"
-        request = Request("POST", "/v1/chat/completions" if chat else "/v1/completions", json=body,
-                          headers={"X-Request-Id": rid} if self.send_request_id else {},
-                          chat=chat, request_id=rid)
+        request = Request(
+            "POST",
+            "/v1/chat/completions" if chat else "/v1/completions",
+            json=body,
+            headers={"X-Request-Id": rid} if self.send_request_id else {},
+            chat=chat,
+            request_id=rid,
+        )
         return Call.completion(request, self._config)
 
     def _admin(self, request: Request) -> Call[Reply]:
@@ -179,21 +200,37 @@ class EngineClient(_ClientBase):
     def _make_http(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, auth=self._auth)
 
-    def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,
-                 request_id: str | None = None,
-                 stop: str | Sequence[str] | None = None) -> CompletionResult:
+    def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        request_id: str | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> CompletionResult:
         """Stream ``POST /v1/completions`` for a raw text prompt."""
-        return self._send(self._completion("prompt", prompt, max_tokens=max_tokens,
-                                           temperature=temperature, request_id=request_id,
-                                           stop=stop))
+        return self._send(
+            self._completion(
+                "prompt", prompt, max_tokens=max_tokens, temperature=temperature, request_id=request_id, stop=stop
+            )
+        )
 
-    def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 64,
-             temperature: float = 0.0, request_id: str | None = None,
-             stop: str | Sequence[str] | None = None) -> CompletionResult:
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        request_id: str | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> CompletionResult:
         """Stream ``POST /v1/chat/completions``."""
-        return self._send(self._completion("messages", messages, max_tokens=max_tokens,
-                                           temperature=temperature, request_id=request_id,
-                                           stop=stop))
+        return self._send(
+            self._completion(
+                "messages", messages, max_tokens=max_tokens, temperature=temperature, request_id=request_id, stop=stop
+            )
+        )
 
     def flush_cache(self) -> bool:
         """Drop the engine's prefix cache; ``True`` only when the engine confirms a full flush
@@ -237,8 +274,7 @@ class EngineClient(_ClientBase):
         return result
 
     def _attempt(self, call: Call[T]) -> T:
-        with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response, \
-                call.alarm(response, thread_timer):
+        with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response, call.alarm(response, thread_timer):
             handler = call.on_response(response.status_code, response.headers)
             for chunk in response.iter_bytes():
                 if handler.feed(chunk):
@@ -255,21 +291,37 @@ class AsyncEngineClient(_ClientBase):
     def _make_http(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.base_url, auth=self._auth)
 
-    async def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,
-                       request_id: str | None = None,
-                       stop: str | Sequence[str] | None = None) -> CompletionResult:
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        request_id: str | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> CompletionResult:
         """See :meth:`EngineClient.complete`."""
-        return await self._send(self._completion("prompt", prompt, max_tokens=max_tokens,
-                                                 temperature=temperature, request_id=request_id,
-                                                 stop=stop))
+        return await self._send(
+            self._completion(
+                "prompt", prompt, max_tokens=max_tokens, temperature=temperature, request_id=request_id, stop=stop
+            )
+        )
 
-    async def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 64,
-                   temperature: float = 0.0, request_id: str | None = None,
-                   stop: str | Sequence[str] | None = None) -> CompletionResult:
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        request_id: str | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> CompletionResult:
         """See :meth:`EngineClient.chat`."""
-        return await self._send(self._completion("messages", messages, max_tokens=max_tokens,
-                                                 temperature=temperature, request_id=request_id,
-                                                 stop=stop))
+        return await self._send(
+            self._completion(
+                "messages", messages, max_tokens=max_tokens, temperature=temperature, request_id=request_id, stop=stop
+            )
+        )
 
     async def flush_cache(self) -> bool:
         """See :meth:`EngineClient.flush_cache`."""
@@ -314,8 +366,11 @@ class AsyncEngineClient(_ClientBase):
         return result
 
     async def _attempt(self, call: Call[T]) -> T:
-        async with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response, \
-                call.alarm(response, loop_timer):
+        async with (
+            call.attempt(),
+            self._http.stream(**call.httpx_kwargs()) as response,
+            call.alarm(response, loop_timer),
+        ):
             handler = call.on_response(response.status_code, response.headers)
             async for chunk in response.aiter_bytes():
                 if handler.feed(chunk):

@@ -101,8 +101,7 @@ class SocketAlarm:
             self._cancel = self._schedule(self._delay_s, self._fire)
         return self
 
-    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         with self._lock:
             self._armed = False
         if self._cancel is not None:
@@ -111,6 +110,7 @@ class SocketAlarm:
     async def __aenter__(self) -> SocketAlarm:
         return self.__enter__()
 
-    async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.__exit__(typ, exc, tb)

@@ -75,8 +75,7 @@ def find_llama_server() -> Path:
         )
     root = cache_dir()
     preferred = root / f"llama.cpp-{DEFAULT_LLAMA_CPP_PYTHON_VERSION}" / "bin" / "llama-server"
-    candidates = [preferred] + sorted(root.glob("llama.cpp-*/bin/llama-server"), key=_version_key,
-                                      reverse=True)
+    candidates = [preferred] + sorted(root.glob("llama.cpp-*/bin/llama-server"), key=_version_key, reverse=True)
     for path in candidates:
         if path.is_file() and os.access(path, os.X_OK):
             return path
@@ -137,8 +136,9 @@ class LlamaServer(ManagedServer):
         log_path: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        super().__init__(host=host, port=port, startup_timeout=startup_timeout,
-                         stop_timeout=stop_timeout, log_path=log_path)
+        super().__init__(
+            host=host, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout, log_path=log_path
+        )
         if slots < 1:
             raise ValueError("slots must be >= 1")
         if ctx_size < 1:
@@ -165,8 +165,7 @@ class LlamaServer(ManagedServer):
         """``llama-server --help`` (cached per instance), used to check which flags exist."""
         if self._help is None:
             try:
-                out = subprocess.run([str(self.binary), "--help"], capture_output=True, timeout=30,
-                                     check=False)
+                out = subprocess.run([str(self.binary), "--help"], capture_output=True, timeout=30, check=False)
                 self._help = (out.stdout + out.stderr).decode(errors="replace")
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise ServerStartError(f"cannot run {self.binary} --help: {exc}") from exc
@@ -174,8 +173,7 @@ class LlamaServer(ManagedServer):
 
     def version(self) -> str:
         """First line of ``llama-server --version`` (e.g. ``version: 1 (0c1e570)``)."""
-        out = subprocess.run([str(self.binary), "--version"], capture_output=True, timeout=30,
-                             check=False)
+        out = subprocess.run([str(self.binary), "--version"], capture_output=True, timeout=30, check=False)
         text = (out.stdout + out.stderr).decode(errors="replace").strip()
         for line in text.splitlines():
             if line.startswith("version"):
@@ -196,14 +194,22 @@ class LlamaServer(ManagedServer):
             raise ServerStartError(f"model file not found: {self.model_path}")
         cmd = [
             str(self.binary),
-            "-m", str(self.model_path),
-            "--host", self.host,
-            "--port", str(port),
-            "-np", str(self.slots),
-            "-c", str(self.ctx_size * self.slots),
-            "-t", str(self.threads),
-            "-tb", str(self.threads),
-            "-a", self.alias,
+            "-m",
+            str(self.model_path),
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "-np",
+            str(self.slots),
+            "-c",
+            str(self.ctx_size * self.slots),
+            "-t",
+            str(self.threads),
+            "-tb",
+            str(self.threads),
+            "-a",
+            self.alias,
         ]
         cmd += self._optional("--cache-ram", str(self.cache_ram_mib))
         if self.flash_attn:

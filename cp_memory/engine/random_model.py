@@ -169,9 +169,7 @@ def _write_random_gguf(path: Path, spec: RandomModelSpec, source: Path) -> None:
     n_vocab = _copy_tokenizer(reader, writer, gguf)
 
     writer.add_name(f"cp_memory random llama {spec.slug()}")
-    writer.add_description(
-        "Random weights for cache/latency tests; tokenizer copied from " + source.name
-    )
+    writer.add_description("Random weights for cache/latency tests; tokenizer copied from " + source.name)
     writer.add_block_count(spec.n_layer)
     writer.add_context_length(spec.context_length)
     writer.add_embedding_length(spec.n_embd)

@@ -18,8 +18,7 @@ __all__ = ["MASK", "SECRET_SHORT_FLAGS", "is_secret_flag", "redact_args", "scrub
 
 MASK = "***"
 SECRET_SHORT_FLAGS = frozenset({"-hft"})
-_SECRET_NAME = re.compile(r"(^|[-_])(key|api[-_]?key|token|secret|password|passwd)([-_]file)?$",
-                          re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(^|[-_])(key|api[-_]?key|token|secret|password|passwd)([-_]file)?$", re.IGNORECASE)
 #: shorter values are not scrubbed from free text (too likely to match innocent words)
 _MIN_SCRUB_LEN = 4
 

@@ -35,8 +35,7 @@ from ._server import ManagedServer, ServerStartError, free_port
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ROUTER_POLICIES", "RouterPolicy", "SGLangRouter", "SGLangRouterUnavailable",
-           "sglang_router_available"]
+__all__ = ["ROUTER_POLICIES", "RouterPolicy", "SGLangRouter", "SGLangRouterUnavailable", "sglang_router_available"]
 
 RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
 #: the router's policies that need no extra setup
@@ -101,8 +100,9 @@ class SGLangRouter(ManagedServer):
         log_path: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        super().__init__(host=host, port=port, startup_timeout=startup_timeout,
-                         stop_timeout=stop_timeout, log_path=log_path)
+        super().__init__(
+            host=host, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout, log_path=log_path
+        )
         if isinstance(worker_urls, str) or not isinstance(worker_urls, Sequence):
             raise TypeError("worker_urls must be a list of URLs")
         if not worker_urls:
@@ -112,9 +112,12 @@ class SGLangRouter(ManagedServer):
             raise ValueError(f"policy must be one of {ROUTER_POLICIES}, got {policy!r}")
         if cache_threshold is not None and not 0.0 <= cache_threshold <= 1.0:
             raise ValueError(f"cache_threshold must be in [0, 1], got {cache_threshold!r}")
-        for name, value in (("balance_abs_threshold", balance_abs_threshold),
-                            ("eviction_interval_s", eviction_interval_s),
-                            ("max_tree_size", max_tree_size), ("request_timeout_s", request_timeout_s)):
+        for name, value in (
+            ("balance_abs_threshold", balance_abs_threshold),
+            ("eviction_interval_s", eviction_interval_s),
+            ("max_tree_size", max_tree_size),
+            ("request_timeout_s", request_timeout_s),
+        ):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if balance_rel_threshold is not None and balance_rel_threshold < 1.0:
@@ -141,17 +144,28 @@ class SGLangRouter(ManagedServer):
     def command(self, port: int) -> list[str]:
         self.prometheus_port = free_port(self.host)
         cmd = [
-            self.python, "-m", "sglang_router.launch_router",
-            "--worker-urls", *self.worker_urls,
-            "--policy", self.policy,
-            "--host", self.host,
-            "--port", str(port),
+            self.python,
+            "-m",
+            "sglang_router.launch_router",
+            "--worker-urls",
+            *self.worker_urls,
+            "--policy",
+            self.policy,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
             # its Prometheus exporter binds 29000 by default: two routers would collide
-            "--prometheus-host", self.host,
-            "--prometheus-port", str(self.prometheus_port),
-            "--worker-startup-timeout-secs", str(max(1, int(self.startup_timeout))),
-            "--worker-startup-check-interval", "1",
-            "--log-level", self.log_level,
+            "--prometheus-host",
+            self.host,
+            "--prometheus-port",
+            str(self.prometheus_port),
+            "--worker-startup-timeout-secs",
+            str(max(1, int(self.startup_timeout))),
+            "--worker-startup-check-interval",
+            "1",
+            "--log-level",
+            self.log_level,
         ]
         optional: tuple[tuple[str, object], ...] = (
             ("--cache-threshold", self.cache_threshold),
@@ -168,10 +182,14 @@ class SGLangRouter(ManagedServer):
 
     def settings(self) -> dict[str, object]:
         """The policy and thresholds given (None: the router's default), for reports."""
-        return {"policy": self.policy, "cache_threshold": self.cache_threshold,
-                "balance_abs_threshold": self.balance_abs_threshold,
-                "balance_rel_threshold": self.balance_rel_threshold,
-                "eviction_interval_s": self.eviction_interval_s, "max_tree_size": self.max_tree_size}
+        return {
+            "policy": self.policy,
+            "cache_threshold": self.cache_threshold,
+            "balance_abs_threshold": self.balance_abs_threshold,
+            "balance_rel_threshold": self.balance_rel_threshold,
+            "eviction_interval_s": self.eviction_interval_s,
+            "max_tree_size": self.max_tree_size,
+        }
 
     @staticmethod
     def version() -> str:

@@ -74,8 +74,9 @@ class SGLangServer(ManagedServer):
         env: dict[str, str] | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        super().__init__(host=host, port=port, startup_timeout=startup_timeout,
-                         stop_timeout=stop_timeout, log_path=log_path, env=env)
+        super().__init__(
+            host=host, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout, log_path=log_path, env=env
+        )
         self.model_path = model_path
         self.tp_size = tp_size
         self.mem_fraction_static = mem_fraction_static
@@ -89,13 +90,20 @@ class SGLangServer(ManagedServer):
 
     def command(self, port: int) -> list[str]:
         cmd = [
-            self.python, "-m", "sglang.launch_server",
-            "--model-path", self.model_path,
-            "--host", self.host,
-            "--port", str(port),
-            "--tp-size", str(self.tp_size),
+            self.python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            self.model_path,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--tp-size",
+            str(self.tp_size),
             "--enable-cache-report",
-            "--log-level", self.log_level,
+            "--log-level",
+            self.log_level,
         ]
         if self.enable_metrics:
             cmd.append("--enable-metrics")

@@ -101,7 +101,7 @@ class LineBuffer:
         for match in _EOL.finditer(self._buf, scan_from):
             if match.group() == b"\r" and match.end() == len(self._buf):
                 break  # maybe the first half of '\r\n': wait for the next chunk
-            lines.append(self._buf[start:match.start()].decode("utf-8", "replace"))
+            lines.append(self._buf[start : match.start()].decode("utf-8", "replace"))
             start = match.end()
         del self._buf[:start]
         return lines
@@ -116,8 +116,15 @@ class StreamDecoder:
     """Accumulates one completion from its body (SSE, or one JSON document when
     ``event_stream`` is false). ``feed`` returns ``True`` once the stream said ``[DONE]``."""
 
-    def __init__(self, url: str, t0: float, *, chat: bool, event_stream: bool = True,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        url: str,
+        t0: float,
+        *,
+        chat: bool,
+        event_stream: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.url = url
         self.t0 = t0
         self.chat = chat
@@ -179,9 +186,7 @@ class StreamDecoder:
         try:
             data = json.loads(text)
         except ValueError:
-            raise self.malformed(
-                f"expected an SSE stream (text/event-stream), got: {text.strip()[:200]!r}"
-            ) from None
+            raise self.malformed(f"expected an SSE stream (text/event-stream), got: {text.strip()[:200]!r}") from None
         self._handle(data)
         self.done = True
 
@@ -213,8 +218,7 @@ class StreamDecoder:
         if not isinstance(event, dict):
             raise self.malformed(f"event is not a JSON object: {str(event)[:200]!r}")
         if "error" in event and "choices" not in event:
-            raise EngineStreamError(
-                f"engine error in stream from {self.url}: {error_detail(json.dumps(event))}")
+            raise EngineStreamError(f"engine error in stream from {self.url}: {error_detail(json.dumps(event))}")
         self.n_events += 1
         choices = event.get("choices")
         if choices is None:

@@ -98,9 +98,13 @@ def _is_retryable(exc: BaseException) -> bool:
 class Call(Generic[T]):
     """One logical request and its attempts. I/O-free: the clients do the I/O."""
 
-    def __init__(self, request: Request, config: ClientConfig,
-                 handler: Callable[[Call[T], int, httpx.Headers], Handler[T]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        request: Request,
+        config: ClientConfig,
+        handler: Callable[[Call[T], int, httpx.Headers], Handler[T]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.request = request
         self.config = config
         self._handler = handler
@@ -109,8 +113,7 @@ class Call(Generic[T]):
         self.t0 = 0.0
         self.attempts = 0
         self.received = 0  # bytes of the current attempt's answer
-        self._wait_exp = wait_exponential(multiplier=config.retry_wait_s,
-                                          max=config.retry_wait_max_s)
+        self._wait_exp = wait_exponential(multiplier=config.retry_wait_s, max=config.retry_wait_max_s)
         self._gave_up_early: str | None = None
 
     @classmethod
@@ -140,7 +143,8 @@ class Call(Generic[T]):
         return EngineDeadlineExceeded(
             f"{self.where}: no complete answer within the call's deadline (total_timeout="
             f"{self.config.total_timeout:g}s; {self.attempts} attempt(s), {self.received} bytes "
-            f"of the last answer read)")
+            f"of the last answer read)"
+        )
 
     def alarm(self, response: httpx.Response, schedule: Schedule) -> SocketAlarm:
         """Context manager around reading ``response``: ends a read blocked at the deadline."""
@@ -156,8 +160,7 @@ class Call(Generic[T]):
             "url": req.path,
             "headers": {**self.config.headers, **req.headers},
             # no single wait (connect, write, headers, a read) may pass the deadline
-            "timeout": httpx.Timeout(min(self.config.timeout, left),
-                                     connect=min(self.config.connect_timeout, left)),
+            "timeout": httpx.Timeout(min(self.config.timeout, left), connect=min(self.config.connect_timeout, left)),
         }
         if req.json is not None:
             kwargs["json"] = req.json
@@ -180,8 +183,9 @@ class Call(Generic[T]):
         if isinstance(exc, _RETRYABLE_TRANSPORT):
             return
         if isinstance(exc, httpx.TimeoutException):
-            raise EngineTimeout(f"{where} timed out after {self.config.timeout:g}s: "
-                                f"{exc or type(exc).__name__}") from exc
+            raise EngineTimeout(
+                f"{where} timed out after {self.config.timeout:g}s: {exc or type(exc).__name__}"
+            ) from exc
         if isinstance(exc, httpx.HTTPError):
             raise EngineError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
 
@@ -219,24 +223,30 @@ class Call(Generic[T]):
         self._gave_up_early = (
             f"; not retried: the server asked to wait {asked:g}s (Retry-After)"
             if isinstance(asked, float) and asked >= wait
-            else f"; not retried: the next attempt (in {wait:g}s) would start")
-        self._gave_up_early += (f" past the call's deadline (total_timeout="
-                                f"{self.config.total_timeout:g}s, {max(left, 0):.1f}s left)")
+            else f"; not retried: the next attempt (in {wait:g}s) would start"
+        )
+        self._gave_up_early += (
+            f" past the call's deadline (total_timeout={self.config.total_timeout:g}s, {max(left, 0):.1f}s left)"
+        )
         return True
 
     def _give_up(self, state: RetryCallState) -> NoReturn:
         exc = state.outcome.exception() if state.outcome is not None else None
         n, why = state.attempt_number, self._gave_up_early or ""
         if isinstance(exc, RetryableStatus):
-            raise EngineStatusError(f"{self.where} failed after {n} attempt(s): HTTP {exc.status}: "
-                                    f"{exc.detail}{why}", status=exc.status,
-                                    retry_after=exc.retry_after) from exc
+            raise EngineStatusError(
+                f"{self.where} failed after {n} attempt(s): HTTP {exc.status}: {exc.detail}{why}",
+                status=exc.status,
+                retry_after=exc.retry_after,
+            ) from exc
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
             raise EngineConnectionError(
                 f"cannot connect to the engine at {self.config.base_url} ({self.where}) after {n} "
-                f"attempt(s): {exc or type(exc).__name__}. Is the server running?{why}") from exc
-        raise EngineConnectionError(f"{self.where} failed after {n} attempt(s): "
-                                    f"{type(exc).__name__}: {exc}{why}") from exc
+                f"attempt(s): {exc or type(exc).__name__}. Is the server running?{why}"
+            ) from exc
+        raise EngineConnectionError(
+            f"{self.where} failed after {n} attempt(s): {type(exc).__name__}: {exc}{why}"
+        ) from exc
 
 
 def _scrub_exception(exc: BaseException, secrets: tuple[str, ...]) -> None:
@@ -262,8 +272,7 @@ class _Attempt:
             raise call.deadline_error()
         call.t0 = time.perf_counter()
 
-    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None:
             _scrub_exception(exc, self.call.config.secrets)
             self.call._convert(exc)
@@ -271,6 +280,7 @@ class _Attempt:
     async def __aenter__(self) -> None:
         self.__enter__()
 
-    async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.__exit__(typ, exc, tb)

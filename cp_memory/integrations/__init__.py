@@ -16,6 +16,7 @@ memories (aligned, de-duplicated, annotated) late in the conversation, never in 
 two layouts, ``"late"`` and ``"append"`` (see :data:`~cp_memory.integrations.chat.Layout`).
 docs/integrations.md has runnable examples and the measured effect.
 """
+
 from __future__ import annotations
 
 __all__ = ["chat", "langgraph", "llamaindex", "openai_agents"]

@@ -26,6 +26,7 @@ trimmed history, a restarted process with a persisted history), the turn is roll
 without dedup, and the conversation stays without dedup: memories are never pointed at text the model
 cannot see.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,8 +40,18 @@ from ..lru import LRUMap
 from ..render import USER_TEMPLATE, context_of
 
 __all__ = [
-    "DEFAULT_LAYOUT", "LAYOUTS", "ChatMemory", "Layout", "MemoryTurn", "as_wrapper", "context_messages",
-    "is_context_message", "pointers_resolve", "question_of", "shows_memories", "user_content",
+    "DEFAULT_LAYOUT",
+    "LAYOUTS",
+    "ChatMemory",
+    "Layout",
+    "MemoryTurn",
+    "as_wrapper",
+    "context_messages",
+    "is_context_message",
+    "pointers_resolve",
+    "question_of",
+    "shows_memories",
+    "user_content",
 ]
 
 logger = logging.getLogger(__name__)
@@ -50,8 +61,8 @@ LAYOUTS: tuple[str, ...] = ("late", "append")
 #: chosen by measurement (docs/integrations.md): append-only history with dedup prefills the least
 DEFAULT_LAYOUT: Layout = "append"
 
-_CONTEXT_HEAD, _, _QUESTION_TAIL = USER_TEMPLATE.partition("{context}")   # "Context:\n", "\n\nQuestion: {query}"
-_QUESTION_MARK = _QUESTION_TAIL.split("{query}")[0]                       # "\n\nQuestion: "
+_CONTEXT_HEAD, _, _QUESTION_TAIL = USER_TEMPLATE.partition("{context}")  # "Context:\n", "\n\nQuestion: {query}"
+_QUESTION_MARK = _QUESTION_TAIL.split("{query}")[0]  # "\n\nQuestion: "
 _NO_CONTEXT_HEAD = "Question: "
 
 
@@ -76,7 +87,7 @@ def question_of(content: str) -> str:
     if is_context_message(content):
         return content.rsplit(_QUESTION_MARK, 1)[1]
     if content.startswith(_NO_CONTEXT_HEAD):
-        return content[len(_NO_CONTEXT_HEAD):]
+        return content[len(_NO_CONTEXT_HEAD) :]
     return content
 
 
@@ -98,7 +109,7 @@ def pointers_resolve(response: Mapping[str, Any] | Sequence[Any], contexts: Sequ
         return True
     if len(contexts) != turn - 1:
         return False
-    for sent in info.get("sent") or ():   # type: ignore[union-attr]
+    for sent in info.get("sent") or ():  # type: ignore[union-attr]
         t, label = sent.get("turn"), sent.get("label")
         if not isinstance(t, int) or not 1 <= t <= len(contexts) or not isinstance(label, str):
             return False
@@ -127,8 +138,11 @@ def as_wrapper(memory: Any) -> Any:
     which costs more prompt tokens than it saves in a chat, see docs/integrations.md)."""
     from ..memory import AsyncContextPilotMemory, ContextPilotMemory
 
-    if callable(getattr(memory, "commit", None)) and callable(getattr(memory, "rollback", None)) \
-            and hasattr(memory, "cp_config"):
+    if (
+        callable(getattr(memory, "commit", None))
+        and callable(getattr(memory, "rollback", None))
+        and hasattr(memory, "cp_config")
+    ):
         return memory
     from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 
@@ -143,13 +157,13 @@ def as_wrapper(memory: Any) -> Any:
 class MemoryTurn:
     """One turn's memories: what to send, and the search response to commit or roll back."""
 
-    query: str                        # what was searched
+    query: str  # what was searched
     response: Mapping[str, Any]
-    content: str                      # the newest user message: user_content(question, response)
+    content: str  # the newest user message: user_content(question, response)
     layout: Layout
-    conversation_id: str | None       # the dedup conversation (None: no dedup this turn)
+    conversation_id: str | None  # the dedup conversation (None: no dedup this turn)
     filters: Mapping[str, Any] = field(default_factory=dict)
-    question: str = ""                # the question shown (default: the query)
+    question: str = ""  # the question shown (default: the query)
 
     @property
     def context(self) -> str:
@@ -174,8 +188,15 @@ class ChatMemory:
     did not match their dedup record, which then run without dedup.
     """
 
-    def __init__(self, memory: Any, *, layout: Layout = DEFAULT_LAYOUT, top_k: int = 10,
-                 search_kwargs: Mapping[str, Any] | None = None, max_conversations: int = 10_000) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        *,
+        layout: Layout = DEFAULT_LAYOUT,
+        top_k: int = 10,
+        search_kwargs: Mapping[str, Any] | None = None,
+        max_conversations: int = 10_000,
+    ) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
@@ -204,28 +225,45 @@ class ChatMemory:
             raise ValueError(f"query must be a non-empty str, got {query!r}")
         if not isinstance(filters, Mapping) or not filters:
             raise ValueError("filters must name whose memories to read, e.g. {'user_id': 'alice'}")
-        return {"filters": dict(filters), "top_k": self.top_k, "conversation_id": conversation,
-                **self.search_kwargs}
+        return {"filters": dict(filters), "top_k": self.top_k, "conversation_id": conversation, **self.search_kwargs}
 
     def _degrade(self, filters: Mapping[str, Any], conversation: str) -> None:
-        logger.warning("conversation %r: the history does not hold the turns its dedup record names (trimmed or "
-                       "restored history?); continuing without dedup for this conversation", conversation)
+        logger.warning(
+            "conversation %r: the history does not hold the turns its dedup record names (trimmed or "
+            "restored history?); continuing without dedup for this conversation",
+            conversation,
+        )
         self._degraded.set(_key(filters, conversation), True)
         try:
             self.memory.forget_conversation(conversation, filters=filters)
         except Exception:  # the record is unused from now on; failing to free it loses nothing
             logger.debug("forget_conversation failed", exc_info=True)
 
-    def _turn(self, query: str, response: Any, filters: Mapping[str, Any], conversation: str | None,
-              question: str | None) -> MemoryTurn:
+    def _turn(
+        self, query: str, response: Any, filters: Mapping[str, Any], conversation: str | None, question: str | None
+    ) -> MemoryTurn:
         shown = query if question is None else question
-        return MemoryTurn(query=query, response=response, content=user_content(shown, response),
-                          layout=self.layout, conversation_id=conversation, filters=dict(filters), question=shown)
+        return MemoryTurn(
+            query=query,
+            response=response,
+            content=user_content(shown, response),
+            layout=self.layout,
+            conversation_id=conversation,
+            filters=dict(filters),
+            question=shown,
+        )
 
     # ------------------------------------------------------------------ drivers
-    def turn(self, query: str, *, filters: Mapping[str, Any], history: Sequence[Any] = (),
-             conversation_id: str | None = None, question: str | None = None,
-             contexts: Sequence[str] | None = None) -> MemoryTurn:
+    def turn(
+        self,
+        query: str,
+        *,
+        filters: Mapping[str, Any],
+        history: Sequence[Any] = (),
+        conversation_id: str | None = None,
+        question: str | None = None,
+        contexts: Sequence[str] | None = None,
+    ) -> MemoryTurn:
         """Search for one turn and lay out its user message; commit the turn once the model answered.
 
         To check dedup pointers, pass ``history`` (the texts of the user messages so far) or, for tools,
@@ -242,9 +280,16 @@ class ChatMemory:
             response = self.memory.search(query, **self._args(query, filters, None))
         return self._turn(query, response, filters, conversation, question)
 
-    async def aturn(self, query: str, *, filters: Mapping[str, Any], history: Sequence[Any] = (),
-                    conversation_id: str | None = None, question: str | None = None,
-                    contexts: Sequence[str] | None = None) -> MemoryTurn:
+    async def aturn(
+        self,
+        query: str,
+        *,
+        filters: Mapping[str, Any],
+        history: Sequence[Any] = (),
+        conversation_id: str | None = None,
+        question: str | None = None,
+        contexts: Sequence[str] | None = None,
+    ) -> MemoryTurn:
         """:meth:`turn` awaited: an async memory is awaited, a sync one runs in a worker thread."""
         conversation = self._conversation(filters, conversation_id)
         response = await self._asearch(query, self._args(query, filters, conversation))

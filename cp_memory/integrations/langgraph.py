@@ -20,6 +20,7 @@ Or by hand, in your own node: ``turn = prompt.prepare(state["messages"], filters
 question in the graph state (same message id) by the message as sent, so the next turn's history is
 exactly what the engine saw and its pointers resolve.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,9 @@ from .chat import DEFAULT_LAYOUT, ChatMemory, Layout, MemoryTurn, user_content
 __all__ = ["MemoryPrompt", "PreparedTurn", "cache_stable_messages", "memory_node"]
 
 
-def cache_stable_messages(query: str, response: Mapping[str, Any], *, system: str | SystemMessage | None,
-                          history: Sequence[BaseMessage] = ()) -> list[BaseMessage]:
+def cache_stable_messages(
+    query: str, response: Mapping[str, Any], *, system: str | SystemMessage | None, history: Sequence[BaseMessage] = ()
+) -> list[BaseMessage]:
     """``[SystemMessage(system)] + history + [HumanMessage(memories + annotations + question)]``.
 
     ``response``: a ``ContextPilotMemory.search`` response (a plain mem0 response is rendered in its own
@@ -57,17 +59,19 @@ def _text(message: BaseMessage) -> str:
     content = message.content
     if isinstance(content, str):
         return content
-    raise TypeError("the newest user message must have text content (str), got "
-                    f"{type(content).__name__}; multimodal messages are not supported")
+    raise TypeError(
+        "the newest user message must have text content (str), got "
+        f"{type(content).__name__}; multimodal messages are not supported"
+    )
 
 
 @dataclass(frozen=True)
 class PreparedTurn:
     """What to send this turn, and how to record it in the graph state."""
 
-    messages: list[BaseMessage]     # system + history + the user message carrying the memories
-    question: HumanMessage          # the user's message as it came in
-    sent_message: HumanMessage      # the user message as sent (same id as ``question``)
+    messages: list[BaseMessage]  # system + history + the user message carrying the memories
+    question: HumanMessage  # the user's message as it came in
+    sent_message: HumanMessage  # the user message as sent (same id as ``question``)
     memory: MemoryTurn
 
     def state_update(self, reply: BaseMessage) -> list[BaseMessage]:
@@ -89,8 +93,15 @@ class MemoryPrompt:
         top_k: memories per search; ``search_kwargs``: more arguments for every search.
     """
 
-    def __init__(self, memory: Any, *, system: str | None, layout: Layout = DEFAULT_LAYOUT, top_k: int = 10,
-                 search_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        *,
+        system: str | None,
+        layout: Layout = DEFAULT_LAYOUT,
+        top_k: int = 10,
+        search_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self.chat = ChatMemory(memory, layout=layout, top_k=top_k, search_kwargs=search_kwargs)
         self.system = system
 
@@ -99,34 +110,41 @@ class MemoryPrompt:
             raise ValueError("the last message must be the user's HumanMessage (the question of this turn)")
         question = messages[-1]
         if self.chat.layout == "append" and question.id is None:
-            raise ValueError("the 'append' layout replaces the question in the graph state by its id: pass "
-                             "state['messages'] of a graph using add_messages (which gives every message an id)")
+            raise ValueError(
+                "the 'append' layout replaces the question in the graph state by its id: pass "
+                "state['messages'] of a graph using add_messages (which gives every message an id)"
+            )
         history = list(messages[:-1])
-        return question, history, [m.content for m in history if isinstance(m, HumanMessage)
-                                    and isinstance(m.content, str)]
+        return (
+            question,
+            history,
+            [m.content for m in history if isinstance(m, HumanMessage) and isinstance(m.content, str)],
+        )
 
     def _prepared(self, question: HumanMessage, history: list[BaseMessage], turn: MemoryTurn) -> PreparedTurn:
         messages = cache_stable_messages(turn.query, turn.response, system=self.system, history=history)
         sent = HumanMessage(content=messages[-1].content, id=question.id)
         return PreparedTurn(messages=messages[:-1] + [sent], question=question, sent_message=sent, memory=turn)
 
-    def prepare(self, messages: Sequence[BaseMessage], *, filters: Mapping[str, Any],
-                conversation_id: str | None = None) -> PreparedTurn:
+    def prepare(
+        self, messages: Sequence[BaseMessage], *, filters: Mapping[str, Any], conversation_id: str | None = None
+    ) -> PreparedTurn:
         """Search with the newest user message and lay out this turn's messages.
 
         ``filters``: whose memories (``{"user_id": ...}``); ``conversation_id``: the dedup conversation
         (the graph's ``thread_id``; None: no dedup). Commit the turn after the model answered."""
         question, history, user_texts = self._split(messages)
-        turn = self.chat.turn(_text(question), filters=filters, history=user_texts,
-                              conversation_id=conversation_id)
+        turn = self.chat.turn(_text(question), filters=filters, history=user_texts, conversation_id=conversation_id)
         return self._prepared(question, history, turn)
 
-    async def aprepare(self, messages: Sequence[BaseMessage], *, filters: Mapping[str, Any],
-                       conversation_id: str | None = None) -> PreparedTurn:
+    async def aprepare(
+        self, messages: Sequence[BaseMessage], *, filters: Mapping[str, Any], conversation_id: str | None = None
+    ) -> PreparedTurn:
         """:meth:`prepare`, awaited."""
         question, history, user_texts = self._split(messages)
-        turn = await self.chat.aturn(_text(question), filters=filters, history=user_texts,
-                                     conversation_id=conversation_id)
+        turn = await self.chat.aturn(
+            _text(question), filters=filters, history=user_texts, conversation_id=conversation_id
+        )
         return self._prepared(question, history, turn)
 
     def commit(self, turn: PreparedTurn) -> None:
@@ -161,15 +179,20 @@ def _thread_id(config: RunnableConfig | None) -> str | None:
     return str(thread) if thread is not None else None
 
 
-def memory_node(prompt: MemoryPrompt, model: Any, *,
-                filters: Callable[[Mapping[str, Any]], Mapping[str, Any]] = _default_filters,
-                conversation_id: Callable[[RunnableConfig | None], str | None] = _thread_id) -> RunnableLambda[Any, Any]:
+def memory_node(
+    prompt: MemoryPrompt,
+    model: Any,
+    *,
+    filters: Callable[[Mapping[str, Any]], Mapping[str, Any]] = _default_filters,
+    conversation_id: Callable[[RunnableConfig | None], str | None] = _thread_id,
+) -> RunnableLambda[Any, Any]:
     """A LangGraph node (sync and async): search, call ``model`` (any chat model / runnable taking
     messages), commit after it answered, and return the state update.
 
     ``filters(state)`` names whose memories (default: ``{"user_id": state["mem0_user_id"]}``, mem0's guide's
     state); ``conversation_id(config)`` the dedup conversation (default: the ``thread_id``).
     """
+
     def node(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         turn = prompt.prepare(state["messages"], filters=filters(state), conversation_id=conversation_id(config))
         with prompt.sending(turn):
@@ -177,8 +200,7 @@ def memory_node(prompt: MemoryPrompt, model: Any, *,
         return {"messages": turn.state_update(reply)}
 
     async def anode(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        turn = await prompt.aprepare(state["messages"], filters=filters(state),
-                                     conversation_id=conversation_id(config))
+        turn = await prompt.aprepare(state["messages"], filters=filters(state), conversation_id=conversation_id(config))
         with prompt.sending(turn):
             reply = await model.ainvoke(turn.messages, config)
         return {"messages": turn.state_update(reply)}

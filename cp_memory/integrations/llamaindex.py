@@ -19,6 +19,7 @@ the ``"append"`` layout the user message is kept in the chat history *as sent*, 
 The search query is built as ``Mem0Memory`` builds it (the last ``search_msg_limit`` messages, with the
 questions as typed), so both retrieve the same memories.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,9 @@ class ContextPilotMem0Memory(Mem0Memory):  # type: ignore[misc]  # llama-index-m
 
     layout: str = Field(default=DEFAULT_LAYOUT, description="'append' (default) or 'late'")
     top_k: int = Field(default=10, description="memories per search")
-    conversation_id: str = Field(default_factory=lambda: f"llamaindex-{uuid.uuid4().hex}",
-                                 description="dedup conversation of this chat")
+    conversation_id: str = Field(
+        default_factory=lambda: f"llamaindex-{uuid.uuid4().hex}", description="dedup conversation of this chat"
+    )
     write_back: bool = Field(default=True, description="put() adds the chat to mem0, like Mem0Memory")
     add_kwargs: dict = Field(default_factory=dict, description="extra arguments of mem0's add()")  # type: ignore[type-arg]
 
@@ -80,8 +82,10 @@ class ContextPilotMem0Memory(Mem0Memory):  # type: ignore[misc]  # llama-index-m
     def __init__(self, context: Any = None, **kwargs: Any) -> None:
         client = kwargs.pop("client", None)
         if client is None:
-            raise TypeError("ContextPilotMem0Memory needs client= (a mem0 Memory or ContextPilotMemory); "
-                            "or use from_memory / from_config")
+            raise TypeError(
+                "ContextPilotMem0Memory needs client= (a mem0 Memory or ContextPilotMemory); "
+                "or use from_memory / from_config"
+            )
         wrapped = as_wrapper(client)
         super().__init__(context=context, client=wrapped, **kwargs)
         if self.layout not in LAYOUTS:
@@ -93,25 +97,46 @@ class ContextPilotMem0Memory(Mem0Memory):  # type: ignore[misc]  # llama-index-m
         return "ContextPilotMem0Memory"
 
     @classmethod
-    def from_memory(cls, memory: Any, context: dict[str, Any], *, search_msg_limit: int = 5,
-                    primary_memory: LlamaIndexMemory | None = None, **kwargs: Any) -> ContextPilotMem0Memory:
+    def from_memory(
+        cls,
+        memory: Any,
+        context: dict[str, Any],
+        *,
+        search_msg_limit: int = 5,
+        primary_memory: LlamaIndexMemory | None = None,
+        **kwargs: Any,
+    ) -> ContextPilotMem0Memory:
         """From a mem0 ``Memory`` or a :class:`~cp_memory.memory.ContextPilotMemory`; ``kwargs``: the fields."""
-        return cls(context=context, client=memory, search_msg_limit=search_msg_limit,
-                   primary_memory=primary_memory or LlamaIndexMemory.from_defaults(), **kwargs)
+        return cls(
+            context=context,
+            client=memory,
+            search_msg_limit=search_msg_limit,
+            primary_memory=primary_memory or LlamaIndexMemory.from_defaults(),
+            **kwargs,
+        )
 
     @classmethod
-    def from_config(cls, context: dict[str, Any], config: dict[str, Any],
-                    search_msg_limit: int = 5, **kwargs: Any) -> ContextPilotMem0Memory:
+    def from_config(
+        cls, context: dict[str, Any], config: dict[str, Any], search_msg_limit: int = 5, **kwargs: Any
+    ) -> ContextPilotMem0Memory:
         """``Mem0Memory.from_config``'s arguments: builds mem0's ``Memory.from_config(config)`` and wraps it."""
         from mem0 import Memory
 
-        return cls.from_memory(Memory.from_config(config_dict=config), context,
-                               search_msg_limit=search_msg_limit, **kwargs)
+        return cls.from_memory(
+            Memory.from_config(config_dict=config), context, search_msg_limit=search_msg_limit, **kwargs
+        )
 
     @classmethod
-    def from_client(cls, context: dict[str, Any], api_key: str | None = None,
-                    host: str | None = None, org_id: str | None = None, project_id: str | None = None,
-                    search_msg_limit: int = 5, **kwargs: Any) -> ContextPilotMem0Memory:
+    def from_client(
+        cls,
+        context: dict[str, Any],
+        api_key: str | None = None,
+        host: str | None = None,
+        org_id: str | None = None,
+        project_id: str | None = None,
+        search_msg_limit: int = 5,
+        **kwargs: Any,
+    ) -> ContextPilotMem0Memory:
         """``Mem0Memory.from_client``'s arguments: mem0's hosted ``MemoryClient``, wrapped."""
         from mem0 import MemoryClient
 
@@ -131,11 +156,16 @@ class ContextPilotMem0Memory(Mem0Memory):  # type: ignore[misc]  # llama-index-m
         question = question_of(messages[u].content or "")
         query = convert_messages_to_string([_plain(m) for m in messages], input, limit=self.search_msg_limit)
         history = [m.content for m in messages[:u] if m.role == MessageRole.USER and isinstance(m.content, str)]
-        turn = self._chat.turn(query, filters=self.context.build_filter(), history=history,
-                               conversation_id=self.conversation_id, question=question)
+        turn = self._chat.turn(
+            query,
+            filters=self.context.build_filter(),
+            history=history,
+            conversation_id=self.conversation_id,
+            question=question,
+        )
         with self._lock:
             self._pending = turn
-        return messages[:u] + [ChatMessage(role=MessageRole.USER, content=turn.content)] + messages[u + 1:]
+        return messages[:u] + [ChatMessage(role=MessageRole.USER, content=turn.content)] + messages[u + 1 :]
 
     def put(self, message: ChatMessage) -> None:
         """Add a message. The model's answer commits the pending turn (and, in ``"append"``, keeps the user

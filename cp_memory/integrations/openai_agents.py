@@ -1,4 +1,6 @@
-"""OpenAI Agents SDK: a memory tool whose output is the cache-stable context (``pip install 'cp-memory[openai-agents]'``).
+"""OpenAI Agents SDK: a memory tool whose output is the cache-stable context.
+
+Needs ``pip install 'cp-memory[openai-agents]'``.
 
 mem0's guide exposes ``mem0.search`` as a function tool returning ``"- memory"`` lines, with the user id as a
 model-filled argument. :class:`MemoryTools` gives a ``search_memory(query)`` tool (strict JSON schema) that
@@ -21,6 +23,7 @@ succeeded they commit the searches it carried. A search is de-duplicated only wh
 exactly the conversation's committed searches, so a run without the history (or without the hooks, or
 without a ``conversation_id``) simply gets every memory in full.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -45,9 +48,11 @@ __all__ = ["EMPTY_OUTPUT", "MemoryContext", "MemoryHooks", "MemoryTools", "scope
 
 #: the tool's output when the search found nothing (no turn is recorded for it)
 EMPTY_OUTPUT = "No relevant memories found."
-_DESCRIPTION = ("Search the user's long-term memories (facts from earlier conversations). Returns numbered "
-                "memories; a note such as 'refer to [Doc 2] ... (turn 1)' means that memory is the [Doc 2] "
-                "of this tool's first output in this conversation.")
+_DESCRIPTION = (
+    "Search the user's long-term memories (facts from earlier conversations). Returns numbered "
+    "memories; a note such as 'refer to [Doc 2] ... (turn 1)' means that memory is the [Doc 2] "
+    "of this tool's first output in this conversation."
+)
 _ENTITY_KEYS = ("user_id", "agent_id", "run_id")
 
 
@@ -65,23 +70,26 @@ class MemoryContext:
 def scope_of_context(context: Any) -> tuple[dict[str, Any], str | None]:
     """``(filters, conversation_id)`` from a run context: a mapping or an object with ``user_id``,
     ``agent_id``, ``run_id`` and optionally ``conversation_id`` (e.g. :class:`MemoryContext`)."""
+
     def read(name: str) -> Any:
         return context.get(name) if isinstance(context, Mapping) else getattr(context, name, None)
 
     filters = {k: read(k) for k in _ENTITY_KEYS if read(k) is not None}
     if not filters:
-        raise ValueError("the run context names no user: pass context=MemoryContext(user_id=...) (or any object "
-                         "or dict with user_id / agent_id / run_id) to Runner.run")
+        raise ValueError(
+            "the run context names no user: pass context=MemoryContext(user_id=...) (or any object "
+            "or dict with user_id / agent_id / run_id) to Runner.run"
+        )
     conversation = read("conversation_id")
     return filters, (str(conversation) if conversation is not None else None)
 
 
 @dataclass
 class _Conversation:
-    committed: list[str] = field(default_factory=list)           # call ids, in commit order
+    committed: list[str] = field(default_factory=list)  # call ids, in commit order
     pending: dict[str, MemoryTurn] = field(default_factory=dict)  # call id -> searched, not yet sent
-    inflight: list[str] = field(default_factory=list)            # pending ids in the current model input
-    seen: list[str] | None = None                                # memory outputs in the last model input
+    inflight: list[str] = field(default_factory=list)  # pending ids in the current model input
+    seen: list[str] | None = None  # memory outputs in the last model input
 
 
 def _field(item: Any, name: str) -> Any:
@@ -98,10 +106,16 @@ class MemoryTools:
         scope: ``context -> (filters, conversation_id)``; default :func:`scope_of_context`.
     """
 
-    def __init__(self, memory: Any, *, top_k: int = 10, name: str = "search_memory",
-                 description: str = _DESCRIPTION,
-                 scope: Callable[[Any], tuple[dict[str, Any], str | None]] = scope_of_context,
-                 max_conversations: int = 10_000) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        *,
+        top_k: int = 10,
+        name: str = "search_memory",
+        description: str = _DESCRIPTION,
+        scope: Callable[[Any], tuple[dict[str, Any], str | None]] = scope_of_context,
+        max_conversations: int = 10_000,
+    ) -> None:
         self.chat = ChatMemory(memory, layout="append", top_k=top_k)
         self.name = name
         self.scope = scope
@@ -119,8 +133,13 @@ class MemoryTools:
             """
             return await self.search(ctx, query)
 
-        return function_tool(search_memory, name_override=name, description_override=description,
-                             strict_mode=True, failure_error_function=None)
+        return function_tool(
+            search_memory,
+            name_override=name,
+            description_override=description,
+            strict_mode=True,
+            failure_error_function=None,
+        )
 
     async def search(self, ctx: RunContextWrapper[Any], query: str) -> str:
         """The tool's body: search, keep the turn pending until a model call carried it."""
@@ -128,10 +147,11 @@ class MemoryTools:
         state = self._state(filters, conversation)
         call_id = getattr(ctx, "tool_call_id", None)
         if state is None or state.seen is None or not call_id:
-            turn = await self.chat.aturn(query, filters=filters)          # cannot check the history: no dedup
+            turn = await self.chat.aturn(query, filters=filters)  # cannot check the history: no dedup
         else:
-            turn = await self.chat.aturn(query, filters=filters, conversation_id=conversation,
-                                         contexts=list(state.seen))
+            turn = await self.chat.aturn(
+                query, filters=filters, conversation_id=conversation, contexts=list(state.seen)
+            )
             if turn.conversation_id is not None:
                 state.pending[call_id] = turn
         if not turn.shows_memories:
@@ -156,8 +176,11 @@ class MemoryTools:
         if state is None:
             return
         names = {_field(i, "call_id"): _field(i, "name") for i in input_items if _field(i, "type") == "function_call"}
-        ours = [(_field(i, "call_id"), _field(i, "output")) for i in input_items
-                if _field(i, "type") == "function_call_output" and names.get(_field(i, "call_id")) == self.name]
+        ours = [
+            (_field(i, "call_id"), _field(i, "output"))
+            for i in input_items
+            if _field(i, "type") == "function_call_output" and names.get(_field(i, "call_id")) == self.name
+        ]
         present = {cid for cid, _ in ours}
         for cid in [c for c in state.pending if c not in present]:
             self.chat.rollback(state.pending.pop(cid))
@@ -205,8 +228,9 @@ class MemoryHooks(RunHooks[Any]):
     def __init__(self, tools: MemoryTools) -> None:
         self.tools = tools
 
-    async def on_llm_start(self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None,
-                           input_items: list[Any]) -> None:
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None, input_items: list[Any]
+    ) -> None:
         self.tools.observe(context.context, input_items)
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: Any) -> None:

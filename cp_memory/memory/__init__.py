@@ -22,6 +22,7 @@ Modules, one responsibility each (data flows top to bottom):
 * :mod:`.flow` — the search as one generator, driven sync or async;
 * :mod:`.proxy` / :mod:`.wrappers` — the mem0 contract: subclasses of mem0's classes that forward.
 """
+
 from __future__ import annotations
 
 import os

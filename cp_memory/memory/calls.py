@@ -9,6 +9,7 @@
 what narrows the result set). :meth:`SearchCall.with_top_k` is the only change ever made to a call: a
 larger ``top_k`` when multi-turn dedup must make up for memories already sent.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -35,10 +36,10 @@ class SearchCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     filters: Mapping[str, Any] | None
-    top_k: int | None                  # None: invalid or unknown (mem0 validates; no over-fetch)
+    top_k: int | None  # None: invalid or unknown (mem0 validates; no over-fetch)
     scope: Scope | None
     show_expired: bool = False
-    extras_allowed: bool = True        # False: arguments narrow results in ways extras cannot be checked for
+    extras_allowed: bool = True  # False: arguments narrow results in ways extras cannot be checked for
     top_k_key: str = "top_k"
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -55,9 +56,15 @@ def local_call(query: Any, args: tuple[Any, ...], kwargs: dict[str, Any], defaul
     filters = kwargs.get("filters")
     top_k = valid_top_k(kwargs.get("top_k", default_top_k))
     show_expired = kwargs.get("show_expired") is True
-    return SearchCall(query=query, args=tuple(args), kwargs=dict(kwargs),
-                      filters=filters if isinstance(filters, Mapping) else None, top_k=top_k,
-                      scope=scope_of(filters) if isinstance(filters, Mapping) else None, show_expired=show_expired)
+    return SearchCall(
+        query=query,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        filters=filters if isinstance(filters, Mapping) else None,
+        top_k=top_k,
+        scope=scope_of(filters) if isinstance(filters, Mapping) else None,
+        show_expired=show_expired,
+    )
 
 
 def hosted_call(query: Any, args: tuple[Any, ...], kwargs: dict[str, Any], default_top_k: int | None) -> SearchCall:
@@ -75,6 +82,13 @@ def hosted_call(query: Any, args: tuple[Any, ...], kwargs: dict[str, Any], defau
     top_k = valid_top_k(merged.get("top_k", default_top_k))
     narrowing = {k: merged[k] for k in _HOSTED_NARROWING if merged.get(k) is not None}
     scope = scope_of(filters, **narrowing) if isinstance(filters, Mapping) else None
-    return SearchCall(query=query, args=tuple(args), kwargs=dict(kwargs),
-                      filters=filters if isinstance(filters, Mapping) else None, top_k=top_k, scope=scope,
-                      show_expired=merged.get("show_expired") is True, extras_allowed=not narrowing)
+    return SearchCall(
+        query=query,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        filters=filters if isinstance(filters, Mapping) else None,
+        top_k=top_k,
+        scope=scope,
+        show_expired=merged.get("show_expired") is True,
+        extras_allowed=not narrowing,
+    )

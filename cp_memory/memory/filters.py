@@ -7,6 +7,7 @@ icontains``, ``"*"``, ``AND OR NOT``). :func:`admits` answers True only when it 
 shape it does not understand, a missing field or a type mismatch is "no". A memory is never shown by
 mistake; at worst a valid extra is left out.
 """
+
 from __future__ import annotations
 
 import logging

@@ -5,12 +5,13 @@
 :func:`drive` runs it against a sync mem0 and :func:`adrive` against an async one — the two drivers are the
 only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMemory`` (httpx's way).
 """
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from .calls import SearchCall
 from .pipeline import SearchPipeline
@@ -31,7 +32,7 @@ class Mem0Get:
     memory_id: Any
 
 
-Request = Union[Mem0Search, Mem0Get]
+Request = Mem0Search | Mem0Get
 Flow = Generator[Request, Any, Any]
 
 
@@ -78,8 +79,11 @@ def drive(flow: Flow, search: Callable[..., Any], get: Callable[[Any], Any]) -> 
         request = next(flow)
         while True:
             try:
-                answer = search(*request.args, **request.kwargs) if isinstance(request, Mem0Search) \
+                answer = (
+                    search(*request.args, **request.kwargs)
+                    if isinstance(request, Mem0Search)
                     else get(request.memory_id)
+                )
             except Exception as exc:
                 request = flow.throw(exc)
             else:
@@ -94,8 +98,11 @@ async def adrive(flow: Flow, search: Callable[..., Awaitable[Any]], get: Callabl
         request = next(flow)
         while True:
             try:
-                answer = await (search(*request.args, **request.kwargs) if isinstance(request, Mem0Search)
-                                else get(request.memory_id))
+                answer = await (
+                    search(*request.args, **request.kwargs)
+                    if isinstance(request, Mem0Search)
+                    else get(request.memory_id)
+                )
             except Exception as exc:
                 request = flow.throw(exc)
             else:

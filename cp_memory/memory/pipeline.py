@@ -16,6 +16,7 @@ of its inputs plus the wrapper's own state (per-scope indexes, dedup records, pe
 
 Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, which never raises).
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,12 +63,12 @@ class Window:
 
     plan: Plan
     response: Any
-    results: list[Mapping[str, Any]]            # mem0's results, ids collapsed (rank = position)
-    fresh: list[ContextBlock]                   # the first top_k not-yet-sent blocks, mem0 order
-    pre_sent: list[ContextBlock]                # window results within top_k already sent (or same-text copies)
-    short: int                                  # fresh blocks missing to reach top_k although mem0 had more
-    passed: list[ContextBlock]                  # already sent, ranked below top_k: left out without a pointer
-    scanned: int                                # results of mem0's list the window looked at
+    results: list[Mapping[str, Any]]  # mem0's results, ids collapsed (rank = position)
+    fresh: list[ContextBlock]  # the first top_k not-yet-sent blocks, mem0 order
+    pre_sent: list[ContextBlock]  # window results within top_k already sent (or same-text copies)
+    short: int  # fresh blocks missing to reach top_k although mem0 had more
+    passed: list[ContextBlock]  # already sent, ranked below top_k: left out without a pointer
+    scanned: int  # results of mem0's list the window looked at
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Aligned:
     window: Window
     state: ScopeState | None
     placement: Placement | None
-    extra_keys: tuple[tuple[Hashable, str], ...]   # (id, digest) of extras to verify
+    extra_keys: tuple[tuple[Hashable, str], ...]  # (id, digest) of extras to verify
 
 
 class SearchPipeline:
@@ -123,7 +124,7 @@ class SearchPipeline:
         raw = results_of(response)
         if raw is None:
             return None
-        converted = blocks_from_mem0(raw)      # ids checked, repeated ids collapsed (with a warning)
+        converted = blocks_from_mem0(raw)  # ids checked, repeated ids collapsed (with a warning)
         results, blocks = list(converted.results), list(converted.blocks)
         top_k = plan.call.top_k if plan.call.top_k is not None else len(blocks)
         where: Sequence[Any] = (None,) * len(blocks)
@@ -138,8 +139,12 @@ class SearchPipeline:
             if len(fresh) >= top_k:
                 break
             scanned += 1
-            copy = (plan.conversation is not None and self.config.content_dedup and bool(block.text.strip())
-                    and block.digest in digests)
+            copy = (
+                plan.conversation is not None
+                and self.config.content_dedup
+                and bool(block.text.strip())
+                and block.digest in digests
+            )
             if loc is not None or copy:
                 # within mem0's top_k a sent memory gets a pointer (the paper's dedup); below it (reached only
                 # by the over-fetch) it gets none: a plain top_k search would not have returned it at all
@@ -167,8 +172,11 @@ class SearchPipeline:
             self.scopes.note_insert(state)
         fresh_keys = set(keys)
         window_ids = {b.id for b in window.fresh} | {b.id for b in window.pre_sent}
-        extra = tuple(k for k in placement.extra
-                      if isinstance(k, tuple) and len(k) == 2 and k not in fresh_keys and k[0] not in window_ids)
+        extra = tuple(
+            k
+            for k in placement.extra
+            if isinstance(k, tuple) and len(k) == 2 and k not in fresh_keys and k[0] not in window_ids
+        )
         if extra and not window.plan.call.extras_allowed:
             logger.debug("superset/swap extras refused: the call narrows results in ways they cannot be checked for")
             extra = ()
@@ -183,8 +191,9 @@ class SearchPipeline:
         if block.key != key:
             return None  # edited since it was cached: its text would not hit the prefix anyway
         if not admits(call.filters, item, show_expired=call.show_expired):
-            logger.warning("superset alignment proposed memory %s outside the caller's filters (%s); left out",
-                           key[0], call.scope)
+            logger.warning(
+                "superset alignment proposed memory %s outside the caller's filters (%s); left out", key[0], call.scope
+            )
             return None
         return block
 
@@ -223,8 +232,16 @@ class SearchPipeline:
                 if d.block_id in extra_ids:
                     continue  # an extra sent before: not retrieved, nothing to point to
                 loc = d.location
-                sent.append(SentMemory(id=str(d.block_id), turn=loc.turn, position=loc.position, label=loc.label,
-                                       annotation=d.annotation, rank=rank[d.block_id]))
+                sent.append(
+                    SentMemory(
+                        id=str(d.block_id),
+                        turn=loc.turn,
+                        position=loc.position,
+                        label=loc.label,
+                        annotation=d.annotation,
+                        rank=rank[d.block_id],
+                    )
+                )
         else:
             kept = candidates
         labels = {b.id: doc_label(i) for i, b in enumerate(kept, start=1)}
@@ -232,30 +249,40 @@ class SearchPipeline:
         annotation = ""
         if self.config.annotate and len(retrieved) >= 2:
             annotation = order_annotation(sorted(retrieved, key=rank.__getitem__), retrieved, label=labels)
-        context = render_context(kept, order_annotation=annotation or None,
-                                 location_annotations=[s.annotation for s in sent])
+        context = render_context(
+            kept, order_annotation=annotation or None, location_annotations=[s.annotation for s in sent]
+        )
         by_id = {r["id"]: r for r in window.results}
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
         if self.config.results_order == "mem0":
             out_ids.sort(key=rank.__getitem__)
         prefix_len = 0
         if placement is not None:
-            for a, b in zip([k.key for k in kept], placement.order[:placement.prefix_len]):
+            for a, b in zip([k.key for k in kept], placement.order[: placement.prefix_len]):
                 if a != b:
                     break
                 prefix_len += 1
         info = ContextPilotInfo(
-            scope=str(scope) if scope is not None else None, conversation_id=plan.conversation, turn=turn,
-            turn_id=turn_id, committed=committed,
-            original_ids=tuple(str(r["id"]) for r in window.results[:window.scanned]),
+            scope=str(scope) if scope is not None else None,
+            conversation_id=plan.conversation,
+            turn=turn,
+            turn_id=turn_id,
+            committed=committed,
+            original_ids=tuple(str(r["id"]) for r in window.results[: window.scanned]),
             passed=tuple(str(b.id) for b in window.passed),
-            order=tuple(str(b.id) for b in kept), prefix_len=prefix_len,
-            extra=tuple(str(b.id) for b in kept if b.id in extra_ids), dropped=tuple(str(i) for i in dropped_ids),
-            request_id=None if placement is None else str(placement.request_id), sent=tuple(sent),
+            order=tuple(str(b.id) for b in kept),
+            prefix_len=prefix_len,
+            extra=tuple(str(b.id) for b in kept if b.id in extra_ids),
+            dropped=tuple(str(i) for i in dropped_ids),
+            request_id=None if placement is None else str(placement.request_id),
+            sent=tuple(sent),
             order_annotation=annotation,
-            blocks=tuple(RenderedBlock(label=labels[b.id], id=str(b.id), text=b.text, extra=b.id in extra_ids)
-                         for b in kept),
-            context=context, fetched=len(window.results))
+            blocks=tuple(
+                RenderedBlock(label=labels[b.id], id=str(b.id), text=b.text, extra=b.id in extra_ids) for b in kept
+            ),
+            context=context,
+            fetched=len(window.results),
+        )
         return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
 
     def fallback(self, plan: Plan, response: Any, exc: BaseException | None) -> Any:
@@ -264,16 +291,23 @@ class SearchPipeline:
             raw = results_of(response)
             if raw is None:
                 return response
-            results = [r for r in raw if isinstance(r, Mapping)][:plan.call.top_k or len(raw)]
+            results = [r for r in raw if isinstance(r, Mapping)][: plan.call.top_k or len(raw)]
             texts = [str(r.get("memory") or "") for r in results]
             ids = [str(r.get("id")) for r in results]
             info = ContextPilotInfo(
                 scope=str(plan.call.scope) if plan.call.scope is not None else None,
-                conversation_id=plan.conversation, turn=None, original_ids=tuple(ids), order=tuple(ids),
-                blocks=tuple(RenderedBlock(label=doc_label(i), id=d, text=t)
-                             for i, (d, t) in enumerate(zip(ids, texts), start=1)),
-                context=render_context(texts), fetched=len(raw), fallback=True,
-                error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500])
+                conversation_id=plan.conversation,
+                turn=None,
+                original_ids=tuple(ids),
+                order=tuple(ids),
+                blocks=tuple(
+                    RenderedBlock(label=doc_label(i), id=d, text=t) for i, (d, t) in enumerate(zip(ids, texts), start=1)
+                ),
+                context=render_context(texts),
+                fetched=len(raw),
+                fallback=True,
+                error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500],
+            )
             return respond(response, [dict(r, rank=i) for i, r in enumerate(results)], info)
         except Exception:
             logger.exception("rendering mem0's results for the fallback failed too; returning them untouched")

@@ -5,6 +5,7 @@ hints, but it never runs mem0's ``__init__``: every attribute read, write and de
 wrapper's own names goes to the wrapped instance, so ``wrapper.embedding_model = x`` reaches mem0 and
 ``wrapper.add`` *is* mem0's bound method (same signature, same docstring, same behaviour).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -19,11 +20,29 @@ logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: the wrapper's own public names (everything else is mem0's)
-OWN_NAMES = frozenset({
-    "search", "commit", "rollback", "sending", "index_for", "save", "close", "delete_all", "reset",
-    "forget_conversation", "scopes", "wrapped", "cp_config", "deduplicator", "from_config",
-    "__enter__", "__exit__", "__aenter__", "__aexit__",
-})
+OWN_NAMES = frozenset(
+    {
+        "search",
+        "commit",
+        "rollback",
+        "sending",
+        "index_for",
+        "save",
+        "close",
+        "delete_all",
+        "reset",
+        "forget_conversation",
+        "scopes",
+        "wrapped",
+        "cp_config",
+        "deduplicator",
+        "from_config",
+        "__enter__",
+        "__exit__",
+        "__aenter__",
+        "__aexit__",
+    }
+)
 
 
 class ForwardingProxy:
@@ -32,8 +51,7 @@ class ForwardingProxy:
     _OWN: frozenset[str] = OWN_NAMES
 
     def __getattribute__(self, name: str) -> Any:
-        if name.startswith("_cp_") or (name.startswith("__") and name.endswith("__")) \
-                or name in type(self)._OWN:
+        if name.startswith("_cp_") or (name.startswith("__") and name.endswith("__")) or name in type(self)._OWN:
             return object.__getattribute__(self, name)
         return getattr(object.__getattribute__(self, "_cp_wrapped"), name)
 
@@ -80,13 +98,15 @@ def with_conversation(mem0_method: Callable[..., Any]) -> Callable[[F], F]:
 
     def decorate(fn: F) -> F:
         params = list(sig.parameters.values())
-        extra = inspect.Parameter("conversation_id", inspect.Parameter.KEYWORD_ONLY, default=None,
-                                  annotation="str | None")
+        extra = inspect.Parameter(
+            "conversation_id", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="str | None"
+        )
         at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
         params.insert(at, extra)
         fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         fn.__doc__ = (inspect.getdoc(mem0_method) or "") + _CONVERSATION_DOC
         return fn
+
     return decorate
 
 
@@ -95,19 +115,22 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
     try:
         from mem0.exceptions import NetworkError, RateLimitError
+
         errors += [NetworkError, RateLimitError]
     except ImportError:  # pragma: no cover
         pass
     try:
         import httpx
+
         errors.append(httpx.TransportError)
     except ImportError:  # pragma: no cover
         pass
     return tuple(errors)
 
 
-def retrying(fn: Callable[..., Any], attempts: int, wait_s: float,
-             retry_on: tuple[type[BaseException], ...]) -> Callable[..., Any]:
+def retrying(
+    fn: Callable[..., Any], attempts: int, wait_s: float, retry_on: tuple[type[BaseException], ...]
+) -> Callable[..., Any]:
     """``fn`` with bounded tenacity retries (works for sync and async callables alike)."""
     from tenacity import (
         before_sleep_log,
@@ -116,6 +139,11 @@ def retrying(fn: Callable[..., Any], attempts: int, wait_s: float,
         stop_after_attempt,
         wait_exponential,
     )
-    return retry(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=wait_s, max=2.0),
-                 retry=retry_if_exception_type(retry_on), reraise=True,
-                 before_sleep=before_sleep_log(logger, logging.WARNING))(fn)
+
+    return retry(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=wait_s, max=2.0),
+        retry=retry_if_exception_type(retry_on),
+        reraise=True,
+        before_sleep=before_sleep_log(logger, logging.WARNING),
+    )(fn)

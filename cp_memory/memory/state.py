@@ -13,6 +13,7 @@ Persistence (``index_dir``):
 * ``forget_all`` deletes only the snapshots of scopes this wrapper has used, never other files of a
   shared folder.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,7 +69,7 @@ class ScopeStore:
     def __init__(self, config: ContextPilotConfig) -> None:
         self.config = config
         self.index_dir = Path(config.index_dir) if config.index_dir is not None else None
-        self._used: dict[str, Scope] = {}      # snapshot name -> scope, for every scope this store touched
+        self._used: dict[str, Scope] = {}  # snapshot name -> scope, for every scope this store touched
         self._used_lock = threading.Lock()
         if self.index_dir is not None:
             self.index_dir.mkdir(parents=True, exist_ok=True)
@@ -78,8 +79,12 @@ class ScopeStore:
     # ------------------------------------------------------------------ index construction
     def _index_options(self) -> dict[str, Any]:
         c = self.config
-        options = {"alpha": c.alpha, "extra_budget": c.extra_budget, "capacity_tokens": c.capacity_tokens,
-                   "tail_order": c.tail_order}
+        options = {
+            "alpha": c.alpha,
+            "extra_budget": c.extra_budget,
+            "capacity_tokens": c.capacity_tokens,
+            "tail_order": c.tail_order,
+        }
         if c.swap_budget:
             options.update(swap_budget=c.swap_budget, protect=c.protect)
         return options
@@ -103,23 +108,29 @@ class ScopeStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            logger.error("could not read the context index snapshot of %s (%s): %s; starting cold",
-                         scope, path, exc)
+            logger.error("could not read the context index snapshot of %s (%s): %s; starting cold", scope, path, exc)
             return None
         try:
             index = ContextIndex.restore(data, **self._index_options())
         except Exception as exc:  # any malformed snapshot: one error, a cold index, alignment stays on
-            logger.error("malformed context index snapshot for %s (%s): %s: %s; starting cold",
-                         scope, path, type(exc).__name__, exc)
+            logger.error(
+                "malformed context index snapshot for %s (%s): %s: %s; starting cold",
+                scope,
+                path,
+                type(exc).__name__,
+                exc,
+            )
             return None
         logger.debug("restored context index for %s (%d requests)", scope, len(index))
         return index
 
     def get(self, scope: Scope) -> ScopeState:
         """The scope's state, created (restored from a snapshot when there is one) on first use."""
+
         def create() -> ScopeState:
             index = self._restore(scope) or self.new_index()
             return ScopeState(scope=scope, index=index, requests=deque(index.request_ids()))
+
         return self.states.get_or_create(scope, create)
 
     def peek(self, scope: Scope) -> ScopeState | None:

@@ -7,6 +7,7 @@ was sent (:meth:`Turns.commit`) or rolls it back (:meth:`Turns.rollback`: the de
 and the request leaves the scope's index, which must only model prompts the engine really prefilled).
 Pending turns are bounded (LRU, ``max_pending_turns``): an abandoned turn simply expires.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -31,11 +32,16 @@ class PendingTurn:
 def _turn_id_of(response_or_turn: Any) -> str | None:
     if isinstance(response_or_turn, str):
         return response_or_turn
-    info = response_or_turn.get("context_pilot") if isinstance(response_or_turn, Mapping) else \
-        getattr(response_or_turn, "context_pilot", None)
+    info = (
+        response_or_turn.get("context_pilot")
+        if isinstance(response_or_turn, Mapping)
+        else getattr(response_or_turn, "context_pilot", None)
+    )
     if not isinstance(info, Mapping):
-        raise TypeError("commit/rollback take a search response of this wrapper (or its turn_id), "
-                        f"got {type(response_or_turn).__name__}")
+        raise TypeError(
+            "commit/rollback take a search response of this wrapper (or its turn_id), "
+            f"got {type(response_or_turn).__name__}"
+        )
     turn_id = info.get("turn_id")
     return turn_id if isinstance(turn_id, str) else None
 
@@ -64,8 +70,10 @@ class Turns:
             return None
         pending = self._pending.pop(turn_id)
         if pending is None:
-            raise ValueError(f"turn {turn_id} is unknown: already committed or rolled back, or expired "
-                             f"(more than max_pending_turns={self.max_pending} pending)")
+            raise ValueError(
+                f"turn {turn_id} is unknown: already committed or rolled back, or expired "
+                f"(more than max_pending_turns={self.max_pending} pending)"
+            )
         return self.deduplicator.commit(pending.dedup).turn
 
     def rollback(self, response_or_turn: Any) -> None:

@@ -4,6 +4,7 @@ The response of a wrapped ``search`` is mem0's own (``{"results": [...]}``) plus
 ``"context_pilot"``, which is :meth:`ContextPilotInfo.to_dict` — plain JSON types, so it logs, serialises
 and crosses process boundaries like the rest of mem0's response.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -53,8 +54,10 @@ class ContextPilotInfo(_Frozen):
     request_id: str | None = Field(None, description="index request id (None when nothing was inserted)")
     sent: tuple[SentMemory, ...] = Field((), description="memories replaced by location annotations")
     passed: tuple[str, ...] = Field(
-        (), description="already sent in this conversation and ranked below top_k: neither shown nor pointed to "
-                        "(the over-fetch passed them to reach top_k fresh memories; they are in the history)")
+        (),
+        description="already sent in this conversation and ranked below top_k: neither shown nor pointed to "
+        "(the over-fetch passed them to reach top_k fresh memories; they are in the history)",
+    )
     order_annotation: str = Field("", description='"" when off or fewer than two retrieved blocks are shown')
     blocks: tuple[RenderedBlock, ...] = Field((), description="the rendered block section")
     context: str = Field("", description="cp_memory.render.render_context(): blocks, then annotations")

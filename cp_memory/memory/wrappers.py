@@ -13,6 +13,7 @@ wraps                                  wrapper (``isinstance`` of the mem0 class
 Every attribute other than the wrapper's own names reads and writes the wrapped object (see
 :mod:`.proxy`). The search itself is :func:`.flow.search_flow`, driven sync or async.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,18 +76,27 @@ class _Wrapper(ForwardingProxy):
     _cp_hosted: ClassVar[bool] = False
     _cp_kind: ClassVar[type] = object
 
-    def __init__(self, memory: Any, config: ContextPilotConfig | dict[str, Any] | None = None, *,
-                 retry_on: tuple[type[BaseException], ...] | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        config: ContextPilotConfig | dict[str, Any] | None = None,
+        *,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        **options: Any,
+    ) -> None:
         if memory is None:
-            raise TypeError(f"{type(self).__name__} needs a mem0 object to wrap "
-                            "(e.g. cp_memory.embedded.default_memory())")
+            raise TypeError(
+                f"{type(self).__name__} needs a mem0 object to wrap (e.g. cp_memory.embedded.default_memory())"
+            )
         search = getattr(memory, "search", None)
         if not callable(search):
             raise TypeError(f"{type(self).__name__} wraps a mem0 Memory; {type(memory).__name__} has no search()")
         if inspect.iscoroutinefunction(search) != self._cp_async:
             want = "AsyncContextPilotMemory" if not self._cp_async else "ContextPilotMemory"
-            raise TypeError(f"{type(memory).__name__}.search is {'async' if not self._cp_async else 'sync'}: "
-                            f"wrap it with {want}, not {type(self).__name__}")
+            raise TypeError(
+                f"{type(memory).__name__}.search is {'async' if not self._cp_async else 'sync'}: "
+                f"wrap it with {want}, not {type(self).__name__}"
+            )
         self._cp_wrapped = memory
         self._cp_config = ContextPilotConfig.from_kwargs(config, **options)
         self._cp_pipeline = SearchPipeline(self._cp_config)
@@ -100,8 +110,10 @@ class _Wrapper(ForwardingProxy):
 
     def _cp_call(self, query: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SearchCall:
         if not isinstance(kwargs.get("filters", {}), (Mapping, type(None))):
-            raise TypeError(f"filters must be a dict such as {{'user_id': 'alice'}}, got "
-                            f"{type(kwargs['filters']).__name__} {kwargs['filters']!r:.80}")
+            raise TypeError(
+                f"filters must be a dict such as {{'user_id': 'alice'}}, got "
+                f"{type(kwargs['filters']).__name__} {kwargs['filters']!r:.80}"
+            )
         if self._cp_hosted:
             return hosted_call(query, args, kwargs, self._cp_default_top_k)
         return local_call(query, args, kwargs, self._cp_default_top_k)
@@ -185,7 +197,7 @@ class _Wrapper(ForwardingProxy):
 
     # ------------------------------------------------------------------ mem0 methods with a side effect
     def delete_all(self, *args: Any, **kwargs: Any) -> Any:
-        self._cp_forget_entities(args, kwargs)   # before the call: an index of deleted memories is useless
+        self._cp_forget_entities(args, kwargs)  # before the call: an index of deleted memories is useless
         return self._cp_wrapped.delete_all(*args, **kwargs)
 
     def reset(self, *args: Any, **kwargs: Any) -> Any:
@@ -199,10 +211,12 @@ class _Wrapper(ForwardingProxy):
 
 def _mem0_like(cls: type, *names: str) -> None:
     """Give the wrapper's side-effect methods mem0's signature and docstring (``help()``, ``inspect``)."""
+
     def dress(ours: Any, theirs: Any) -> Any:
         @functools.wraps(theirs)
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             return ours(self, *args, **kwargs)
+
         return method
 
     for name in names:

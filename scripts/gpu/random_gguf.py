@@ -15,6 +15,7 @@ Weights are written tensor by tensor (streamed: memory stays at one tensor), fil
 of random values, so 7.5 GB are written at disk speed. Needs ``numpy`` and the ``gguf`` package (on a
 bare machine: ``PYTHONPATH=gguf-<v>-py3-none-any.whl``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,22 +107,26 @@ def write_model(tokenizer: str, out: str, shape: Shape, seed: int = 0) -> dict[s
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
     d, hd = shape.n_embd, shape.head_dim
-    tensors: list[tuple[str, tuple[int, ...], Any]] = [("token_embd.weight", (n_vocab, d), np.float16),
-                                                       ("output_norm.weight", (d,), np.float32)]
+    tensors: list[tuple[str, tuple[int, ...], Any]] = [
+        ("token_embd.weight", (n_vocab, d), np.float16),
+        ("output_norm.weight", (d,), np.float32),
+    ]
     for i in range(shape.n_layer):
         b = f"blk.{i}."
-        tensors += [(b + "attn_norm.weight", (d,), np.float32),
-                    (b + "attn_q.weight", (shape.n_head * hd, d), np.float16),
-                    (b + "attn_k.weight", (shape.n_head_kv * hd, d), np.float16),
-                    (b + "attn_v.weight", (shape.n_head_kv * hd, d), np.float16),
-                    (b + "attn_output.weight", (d, shape.n_head * hd), np.float16),
-                    (b + "attn_q_norm.weight", (hd,), np.float32),
-                    (b + "attn_k_norm.weight", (hd,), np.float32),
-                    (b + "ffn_norm.weight", (d,), np.float32),
-                    (b + "ffn_gate.weight", (shape.n_ff, d), np.float16),
-                    (b + "ffn_up.weight", (shape.n_ff, d), np.float16),
-                    (b + "ffn_down.weight", (d, shape.n_ff), np.float16)]
-    for name, dims, dtype in tensors:   # numpy (rows, cols) = GGUF ne [cols, rows]
+        tensors += [
+            (b + "attn_norm.weight", (d,), np.float32),
+            (b + "attn_q.weight", (shape.n_head * hd, d), np.float16),
+            (b + "attn_k.weight", (shape.n_head_kv * hd, d), np.float16),
+            (b + "attn_v.weight", (shape.n_head_kv * hd, d), np.float16),
+            (b + "attn_output.weight", (d, shape.n_head * hd), np.float16),
+            (b + "attn_q_norm.weight", (hd,), np.float32),
+            (b + "attn_k_norm.weight", (hd,), np.float32),
+            (b + "ffn_norm.weight", (d,), np.float32),
+            (b + "ffn_gate.weight", (shape.n_ff, d), np.float16),
+            (b + "ffn_up.weight", (shape.n_ff, d), np.float16),
+            (b + "ffn_down.weight", (d, shape.n_ff), np.float16),
+        ]
+    for name, dims, dtype in tensors:  # numpy (rows, cols) = GGUF ne [cols, rows]
         n = int(np.prod(dims))
         writer.add_tensor_info(name, dims, np.dtype(dtype), n * np.dtype(dtype).itemsize)
     writer.write_header_to_file()
@@ -130,21 +135,33 @@ def write_model(tokenizer: str, out: str, shape: Shape, seed: int = 0) -> dict[s
     rng = np.random.default_rng(seed)
     block = (rng.standard_normal(1 << 20, dtype=np.float32) * 0.02).astype(np.float16)
     params = nbytes = 0
-    for i, (name, dims, dtype) in enumerate(tensors):
+    for i, (_name, dims, dtype) in enumerate(tensors):
         n = int(np.prod(dims))
-        if dtype == np.float32:          # norm weights: ones
+        if dtype == np.float32:  # norm weights: ones
             data = np.ones(dims, dtype=np.float32)
-        else:                            # tiled random values, a different phase per tensor
+        else:  # tiled random values, a different phase per tensor
             start = (i * 7919) % block.size
             data = np.resize(np.roll(block, -start), n).reshape(dims)
         writer.write_tensor_data(data)
         params += n
         nbytes += data.nbytes
     writer.close()
-    info = {"shape": shape.__dict__, "n_vocab": n_vocab, "parameters": params, "bytes": nbytes,
-            "seconds": round(time.perf_counter() - t0, 2), "path": out}
-    logger.info("random qwen3 %s: %.2fB parameters, %.2f GB in %.1f s -> %s", shape, params / 1e9, nbytes / 1e9,
-                info["seconds"], out)
+    info = {
+        "shape": shape.__dict__,
+        "n_vocab": n_vocab,
+        "parameters": params,
+        "bytes": nbytes,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "path": out,
+    }
+    logger.info(
+        "random qwen3 %s: %.2fB parameters, %.2f GB in %.1f s -> %s",
+        shape,
+        params / 1e9,
+        nbytes / 1e9,
+        info["seconds"],
+        out,
+    )
     return info
 
 

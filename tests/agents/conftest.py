@@ -9,6 +9,7 @@
 * ``llama_pool``: real llama-server instances on the random-weight model (``@pytest.mark.engine``);
   skipped with the reason when the binary is absent, failed in strict mode (``tests.support``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -64,16 +65,29 @@ class FakeEngine:
             prev_cu = prev.group(1) if prev else ""
             n = prev_cu.count(">") + 1
             text = f"{prev_cu} > {tag}#{n}@{self.name}"
-        return CompletionResult(text=text, ttft_s=0.001, total_s=0.002, prompt_tokens=len(prompt) // 4,
-                                cached_tokens=cached, completion_tokens=4, request_id=request_id,
-                                finish_reason="stop")
+        return CompletionResult(
+            text=text,
+            ttft_s=0.001,
+            total_s=0.002,
+            prompt_tokens=len(prompt) // 4,
+            cached_tokens=cached,
+            completion_tokens=4,
+            request_id=request_id,
+            finish_reason="stop",
+        )
 
-    def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,
-                 request_id: str | None = None, stop: Any = None) -> CompletionResult:
+    def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        request_id: str | None = None,
+        stop: Any = None,
+    ) -> CompletionResult:
         if self.delay:
             threading.Event().wait(self.delay)
         return self._serve(prompt, request_id)
-
 
     def chat(self, messages: list[dict[str, str]], **kw: Any) -> CompletionResult:
         (msg,) = messages
@@ -83,8 +97,15 @@ class FakeEngine:
 
 
 class AsyncFakeEngine(FakeEngine):
-    async def complete(self, prompt: str, *, max_tokens: int = 64, temperature: float = 0.0,  # type: ignore[override]
-                       request_id: str | None = None, stop: Any = None) -> CompletionResult:
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,  # type: ignore[override]
+        request_id: str | None = None,
+        stop: Any = None,
+    ) -> CompletionResult:
         await asyncio.sleep(self.delay)
         return self._serve(prompt, request_id)
 

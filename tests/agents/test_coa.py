@@ -30,6 +30,7 @@ def chain(n_workers=3, budget=60, policy="affinity", engine=FakeEngine, **kw):
     engines = [engine(f"w{i}") for i in range(n_workers)]
     router = AgentRouter(engines, policy=policy)
     from cp_memory.agents import Segmenter
+
     coa = ChainOfAgents(router, segmenter=Segmenter(budget, token_len=words), **kw)
     return coa, engines
 
@@ -46,7 +47,8 @@ def test_worker_prompt_puts_the_segment_first_then_previous_cu_then_question():
 def test_manager_prompt_is_the_papers():
     assert manager_prompt("CU", "Who?") == (
         "The following are given passages. However, the source text is too long and has been summarized. "
-        "You need to answer based on the summary: CU\nQuestion: Who?\nAnswer:")
+        "You need to answer based on the summary: CU\nQuestion: Who?\nAnswer:"
+    )
 
 
 def test_worker_template_must_start_with_the_segment():
@@ -58,11 +60,11 @@ def test_worker_template_must_start_with_the_segment():
 # ---------------------------------------------------------------------------------------------- chain
 def test_chain_passes_the_cu_along_and_the_manager_answers_from_the_last_one():
     coa, engines = chain()
-    res = coa.answer("q1 what?", [doc(i) for i in range(5)])      # 150 words, budget 60 -> 3 segments
+    res = coa.answer("q1 what?", [doc(i) for i in range(5)])  # 150 words, budget 60 -> 3 segments
     assert isinstance(res, CoAResult)
     assert len(res.segments) == 3 and len(res.cus) == 3
     assert [c.role for c in res.calls] == ["worker"] * 3 + ["manager"]
-    for i, cu in enumerate(res.cus, start=1):                  # each CU extends the previous one
+    for i, cu in enumerate(res.cus, start=1):  # each CU extends the previous one
         assert re.search(r"q1#(\d+)@w\d$", cu).group(1) == str(i)
         if i > 1:
             assert cu.startswith(res.cus[i - 2] + " > ")
@@ -84,15 +86,15 @@ def test_recurring_documents_return_to_their_worker_and_hit_its_cache():
     seg_worker = {c.block_ids: c.worker for c in first.worker_calls}
     for c in second.worker_calls:
         assert c.route == "affinity"
-        assert seg_worker[c.block_ids] == c.worker                 # same segment, same worker
+        assert seg_worker[c.block_ids] == c.worker  # same segment, same worker
         assert c.predicted_cached_tokens == c.segment_tokens
-        assert c.cached_tokens >= c.segment_tokens                 # the fake engine saw the same prefix
+        assert c.cached_tokens >= c.segment_tokens  # the fake engine saw the same prefix
     assert first.cached_tokens < second.cached_tokens
 
 
 def test_round_robin_baseline_scatters_recurring_segments():
     coa, _ = chain(n_workers=2, policy="round_robin")
-    docs = [doc(i) for i in range(4)]                     # 2 segments + manager = 3 calls per question
+    docs = [doc(i) for i in range(4)]  # 2 segments + manager = 3 calls per question
     first = coa.answer("q1 a?", docs)
     second = coa.answer("q2 b?", docs)
     moved = [a.worker != b.worker for a, b in zip(first.worker_calls, second.worker_calls)]
@@ -102,13 +104,13 @@ def test_round_robin_baseline_scatters_recurring_segments():
 def test_concurrent_questions_do_not_mix_cus():
     coa, _ = chain(n_workers=3, engine=lambda name: FakeEngine(name, delay=0.002))
     shared = [doc(i) for i in range(4)]
-    queries = [CoAQuery(f"q{i} about?", tuple(shared[i % 2:] + [doc(10 + i)]), tag=i) for i in range(12)]
+    queries = [CoAQuery(f"q{i} about?", tuple(shared[i % 2 :] + [doc(10 + i)]), tag=i) for i in range(12)]
     results = coa.answer_many(queries, max_concurrency=6)
     assert all(isinstance(r, CoAResult) for r in results)
     for i, r in enumerate(results):
         assert r.tag == i and r.question == f"q{i} about?"
         tags = re.findall(r"(q\d+)#", " ".join(r.cus))
-        assert set(tags) == {f"q{i}"}, tags                       # only this question's CUs
+        assert set(tags) == {f"q{i}"}, tags  # only this question's CUs
         assert r.cus[-1].count(">") == len(r.segments)
         assert r.answer.startswith(f"answer(q{i})")
     assert coa.router.loads() == (0, 0, 0)
@@ -140,8 +142,7 @@ def test_dedicated_manager_client():
     coa, engines = chain(n_workers=2, manager=manager)
     res = coa.answer("q3 z?", [doc(1)])
     assert res.manager_call.route == "dedicated" and res.manager_call.worker == -1
-    assert len(manager.prompts) == 1 and all(not p.startswith("The following") for e in engines
-                                             for p in e.prompts)
+    assert len(manager.prompts) == 1 and all(not p.startswith("The following") for e in engines for p in e.prompts)
 
 
 def test_chat_mode_sends_each_prompt_as_one_user_message():
@@ -158,8 +159,9 @@ def test_engine_failure_retries_then_fails_only_that_question(failing_url):
     bad = EngineClient(url, max_retries=2, retry_wait_s=0.001, retry_wait_max_s=0.002, timeout=5)
     router = AgentRouter([good, bad], policy="round_robin")
     from cp_memory.agents import Segmenter
+
     coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=FakeEngine("boss"))
-    queries = [CoAQuery(f"q{i} ?", (doc(i),), tag=i) for i in range(4)]   # one worker call each
+    queries = [CoAQuery(f"q{i} ?", (doc(i),), tag=i) for i in range(4)]  # one worker call each
     results = coa.answer_many(queries, max_concurrency=1)
     ok = [r for r in results if isinstance(r, CoAResult)]
     failed = [r for r in results if isinstance(r, ChainOfAgentsError)]
@@ -168,7 +170,7 @@ def test_engine_failure_retries_then_fails_only_that_question(failing_url):
         assert e.worker_name == "worker-1" and e.role == "worker" and e.step == 0
         assert isinstance(e.__cause__, EngineError)
         assert "injected failure" in str(e) and "worker step 1/1" in str(e) and e.question in str(e)
-    assert len(seen) == 2 * 3                       # each failing call: 1 attempt + 2 retries
+    assert len(seen) == 2 * 3  # each failing call: 1 attempt + 2 retries
     assert router.loads() == (0, 0)
     assert router.stats().workers[1].failed == 2 and len(router.index(1)) == 0
     bad.close()
@@ -181,6 +183,7 @@ async def test_async_failure_is_reported_for_its_question_only():
 
     router = AgentRouter([AsyncFakeEngine("ok"), Broken("broken")], policy="round_robin")
     from cp_memory.agents import Segmenter
+
     coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=AsyncFakeEngine("boss"))
     results = await coa.aanswer_many([CoAQuery(f"q{i} ?", (doc(i),)) for i in range(4)], max_concurrency=1)
     assert [type(r).__name__ for r in results] == ["CoAResult", "ChainOfAgentsError"] * 2
@@ -196,7 +199,7 @@ def test_multi_turn_dedup_replaces_processed_documents_with_location_annotations
     t2 = coa.answer("q2 second?", [b, d], conversation_id="conv")
     assert t2.turn == 2 and t2.duplicates == ("d1",)
     assert t2.annotations == ("Please refer to [Doc d1] in the previous conversation (turn 1).",)
-    assert [s.ids for s in t2.segments] == [("d3",)]           # only the new document is sent
+    assert [s.ids for s in t2.segments] == [("d3",)]  # only the new document is sent
     prompt = next(p for e in engines for p in e.prompts if "q2 second?" in p and p.startswith("[Doc d3]"))
     previous = prompt.split("Here is the summary of the previous source text: ")[1].split("\nQuestion:")[0]
     assert f"Summary of the previous conversation (turn 1): {t1.cus[-1]}" in previous
@@ -223,14 +226,14 @@ def test_without_conversation_nothing_is_deduplicated():
 def test_the_chain_is_one_io_free_flow_that_yields_its_engine_calls():
     """plan -> requests -> result: the flow sends nothing itself; whoever drives it does the I/O."""
     coa, engines = chain(n_workers=2)
-    plan = coa.plan("q7 by hand?", [doc(0), doc(1), doc(2)])     # 90 words, budget 60 -> 2 segments
+    plan = coa.plan("q7 by hand?", [doc(0), doc(1), doc(2)])  # 90 words, budget 60 -> 2 segments
     flow = coa.flow(plan)
     seen = []
     call = next(flow)
     with pytest.raises(StopIteration) as done:
         while True:
             seen.append(call)
-            assert coa.router.loads()[seen[-1].client is engines[1]] == 1     # routed, in flight
+            assert coa.router.loads()[seen[-1].client is engines[1]] == 1  # routed, in flight
             call = flow.send(call.client.complete(call.payload, **call.kwargs))
     result = done.value.value
     assert isinstance(result, CoAResult) and result.answer.startswith("answer(q7)")
@@ -294,11 +297,12 @@ def test_a_failed_turn_is_rolled_back_so_the_retry_sends_the_documents_again():
     not "Please refer to [Doc d0] in the previous conversation" pointers to a turn that never happened."""
     engine = Flaky("w0", failures=1)
     from cp_memory.agents import Segmenter
+
     coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))
     a, b = doc(0), doc(1)
     with pytest.raises(ChainOfAgentsError):
         coa.answer("q1 first?", [a, b], conversation_id="conv")
-    assert coa.dedup.sent_count("conv") == 0                       # nothing counts as sent
+    assert coa.dedup.sent_count("conv") == 0  # nothing counts as sent
     retry = coa.answer("q1 first?", [a, b], conversation_id="conv")
     assert retry.turn == 1 and retry.duplicates == () and retry.annotations == ()
     assert [s.ids for s in retry.segments] == [("d0", "d1")]
@@ -313,9 +317,9 @@ def test_a_failed_turn_is_rolled_back_so_the_retry_sends_the_documents_again():
 
 def test_a_failed_manager_call_rolls_the_turn_back_too():
     from cp_memory.agents import Segmenter
+
     boss = Flaky("boss", failures=1)
-    coa = ChainOfAgents(AgentRouter([FakeEngine("w0")]), segmenter=Segmenter(1000, token_len=words),
-                        manager=boss)
+    coa = ChainOfAgents(AgentRouter([FakeEngine("w0")]), segmenter=Segmenter(1000, token_len=words), manager=boss)
     with pytest.raises(ChainOfAgentsError, match="manager"):
         coa.answer("q1 x?", [doc(0)], conversation_id="c")
     res = coa.answer("q1 x?", [doc(0)], conversation_id="c")
@@ -324,6 +328,7 @@ def test_a_failed_manager_call_rolls_the_turn_back_too():
 
 async def test_async_failed_turn_is_rolled_back():
     from cp_memory.agents import Segmenter
+
     engine = AsyncFlaky("w0", failures=1)
     coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))
     with pytest.raises(ChainOfAgentsError):
@@ -346,10 +351,10 @@ def test_an_edited_document_goes_back_to_the_worker_holding_its_old_version():
     """A grown or edited document (same id, new text) is new content to the cache model, but its old
     version's prefix is still in that worker's engine: the home rule sends it there."""
     coa, _ = chain(n_workers=3, budget=1000)
-    for i in range(3):                                     # three documents over three workers
+    for i in range(3):  # three documents over three workers
         coa.answer(f"q{i} a?", [doc(i)])
     first = coa.answer("q9 b?", [doc(1)]).worker_calls[0]
     grown = ContextBlock("d1", doc(1).text + " and one more fact")
     call = coa.answer("q10 c?", [grown]).worker_calls[0]
     assert call.route == "home" and call.worker == first.worker
-    assert call.cached_tokens >= words(doc(1).text)        # the engine reused the old text's prefix
+    assert call.cached_tokens >= words(doc(1).text)  # the engine reused the old text's prefix

@@ -16,7 +16,7 @@ def test_recurring_segment_returns_to_its_worker():
     r.release(first)
     other = r.route(["x", "y"], [100, 100])
     r.release(other)
-    assert other.worker != first.worker          # new content spreads to a worker with an emptier cache
+    assert other.worker != first.worker  # new content spreads to a worker with an emptier cache
     again = r.route(["a", "b"], [100, 100])
     assert again.worker == first.worker and again.reason == "affinity"
     assert again.matched_blocks == 2 and again.matched_tokens == 200
@@ -34,7 +34,7 @@ def test_affinity_follows_the_longest_exact_prefix_in_tokens():
     # a tie on the matched prefix goes to the less loaded worker
     busy = r.route(["zzz"], [1])
     assert busy.worker == 2
-    hold = r.route(["a", "b", "c"], [10, 10, 10])   # worker 1 now has it in flight
+    hold = r.route(["a", "b", "c"], [10, 10, 10])  # worker 1 now has it in flight
     tie = r.route(["a", "x"], [10, 10])
     assert tie.reason == "affinity" and tie.matched_tokens == 10 and tie.worker == 0
     for x in (busy, hold, tie):
@@ -53,7 +53,7 @@ def test_load_safeguard_kicks_in_under_skew():
     home = r.route(["hot"], [100])
     held = [home]
     reasons = []
-    for _ in range(6):                      # a hot document keeps coming back while its worker is busy
+    for _ in range(6):  # a hot document keeps coming back while its worker is busy
         route = r.route(["hot"], [100])
         held.append(route)
         reasons.append((route.worker == home.worker, route.reason))
@@ -71,7 +71,7 @@ def test_load_safeguard_kicks_in_under_skew():
 @pytest.mark.parametrize("rel, first_override", [(3.0, 5), (5.0, 7)])
 def test_load_safeguard_needs_both_the_absolute_and_the_relative_gap(rel, first_override):
     r = router(2, balance_abs_threshold=2, balance_rel_threshold=rel)
-    other = r.route(["y"], [1])                  # one request in flight elsewhere
+    other = r.route(["y"], [1])  # one request in flight elsewhere
     held, reasons = [other], []
     for _ in range(first_override):
         route = r.route(["x"], [1])
@@ -100,7 +100,7 @@ def test_capacity_evicts_least_recently_used_so_affinity_stops_claiming_it():
     r = router(1, capacity_tokens=250)
     r.release(r.route(["a"], [100]))
     r.release(r.route(["b"], [100]))
-    r.release(r.route(["c"], [100]))          # over capacity: 'a' (LRU) leaves the model
+    r.release(r.route(["c"], [100]))  # over capacity: 'a' (LRU) leaves the model
     assert r.route(["a"], [100]).matched_tokens == 0
     assert r.stats().workers[0].modelled_cache_tokens <= 250
 
@@ -123,7 +123,7 @@ def test_dispatch_context_manager_releases_on_error():
         raise RuntimeError("boom")
     assert r.loads() == (0, 0)
     with r.dispatch(["a"], [10]) as route:
-        assert route.reason == "least_loaded"   # the failed attempt was not kept as cached
+        assert route.reason == "least_loaded"  # the failed attempt was not kept as cached
     assert r.loads() == (0, 0)
 
 
@@ -174,11 +174,11 @@ def test_bad_arguments():
 def test_target_scoped_safeguard_keeps_affinity_when_the_imbalance_is_elsewhere():
     for scope, expected in (("target", ("affinity", 1)), ("global", ("balance", 2))):
         r = router(3, balance_abs_threshold=2, balance_rel_threshold=1.5, balance_scope=scope)
-        r.index(0).insert([(0, "hot")], "seed0", token_lens=[100])    # worker 0 caches "hot"
-        r.index(1).insert([(0, "doc")], "seed1", token_lens=[100])    # worker 1 caches "doc"
+        r.index(0).insert([(0, "hot")], "seed0", token_lens=[100])  # worker 0 caches "hot"
+        r.index(1).insert([(0, "doc")], "seed1", token_lens=[100])  # worker 1 caches "doc"
         hot = [r.route(["hot"], [100]) for _ in range(3)]
         assert [h.worker for h in hot] == [0, 0, 0] and r.loads() == (3, 0, 0)
-        route = r.route(["doc"], [100])            # its home (worker 1) is idle; worker 0 is swamped
+        route = r.route(["doc"], [100])  # its home (worker 1) is idle; worker 0 is swamped
         assert (route.reason, route.worker) == expected, scope
         for h in hot + [route]:
             r.release(h)
@@ -193,9 +193,9 @@ def test_new_content_goes_to_the_worker_with_the_most_room_not_the_least_busy():
     r = router(2, placement="cache", balance_abs_threshold=8)
     big = r.route(["big"], [900])
     r.release(big)
-    busy_small = r.route(["small"], [10])             # worker with less cached, now 1 in flight
+    busy_small = r.route(["small"], [10])  # worker with less cached, now 1 in flight
     assert busy_small.worker != big.worker
-    new = r.route(["new"], [100])                     # load 1 vs 0, but the idle worker's cache is full
+    new = r.route(["new"], [100])  # load 1 vs 0, but the idle worker's cache is full
     assert new.worker == busy_small.worker and new.reason == "least_loaded"
     r.release(busy_small)
     r.release(new)
@@ -208,10 +208,10 @@ def test_new_content_goes_to_the_worker_with_the_most_room_not_the_least_busy():
 def test_most_room_placement_still_respects_the_load_safeguard():
     r = router(2, placement="cache", balance_abs_threshold=2, balance_rel_threshold=1.5)
     r.release(r.route(["big"], [900]))
-    held = [r.route([f"s{i}"], [1]) for i in range(3)]    # all land on the empty worker: load 3 vs 0
+    held = [r.route([f"s{i}"], [1]) for i in range(3)]  # all land on the empty worker: load 3 vs 0
     assert len({h.worker for h in held}) == 1
     over = r.route(["new"], [1])
-    assert over.worker != held[0].worker                  # 3 - 0 > 2: the safeguard moves it
+    assert over.worker != held[0].worker  # 3 - 0 > 2: the safeguard moves it
 
 
 def test_tails_take_room_in_the_cache_model_but_never_match():
@@ -220,13 +220,13 @@ def test_tails_take_room_in_the_cache_model_but_never_match():
     r.release(first)
     assert r.index(0).cached_tokens == 700
     again = r.route(["doc"], [400], tail_tokens=300)
-    assert again.matched_blocks == 1 and again.matched_tokens == 400     # the tail is not a match
+    assert again.matched_blocks == 1 and again.matched_tokens == 400  # the tail is not a match
     r.release(again)
-    assert r.index(0).cached_tokens == 1000                               # unique tails: two of them
+    assert r.index(0).cached_tokens == 1000  # unique tails: two of them
     shared = router(1, capacity_tokens=1000)
     for _ in range(3):
         shared.release(shared.route(["doc"], [400], tail_tokens=300, tail_key="worker"))
-    assert shared.index(0).cached_tokens == 700                           # one tail per prefix
+    assert shared.index(0).cached_tokens == 700  # one tail per prefix
     with pytest.raises(ValueError, match="tail_tokens"):
         r.route(["doc"], [1], tail_tokens=-1)
 
@@ -238,12 +238,12 @@ def test_a_segment_the_model_evicted_returns_to_its_home_worker():
     r = router(2, capacity_tokens=100)
     a = r.route(["a"], [60])
     r.release(a)
-    b = r.route(["b"], [60])                        # most room: the other worker
+    b = r.route(["b"], [60])  # most room: the other worker
     r.release(b)
     assert b.worker != a.worker
-    r.release(r.route(["c"], [60]))                 # lands on some worker and pushes its 60 tokens out
+    r.release(r.route(["c"], [60]))  # lands on some worker and pushes its 60 tokens out
     evicted = [w for w in range(2) if len(r.index(w)) == 1 and r.index(w).match([(0, "c")]).prefix_len == 1]
-    assert evicted                                  # the model let a or b go
+    assert evicted  # the model let a or b go
     gone = "a" if r.index(a.worker).match([(0, "a")]).prefix_len == 0 else "b"
     home = a.worker if gone == "a" else b.worker
     back = r.route([gone], [60])

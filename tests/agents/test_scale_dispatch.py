@@ -1,4 +1,5 @@
 """benchmarks.scale's dispatchers: user affinity pins a user to one replica; round-robin rotates."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -17,10 +18,10 @@ def test_affinity_pins_each_user_to_one_replica_and_spreads_new_users():
         for turn in range(4):
             for user in ("alice", "bob", "carol"):
                 x = d.dispatch(user, 2000)
-                assert seen.setdefault(user, x.replica) == x.replica      # always the same replica
+                assert seen.setdefault(user, x.replica) == x.replica  # always the same replica
                 assert x.reason == ("least_loaded" if turn == 0 else "affinity")
                 d.done(x, ok=True)
-        assert sorted(seen.values()) == [0, 1, 2]                          # one user per replica
+        assert sorted(seen.values()) == [0, 1, 2]  # one user per replica
         assert d.router.loads() == (0, 0, 0)
     finally:
         d.close()

@@ -18,8 +18,9 @@ def words(text):
 
 
 @settings(max_examples=150, deadline=None)
-@given(sizes=st.lists(st.integers(1, 30), min_size=0, max_size=14), budget=st.integers(1, 60),
-       seed=st.integers(0, 10_000))
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=0, max_size=14), budget=st.integers(1, 60), seed=st.integers(0, 10_000)
+)
 def test_segmentation_never_splits_or_drops_a_block(sizes, budget, seed):
     seg = Segmenter(budget, token_len=words)
     blocks = [blk(i, n) for i, n in enumerate(sizes)]
@@ -28,13 +29,13 @@ def test_segmentation_never_splits_or_drops_a_block(sizes, budget, seed):
         rng.shuffle(blocks)
         segments = seg.split(blocks)
         ids = [b for s in segments for b in s.ids]
-        assert sorted(ids) == sorted(b.id for b in blocks)       # each block exactly once
+        assert sorted(ids) == sorted(b.id for b in blocks)  # each block exactly once
         assert [s.position for s in segments] == list(range(len(segments)))
         for s in segments:
             assert s.blocks, "no empty segment"
-            assert s.tokens <= budget or len(s.blocks) == 1       # over budget only as a lone block
+            assert s.tokens <= budget or len(s.blocks) == 1  # over budget only as a lone block
             assert s.token_lens == tuple(words(b.text) for b in s.blocks)
-            for b in s.blocks:                                    # blocks are whole, text unchanged
+            for b in s.blocks:  # blocks are whole, text unchanged
                 assert b.text in s.text
 
 
@@ -52,7 +53,7 @@ def test_a_recurring_segment_is_reused_inside_a_different_question():
     a, b, c, d, e, f = (blk(i) for i in range(6))
     first = seg.split([a, b, c, d])
     assert [s.ids for s in first] == [("d0", "d1"), ("d2", "d3")]
-    later = seg.split([e, d, f, c])          # shares the segment (c, d) in another order, with new docs
+    later = seg.split([e, d, f, c])  # shares the segment (c, d) in another order, with new docs
     texts = [s.text for s in later]
     assert first[1].text in texts
     reused = later[texts.index(first[1].text)]

@@ -13,7 +13,7 @@ from cp_memory.index import ContextIndex
 def test_order_annotation_maps_back_to_the_original_ranking(original, rnd):
     aligned = list(original)
     rnd.shuffle(aligned)
-    labels = {b: doc_label(i + 1) for i, b in enumerate(aligned)}   # labels the prompt shows
+    labels = {b: doc_label(i + 1) for i, b in enumerate(aligned)}  # labels the prompt shows
     text = order_annotation(original, aligned, label=labels)
     shown = re.findall(r"\[Doc (\d+)\]", text)
     assert [aligned[int(n) - 1] for n in shown] == original
@@ -26,7 +26,7 @@ def test_order_annotation_with_index_placement_and_extra_blocks():
     assert p.extra == ("x",)
     labels = {b: doc_label(i + 1) for i, b in enumerate(p.order)}
     text = order_annotation(["c", "b", "a"], p.order, label=labels)
-    assert "[Doc 1]" not in text     # the extra block is shown but not ranked
+    assert "[Doc 1]" not in text  # the extra block is shown but not ranked
     assert text.count("[Doc") == 3
 
 
@@ -42,8 +42,10 @@ def test_order_annotation_rejects_a_lost_block_and_bad_labels():
 def test_templates_are_configurable():
     assert order_annotation([2, 1], [1, 2], template="Rank: {ranking}") == "Rank: [Doc 2] > [Doc 1]"
     assert location_annotation(7) == "Please refer to [Doc 7] in the previous conversation."
-    assert location_annotation(7, label="[Doc 3]", turn=2) == \
-        "Please refer to [Doc 3] in the previous conversation (turn 2)."
+    assert (
+        location_annotation(7, label="[Doc 3]", turn=2)
+        == "Please refer to [Doc 3] in the previous conversation (turn 2)."
+    )
     assert location_annotation(7, template="see {label}") == "see [Doc 7]"
 
 

@@ -1,4 +1,5 @@
 """The one mem0-result converter and the one token estimate (issue 10 §5, issue 9 §9)."""
+
 from __future__ import annotations
 
 import logging
@@ -9,10 +10,22 @@ from cp_memory.blocks import ContextBlock, Mem0Blocks, blocks_from_mem0, estimat
 
 
 def test_mem0_results_become_blocks_in_mem0s_order():
-    got = blocks_from_mem0({"results": [{"id": "m2", "memory": "Bob likes tea", "score": 0.9},
-                                        {"id": 7, "memory": None}, {"id": "m3"}, {"id": "m4", "memory": 42}]})
-    assert got.blocks == (ContextBlock("m2", "Bob likes tea"), ContextBlock(7, ""), ContextBlock("m3", ""),
-                          ContextBlock("m4", "42"))
+    got = blocks_from_mem0(
+        {
+            "results": [
+                {"id": "m2", "memory": "Bob likes tea", "score": 0.9},
+                {"id": 7, "memory": None},
+                {"id": "m3"},
+                {"id": "m4", "memory": 42},
+            ]
+        }
+    )
+    assert got.blocks == (
+        ContextBlock("m2", "Bob likes tea"),
+        ContextBlock(7, ""),
+        ContextBlock("m3", ""),
+        ContextBlock("m4", "42"),
+    )
     assert got.ids == ("m2", 7, "m3", "m4") and got.indices == (0, 1, 2, 3) and got.collapsed == ()
     assert got.results[0]["score"] == 0.9
     assert blocks_from_mem0([]) == Mem0Blocks((), (), ())
@@ -28,15 +41,18 @@ def test_duplicate_ids_collapse_to_the_first_with_a_warning(caplog):
     assert "'a'" in caplog.text and "more than once" in caplog.text
 
 
-@pytest.mark.parametrize("bad, where", [
-    ([{"id": ["unhashable"], "memory": "x"}], "result 0"),
-    ([{"id": "ok", "memory": "x"}, {"id": None, "memory": "y"}], "result 1"),
-    ([{"id": "ok"}, {"id": {"a": 1}}], "result 1"),
-    ([{"id": True}], "result 0"),
-    ([{"id": 1.5}], "result 0"),
-    ([{"memory": "no id"}], "result 0"),
-    (["not a dict"], "result 0"),
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ([{"id": ["unhashable"], "memory": "x"}], "result 0"),
+        ([{"id": "ok", "memory": "x"}, {"id": None, "memory": "y"}], "result 1"),
+        ([{"id": "ok"}, {"id": {"a": 1}}], "result 1"),
+        ([{"id": True}], "result 0"),
+        ([{"id": 1.5}], "result 0"),
+        ([{"memory": "no id"}], "result 0"),
+        (["not a dict"], "result 0"),
+    ],
+)
 def test_bad_ids_name_the_result(bad, where):
     with pytest.raises(ValueError, match=where):
         blocks_from_mem0(bad)
@@ -51,4 +67,4 @@ def test_not_a_result_list(bad):
 def test_estimate_tokens_is_chars_over_four_rounded_up():
     assert [estimate_tokens(t) for t in ("", "a", "abcd", "abcde", "a" * 40)] == [1, 1, 1, 2, 10]
     with pytest.raises(TypeError):
-        estimate_tokens(None)   # type: ignore[arg-type]
+        estimate_tokens(None)  # type: ignore[arg-type]

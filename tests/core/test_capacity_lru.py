@@ -6,6 +6,7 @@ SGLang's RadixCache does for contexts that share no prefix. The index must agree
 of a long random stream that mixes long-lived requests, transient insert/evict pairs (which leave stale
 heap entries behind) and repeats of cached contexts.
 """
+
 from __future__ import annotations
 
 import random
@@ -22,7 +23,7 @@ CAP, TOK = 400, 4
 class BruteForceLRU:
     def __init__(self, capacity: int, tok: int) -> None:
         self.capacity, self.tok = capacity, tok
-        self.entries: dict[tuple, list] = {}     # context -> [last access tick, set of request ids]
+        self.entries: dict[tuple, list] = {}  # context -> [last access tick, set of request ids]
         self.tick = 0
 
     def insert(self, key: tuple, rid: int) -> None:
@@ -51,7 +52,7 @@ def test_capacity_evictions_match_a_brute_force_lru_over_a_long_stream(seed):
     model = BruteForceLRU(CAP, TOK)
     fresh = 0
     for step in range(5000):
-        quiet = step % 2500 >= 500           # quiet phases: mostly transient requests, few long-lived
+        quiet = step % 2500 >= 500  # quiet phases: mostly transient requests, few long-lived
         p_evict, p_long = (0.0, 0.01) if quiet else (0.05, 0.5)
         r = rng.random()
         live = sorted(model.live())
@@ -61,18 +62,18 @@ def test_capacity_evictions_match_a_brute_force_lru_over_a_long_stream(seed):
             model.evict(rid)
             continue
         if model.entries and rng.random() < 0.1:
-            key = rng.choice(sorted(model.entries))           # a repeat: refreshes that context
+            key = rng.choice(sorted(model.entries))  # a repeat: refreshes that context
         else:
             key = tuple(range(fresh, fresh + rng.randint(1, 4)))
             fresh += 10
         index.insert(list(key), step)
         model.insert(key, step)
-        if r >= p_evict + p_long:                            # transient: the engine finished it
+        if r >= p_evict + p_long:  # transient: the engine finished it
             assert index.evict(step)
             model.evict(step)
         assert set(index.request_ids()) == model.live(), f"diverged at step {step}"
         assert index.cached_tokens == TOK * sum(len(k) for k in model.entries) <= CAP
-    assert len(index._live.lru) <= 4 * len(index) + 1024 + 1   # stale heap entries stay bounded
+    assert len(index._live.lru) <= 4 * len(index) + 1024 + 1  # stale heap entries stay bounded
 
 
 class ScanLiveTrie(LiveTrie):
@@ -86,8 +87,7 @@ class ScanLiveTrie(LiveTrie):
             path.add(id(n))
             n = n.parent
         while self.tokens > self.capacity_tokens:
-            leaves = [x for x in _nodes(self.root) if x.parent is not None and not x.children
-                      and id(x) not in path]
+            leaves = [x for x in _nodes(self.root) if x.parent is not None and not x.children and id(x) not in path]
             if not leaves:
                 return
             self.drop_leaf(min(leaves, key=lambda x: x.last_access))
@@ -114,7 +114,7 @@ def test_capacity_evictions_with_shared_prefixes_match_a_leaf_scan(seed):
             rid = rng.choice(sorted(live))
             assert index.evict(rid) and scan.evict(rid)
             continue
-        blocks = rng.sample(range(20), rng.randint(1, 6))     # a small universe: prefixes are shared
+        blocks = rng.sample(range(20), rng.randint(1, 6))  # a small universe: prefixes are shared
         a, b = index.insert(blocks, step), scan.insert(blocks, step)
         assert (a.order, a.prefix_len) == (b.order, b.prefix_len), f"diverged at step {step}"
         assert sorted(index.request_ids()) == sorted(scan.request_ids())

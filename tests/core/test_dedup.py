@@ -12,8 +12,13 @@ turns = st.lists(st.lists(st.integers(0, 12), max_size=8), min_size=1, max_size=
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.lists(st.integers(0, 12), max_size=8)),
-                min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.lists(st.integers(0, 12), max_size=8)),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_dedup_never_reports_a_block_not_sent_earlier_in_the_same_conversation(stream):
     dedup = Deduplicator()
     sent: dict[str, dict[int, tuple[int, int]]] = {}
@@ -53,7 +58,7 @@ def test_edited_block_is_sent_again_not_pointed_to():
     d.dedup("c", [ContextBlock("m1", "Alice lives in Paris")])
     r = d.dedup("c", [ContextBlock("m1", "Alice lives in Berlin")])
     assert r.duplicates == () and r.blocks[0].text == "Alice lives in Berlin"
-    r = d.dedup("c", [ContextBlock("m1", "alice  lives in   BERLIN")])   # same normalized text
+    r = d.dedup("c", [ContextBlock("m1", "alice  lives in   BERLIN")])  # same normalized text
     assert r.duplicates == ("m1",) and r.dropped[0].location.turn == 2
 
 
@@ -92,13 +97,13 @@ def test_bad_input(bad):
 def _check_conversation(d: Deduplicator, results: list, *, sent_once: bool) -> None:
     """Exact invariants of one conversation's committed turns (issue 10 §7)."""
     by_turn = {r.turn: r for r in results}
-    assert sorted(by_turn) == list(range(1, len(results) + 1))          # turns 1..n, no gaps, no repeats
+    assert sorted(by_turn) == list(range(1, len(results) + 1))  # turns 1..n, no gaps, no repeats
     first_send: dict = {}
     for t in sorted(by_turn):
         r = by_turn[t]
         for pos, b in enumerate(r.blocks, start=1):
             first_send.setdefault(b.id, (t, pos))
-        for drop in r.dropped:                                           # points to a real earlier send
+        for drop in r.dropped:  # points to a real earlier send
             loc = drop.location
             assert loc.turn <= t and loc.block_id == drop.block_id
             assert by_turn[loc.turn].blocks[loc.position - 1].id == drop.block_id
@@ -106,7 +111,7 @@ def _check_conversation(d: Deduplicator, results: list, *, sent_once: bool) -> N
             assert f"(turn {loc.turn})" in drop.annotation if loc.turn < t else "above" in drop.annotation
     kept = [b.id for r in results for b in r.blocks]
     if sent_once:
-        assert len(kept) == len(set(kept))                               # each block sent once
+        assert len(kept) == len(set(kept))  # each block sent once
     assert {b: (loc.turn, loc.position) for b, loc in d.sent(results[0].conversation_id).items()} == first_send
 
 
@@ -126,11 +131,15 @@ def test_thread_safety_exact_invariants_under_concurrent_plan_commit_and_dedup()
             start.wait()
             for i in range(150):
                 conv = f"c{(t + i) % 4}"
-                if conv in ("c0", "c1"):                                 # one-phase: atomic
+                if conv in ("c0", "c1"):  # one-phase: atomic
                     r = d.dedup(conv, blocks_for(t, i))
-                else:                                                    # two-phase, some turns fail
-                    plan = d.plan(conv, blocks_for(t, i) + [ContextBlock(("poison", t, i), "never sent")]
-                                  if i % 5 == 0 else blocks_for(t, i))
+                else:  # two-phase, some turns fail
+                    plan = d.plan(
+                        conv,
+                        blocks_for(t, i) + [ContextBlock(("poison", t, i), "never sent")]
+                        if i % 5 == 0
+                        else blocks_for(t, i),
+                    )
                     if i % 5 == 0:
                         d.rollback(plan)
                         continue
@@ -142,7 +151,7 @@ def test_thread_safety_exact_invariants_under_concurrent_plan_commit_and_dedup()
 
     threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)                 # switch threads often: plans and commits interleave
+    sys.setswitchinterval(1e-6)  # switch threads often: plans and commits interleave
     try:
         for th in threads:
             th.start()
@@ -164,7 +173,7 @@ def test_peek_reports_earlier_turns_without_registering():
     assert [None if g is None else (g.turn, g.position) for g in got] == [(1, 2), None, (1, 1), None]
     assert d.peek("other", [1]) == (None,)
     assert d.sent_count("c") == 2 and d.sent_count("other") == 0
-    assert d.dedup("c", [ContextBlock(3, "c")]).duplicates == ()   # peek registered nothing
+    assert d.dedup("c", [ContextBlock(3, "c")]).duplicates == ()  # peek registered nothing
 
 
 CLAUSE_A = "This agreement is governed by the laws of the State of New York."
@@ -181,13 +190,18 @@ def test_span_dedup_is_off_by_default():
 def test_span_dedup_removes_sentences_sent_before_and_says_where():
     d = Deduplicator(spans=True)
     d.dedup("c", [ContextBlock("a", f"Acme sells widgets. {CLAUSE_A} {CLAUSE_B}")])
-    r = d.dedup("c", [ContextBlock("b", f"Zeta leases trucks to Carol. {CLAUSE_A} {CLAUSE_B}"),
-                      ContextBlock("t", f"{CLAUSE_A} {CLAUSE_B}")])
+    r = d.dedup(
+        "c",
+        [
+            ContextBlock("b", f"Zeta leases trucks to Carol. {CLAUSE_A} {CLAUSE_B}"),
+            ContextBlock("t", f"{CLAUSE_A} {CLAUSE_B}"),
+        ],
+    )
     assert r.blocks[0].text == "Zeta leases trucks to Carol."
     assert r.trims[0].removed == (CLAUSE_A, CLAUSE_B)
     assert {(loc.block_id, loc.turn) for loc in r.trims[0].locations} == {("a", 1)}
     assert r.trims[0].annotation == "Parts of [Doc 1] repeat [Doc 1] of turn 1."
-    assert r.duplicates == ("t",)            # every sentence of it was sent: a whole duplicate
+    assert r.duplicates == ("t",)  # every sentence of it was sent: a whole duplicate
     # short sentences never count as repeated spans
     r = d.dedup("c", [ContextBlock("s", "Acme sells widgets. Something new and long enough to count here.")])
     assert r.trims == () and r.blocks[0].text.startswith("Acme sells widgets.")

@@ -1,4 +1,5 @@
 """Two-phase dedup (issue 9 §3): plan against committed turns, commit once the prompt was sent."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,7 @@ def test_plan_changes_nothing_and_includes_same_turn_duplicates():
         DroppedBlock(9, Location(5, 2, 1), "[Doc 1] above has the same content."),
     )
     assert d.sent_count("c") == 3 and d.peek("c", blocks(5)) == (None,)
-    assert d.plan("c", blocks(1, 5, 2)).kept_ids == (5,)      # planning again: same answer
+    assert d.plan("c", blocks(1, 5, 2)).kept_ids == (5,)  # planning again: same answer
     assert d.plan("new", blocks(1)).turn == 1 and "new" not in d
 
 
@@ -32,7 +33,7 @@ def test_a_failed_turn_does_not_poison_the_retry():
     # issue 9 §3: the documents of a turn that never reached the model must be sent again on retry
     d = Deduplicator()
     plan = d.plan("c", blocks(1, 2))
-    d.rollback(plan)                                    # the worker failed
+    d.rollback(plan)  # the worker failed
     retry = d.plan("c", blocks(1, 2))
     assert retry.kept_ids == (1, 2) and retry.dropped == () and retry.turn == 1
     done = d.commit(retry)
@@ -60,7 +61,7 @@ def test_commit_and_rollback_misuse_raise_value_error():
         other.rollback(plan)
     done = d.commit(plan)
     with pytest.raises(ValueError, match="committed"):
-        d.commit(plan)                          # twice
+        d.commit(plan)  # twice
     with pytest.raises(ValueError, match="committed"):
         d.commit(done)
     with pytest.raises(ValueError, match="committed"):
@@ -69,13 +70,13 @@ def test_commit_and_rollback_misuse_raise_value_error():
         d.rollback(plan)
     gone = d.plan("c", blocks(2))
     d.rollback(gone)
-    d.rollback(gone)                            # rolling back twice: no-op
+    d.rollback(gone)  # rolling back twice: no-op
     with pytest.raises(ValueError, match="rolled back"):
         d.commit(gone)
     with pytest.raises(ValueError, match="not a plan of this"):
         d.commit(DedupResult(turn=1, blocks=(), committed=False))
     with pytest.raises(TypeError):
-        d.commit("plan")                        # type: ignore[arg-type]
+        d.commit("plan")  # type: ignore[arg-type]
     assert d.sent_count("c") == 1
 
 
@@ -86,7 +87,7 @@ def test_a_plan_expires_after_max_pending_newer_plans():
     d.plan("c", blocks(3))
     with pytest.raises(ValueError, match="expired"):
         d.commit(old)
-    d.rollback(old)                             # nothing to forget: no-op
+    d.rollback(old)  # nothing to forget: no-op
     with pytest.raises(ValueError, match="max_pending"):
         Deduplicator(max_pending=0)
 
@@ -94,7 +95,7 @@ def test_a_plan_expires_after_max_pending_newer_plans():
 def test_interleaved_commits_renumber_the_turn_but_keep_positions_and_labels():
     d = Deduplicator()
     d.dedup("c", blocks(1))
-    a = d.plan("c", blocks(7, 1) + [ContextBlock(8, "TEXT OF 7")])   # 8 repeats 7 within the turn
+    a = d.plan("c", blocks(7, 1) + [ContextBlock(8, "TEXT OF 7")])  # 8 repeats 7 within the turn
     b = d.plan("c", blocks(7, 9))
     assert a.turn == b.turn == 2
     assert d.commit(b).turn == 2
@@ -108,9 +109,14 @@ def test_interleaved_commits_renumber_the_turn_but_keep_positions_and_labels():
     assert d.plan("c", []).turn == 4
 
 
-turns = st.lists(st.tuples(st.sampled_from(["c1", "c2"]),
-                           st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["a", "b", "A "])),
-                                    max_size=6)), min_size=1, max_size=10)
+turns = st.lists(
+    st.tuples(
+        st.sampled_from(["c1", "c2"]),
+        st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["a", "b", "A "])), max_size=6),
+    ),
+    min_size=1,
+    max_size=10,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -118,8 +124,7 @@ turns = st.lists(st.tuples(st.sampled_from(["c1", "c2"]),
 def test_dedup_is_plan_then_commit(stream, spans):
     one, two = Deduplicator(spans=spans), Deduplicator(spans=spans)
     for conv, items in stream:
-        bs = [ContextBlock(i, f"{t} {i % 3}. Some sentence long enough to count as a span here.")
-              for i, t in items]
+        bs = [ContextBlock(i, f"{t} {i % 3}. Some sentence long enough to count as a span here.") for i, t in items]
         r1 = one.dedup(conv, bs)
         plan = two.plan(conv, bs)
         r2 = two.commit(plan)
@@ -136,5 +141,5 @@ def test_dropped_records_and_deprecated_parallel_tuples():
     assert r.duplicates == (2, 1)
     assert all(isinstance(x, DroppedBlock) for x in r.dropped)
     with pytest.raises(AttributeError):
-        r.dropped[0].annotation = "forged"      # type: ignore[misc]
-    assert not hasattr(r, "locations") and not hasattr(r, "annotations")   # one record per dropped block
+        r.dropped[0].annotation = "forged"  # type: ignore[misc]
+    assert not hasattr(r, "locations") and not hasattr(r, "annotations")  # one record per dropped block

@@ -34,9 +34,9 @@ def test_alignment_is_a_permutation_and_finds_the_longest_live_prefix(requests, 
         expect = best_reusable_prefix(live_orders(index), blocks)
         p = index.insert(blocks)
         distinct = list(dict.fromkeys(blocks))
-        assert sorted(p.order) == sorted(distinct)          # a permutation, nothing lost or doubled
+        assert sorted(p.order) == sorted(distinct)  # a permutation, nothing lost or doubled
         assert p.extra == ()
-        assert p.prefix_len == expect                         # no live context offers a longer prefix
+        assert p.prefix_len == expect  # no live context offers a longer prefix
         assert len(p.duplicates) == len(blocks) - len(distinct)
         assert index.order_of(p.request_id) == (p.order if p.order else None)  # empty: not indexed
 
@@ -53,14 +53,14 @@ def test_superset_alignment_keeps_every_block_and_never_does_worse(requests, bud
         assert len(p.order) == len(set(p.order))
         assert not set(p.extra) & set(distinct)
         assert len(p.extra) <= int(budget * len(distinct))
-        reused_own = sum(1 for b in p.order[:p.prefix_len] if b in set(distinct))
+        reused_own = sum(1 for b in p.order[: p.prefix_len] if b in set(distinct))
         assert reused_own >= exact
 
 
 def test_superset_adopts_a_longer_cached_prefix():
     index = ContextIndex(extra_budget=0.25)
-    index.insert(list(range(10)), "warm")          # cached: 0 1 2 ... 9
-    p = index.insert([1, 2, 3, 4, 5, 6, 7, 8])     # lacks block 0, which leads the cached prefix
+    index.insert(list(range(10)), "warm")  # cached: 0 1 2 ... 9
+    p = index.insert([1, 2, 3, 4, 5, 6, 7, 8])  # lacks block 0, which leads the cached prefix
     assert p.extra == (0,)
     assert p.order[:9] == tuple(range(9)) and p.prefix_len == 9
     exact = ContextIndex()
@@ -100,15 +100,15 @@ def test_identical_contexts_share_a_leaf():
 
 def test_capacity_model_evicts_lru_and_never_aligns_to_dropped_prefix():
     index = ContextIndex(capacity_tokens=100, token_len=lambda b: 10)
-    index.insert([1, 2, 3, 4, 5], "old")           # 50 tokens
-    index.insert([6, 7, 8, 9, 10], "mid")          # 100 tokens
+    index.insert([1, 2, 3, 4, 5], "old")  # 50 tokens
+    index.insert([6, 7, 8, 9, 10], "mid")  # 100 tokens
     # reuses (1,2) and touches it; +10 tokens -> the least recently used radix leaf goes, as in SGLang:
     # old's unshared tail (3,4,5), last used before "mid"
     index.insert([1, 2, 11], "touch-old")
     assert "old" not in index and "mid" in index and "touch-old" in index
     assert index.cached_tokens <= 100 and index.evicted_by_capacity == 1
-    assert index.insert([3, 4, 5]).prefix_len == 0         # dropped: never aligned to again
-    assert index.insert([2, 1]).prefix_len == 2             # the shared prefix is still cached
+    assert index.insert([3, 4, 5]).prefix_len == 0  # dropped: never aligned to again
+    assert index.insert([2, 1]).prefix_len == 2  # the shared prefix is still cached
 
 
 def test_capacity_with_explicit_token_lens():
@@ -141,8 +141,10 @@ def test_bad_input_is_rejected_with_a_clear_type_error(bad):
         ContextIndex().insert(bad)
 
 
-@pytest.mark.parametrize("kwargs", [{"alpha": -1}, {"extra_budget": 2}, {"capacity_tokens": 0},
-                                    {"tail_order": "random"}, {"linkage": "ward"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"alpha": -1}, {"extra_budget": 2}, {"capacity_tokens": 0}, {"tail_order": "random"}, {"linkage": "ward"}],
+)
 def test_bad_options(kwargs):
     with pytest.raises(ValueError):
         ContextIndex(**kwargs)

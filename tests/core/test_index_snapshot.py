@@ -1,5 +1,6 @@
 """Index snapshots (issue 9 §6): the caller's configuration wins, malformed data is exactly a ValueError,
 and a restored index keeps its least-recently-used order."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,7 @@ def test_overrides_win_over_the_stored_configuration():
 def test_a_smaller_capacity_override_evicts_least_recently_used_first():
     index = ContextIndex()
     for i in range(5):
-        index.insert([f"{i}a", f"{i}b"], f"r{i}")      # 2 tokens each, r0 oldest
+        index.insert([f"{i}a", f"{i}b"], f"r{i}")  # 2 tokens each, r0 oldest
     restored = ContextIndex.restore(index.snapshot(), capacity_tokens=6)
     assert restored.request_ids() == ["r2", "r3", "r4"] and restored.cached_tokens == 6
 
@@ -58,15 +59,15 @@ def test_bad_overrides_are_the_callers_error():
     with pytest.raises(ValueError, match="alpha"):
         ContextIndex.restore(data, alpha=-1)
     with pytest.raises(TypeError, match="bytes"):
-        ContextIndex.restore("not bytes")      # type: ignore[arg-type]
+        ContextIndex.restore("not bytes")  # type: ignore[arg-type]
 
 
 def test_restored_index_keeps_lru_order_and_evicts_like_the_original():
     index = sample_index(capacity_tokens=40)
     restored = ContextIndex.restore(index.snapshot())
     assert restored.request_ids() == index.request_ids()
-    assert restored.snapshot() == index.snapshot()                 # byte-stable round trip
-    for i in range(30):                                            # the same stream on both
+    assert restored.snapshot() == index.snapshot()  # byte-stable round trip
+    for i in range(30):  # the same stream on both
         blocks = [f"n{i}", "m1", f"n{i + 1}", i % 4]
         a, b = index.insert(blocks, f"s{i}"), restored.insert(blocks, f"s{i}")
         assert (a.order, a.prefix_len) == (b.order, b.prefix_len)
@@ -78,29 +79,33 @@ def test_version_1_snapshots_restore_in_best_effort_lru_order():
     index = sample_index()
     doc = decode(index.snapshot())
     doc["version"] = 1
-    del doc["requests"]                         # v1 had no request order: the nodes' last access gives it
+    del doc["requests"]  # v1 had no request order: the nodes' last access gives it
     restored = ContextIndex.restore(encode(doc))
     assert restored.request_ids() == index.request_ids()
-    assert {r: restored.order_of(r) for r in restored.request_ids()} == \
-        {r: index.order_of(r) for r in index.request_ids()}
+    assert {r: restored.order_of(r) for r in restored.request_ids()} == {
+        r: index.order_of(r) for r in index.request_ids()
+    }
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: [d], "JSON object"),
-    (lambda d: {**d, "version": 3}, "version"),
-    (lambda d: {**d, "version": True}, "version"),
-    (lambda d: {**d, "tick": "7"}, "tick"),
-    (lambda d: {**d, "options": []}, "options"),
-    (lambda d: {**d, "options": {**d["options"], "alpha": "x"}}, "alpha"),
-    (lambda d: {**d, "nodes": {}}, "nodes"),
-    (lambda d: {**d, "nodes": [[5, 0, 0, [], None, None, 0]] + d["nodes"][1:]}, "parent"),
-    (lambda d: {**d, "nodes": d["nodes"] + [[0, 99, 0, ["zz"], None, None, 0]]}, "slot"),
-    (lambda d: {**d, "nodes": d["nodes"] + [[0, 0, 0, ["zz"], None, ["q"], 0]]}, "slot 0 is taken"),
-    (lambda d: {**d, "nodes": d["nodes"] + [[1, 0, 0, ["zz"], [1, 2], ["q"], 0]]}, "token lens"),
-    (lambda d: {**d, "nodes": d["nodes"] + [[1, 50, 0, [None], None, ["q"], 0]]}, "bad id"),
-    (lambda d: {**d, "requests": d["requests"][1:]}, "not listed"),
-    (lambda d: {**d, "requests": d["requests"] + ["ghost"]}, "ends at no node"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: [d], "JSON object"),
+        (lambda d: {**d, "version": 3}, "version"),
+        (lambda d: {**d, "version": True}, "version"),
+        (lambda d: {**d, "tick": "7"}, "tick"),
+        (lambda d: {**d, "options": []}, "options"),
+        (lambda d: {**d, "options": {**d["options"], "alpha": "x"}}, "alpha"),
+        (lambda d: {**d, "nodes": {}}, "nodes"),
+        (lambda d: {**d, "nodes": [[5, 0, 0, [], None, None, 0]] + d["nodes"][1:]}, "parent"),
+        (lambda d: {**d, "nodes": d["nodes"] + [[0, 99, 0, ["zz"], None, None, 0]]}, "slot"),
+        (lambda d: {**d, "nodes": d["nodes"] + [[0, 0, 0, ["zz"], None, ["q"], 0]]}, "slot 0 is taken"),
+        (lambda d: {**d, "nodes": d["nodes"] + [[1, 0, 0, ["zz"], [1, 2], ["q"], 0]]}, "token lens"),
+        (lambda d: {**d, "nodes": d["nodes"] + [[1, 50, 0, [None], None, ["q"], 0]]}, "bad id"),
+        (lambda d: {**d, "requests": d["requests"][1:]}, "not listed"),
+        (lambda d: {**d, "requests": d["requests"] + ["ghost"]}, "ends at no node"),
+    ],
+)
 def test_malformed_snapshots_raise_value_error_with_a_clear_message(mutate, message):
     doc = decode(sample_index().snapshot())
     with pytest.raises(ValueError, match=message):
@@ -121,7 +126,8 @@ def test_truncated_garbage_and_bombs():
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 40) | st.floats(allow_nan=True) | st.text(max_size=3),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 
 def paths(doc, prefix=()):
@@ -177,4 +183,4 @@ def test_fuzz_any_json_document(doc):
 def test_fuzz_bytes(garbage, cut, splice):
     must_restore_or_raise_value_error(garbage)
     valid = sample_index().snapshot()
-    must_restore_or_raise_value_error(valid[:cut] + splice + valid[cut + len(splice):])
+    must_restore_or_raise_value_error(valid[:cut] + splice + valid[cut + len(splice) :])

@@ -1,4 +1,5 @@
 """LRUMap: the one LRU map (issue 10 §5)."""
+
 from __future__ import annotations
 
 import threading
@@ -9,8 +10,7 @@ from hypothesis import strategies as st
 
 from cp_memory.lru import LRUMap
 
-ops = st.lists(st.tuples(st.sampled_from(["set", "get", "peek", "pop", "create"]), st.integers(0, 6)),
-               max_size=60)
+ops = st.lists(st.tuples(st.sampled_from(["set", "get", "peek", "pop", "create"]), st.integers(0, 6)), max_size=60)
 
 
 @settings(max_examples=200, deadline=None)
@@ -18,7 +18,7 @@ ops = st.lists(st.tuples(st.sampled_from(["set", "get", "peek", "pop", "create"]
 def test_matches_a_list_model_of_recency(capacity, stream):
     evicted: list[tuple[int, str]] = []
     m: LRUMap[int, str] = LRUMap(capacity, on_evict=lambda k, v: evicted.append((k, v)))
-    model: list[tuple[int, str]] = []          # least recently used first
+    model: list[tuple[int, str]] = []  # least recently used first
     expect_evicted: list[tuple[int, str]] = []
 
     def touch(k: int, v: str) -> None:
@@ -52,7 +52,7 @@ def test_on_evict_runs_outside_the_lock():
     seen = []
     m: LRUMap[str, int] = LRUMap(1, on_evict=lambda k, v: seen.append((k, v, len(m), "b" in m)))
     m.set("a", 1)
-    m.set("b", 2)                 # the callback reads the map: would deadlock under the lock
+    m.set("b", 2)  # the callback reads the map: would deadlock under the lock
     assert seen == [("a", 1, 1, True)]
 
 
@@ -60,7 +60,7 @@ def test_factory_runs_outside_the_lock_and_the_first_stored_value_wins():
     m: LRUMap[str, str] = LRUMap(4)
 
     def factory() -> str:
-        m.set("k", "stored meanwhile")      # another thread got there first
+        m.set("k", "stored meanwhile")  # another thread got there first
         return "late"
 
     assert m.get_or_create("k", factory) == "stored meanwhile"
@@ -79,7 +79,7 @@ def test_bad_capacity(bad):
     with pytest.raises(ValueError, match="capacity"):
         LRUMap(bad)
     with pytest.raises(TypeError, match="on_evict"):
-        LRUMap(1, on_evict=3)   # type: ignore[arg-type]
+        LRUMap(1, on_evict=3)  # type: ignore[arg-type]
 
 
 def test_concurrent_use_keeps_the_bound_and_evicts_each_entry_once():

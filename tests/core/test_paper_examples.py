@@ -1,4 +1,5 @@
 """The paper's worked examples (ALGORITHMS.md), as tests."""
+
 from cp_memory.annotations import order_annotation
 from cp_memory.dedup import Deduplicator
 from cp_memory.distance import context_distance, pairwise_distances
@@ -16,8 +17,9 @@ def test_eq1_prefers_shared_blocks_at_the_same_positions():
     assert abs(ab - (0.5 + 0.001 * 2)) < 1e-12  # {3,5} shifted by 2 positions each
     assert context_distance(A, (10, 11)) == 1.0
     condensed = pairwise_distances([A, B, C, D])
-    assert condensed.tolist() == [context_distance(x, y) for i, x in enumerate((A, B, C, D))
-                                  for y in (A, B, C, D)[i + 1:]]
+    assert condensed.tolist() == [
+        context_distance(x, y) for i, x in enumerate((A, B, C, D)) for y in (A, B, C, D)[i + 1 :]
+    ]
 
 
 def fig4_index() -> tuple[ContextIndex, object]:
@@ -59,8 +61,9 @@ def test_fig6_scheduling_groups_prefix_sharing_requests():
 
 def test_order_annotation_example():
     text = order_annotation((2, 1, 4), (1, 2, 4))
-    assert text == ("Please read the context in the following priority order: "
-                    "[Doc 2] > [Doc 1] > [Doc 4] and answer the question.")
+    assert text == (
+        "Please read the context in the following priority order: [Doc 2] > [Doc 1] > [Doc 4] and answer the question."
+    )
 
 
 def test_algorithm3_dedup_example():
@@ -70,5 +73,7 @@ def test_algorithm3_dedup_example():
     second = dedup.dedup("conv", [1, 5, 2])
     assert second.kept_ids == (5,)
     assert second.duplicates == (1, 2)
-    assert tuple(d.annotation for d in second.dropped) == ("Please refer to [Doc 1] in the previous conversation (turn 1).",
-                                  "Please refer to [Doc 2] in the previous conversation (turn 1).")
+    assert tuple(d.annotation for d in second.dropped) == (
+        "Please refer to [Doc 1] in the previous conversation (turn 1).",
+        "Please refer to [Doc 2] in the previous conversation (turn 1).",
+    )

@@ -1,5 +1,6 @@
 """Swap alignment (issue 12 §2): adopt cached blocks the request did not retrieve, drop as many of its own
 lowest-ranked unprotected blocks, keep the prompt length."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def best_reusable_prefix(orders, blocks) -> int:
 
 
 def is_cached_prefix(orders, prefix) -> bool:
-    return any(tuple(o[:len(prefix)]) == tuple(prefix) for o in orders) or not prefix
+    return any(tuple(o[: len(prefix)]) == tuple(prefix) for o in orders) or not prefix
 
 
 @settings(max_examples=200, deadline=None)
@@ -49,21 +50,21 @@ def test_swap_keeps_the_length_and_never_drops_a_protected_block(requests, budge
         assert set(p.order) == (set(distinct) - set(p.dropped)) | set(p.extra)
         assert len(p.order) == len(set(p.order)) == n
         assert len(p.extra) == len(p.dropped) <= int(budget * n)
-        top = set(distinct[:math.ceil(protect * n - 1e-9)])
+        top = set(distinct[: math.ceil(protect * n - 1e-9)])
         assert not set(p.dropped) & top
-        assert set(p.extra) <= set(p.order[:p.prefix_len]) and not set(p.extra) & set(distinct)
+        assert set(p.extra) <= set(p.order[: p.prefix_len]) and not set(p.extra) & set(distinct)
         assert set(p.dropped) <= set(distinct) and not set(p.dropped) & set(p.order)
-        assert list(p.dropped) == sorted(p.dropped, key=distinct.index)          # rank order
+        assert list(p.dropped) == sorted(p.dropped, key=distinct.index)  # rank order
         # the dropped ones are the lowest-ranked unprotected blocks that are not on the prefix
-        spare = [b for b in distinct if b not in top and b not in p.order[:p.prefix_len]]
-        assert list(p.dropped) == spare[len(spare) - len(p.dropped):] if p.dropped else True
-        assert p.prefix_len >= exact and is_cached_prefix(before, p.order[:p.prefix_len])
+        spare = [b for b in distinct if b not in top and b not in p.order[: p.prefix_len]]
+        assert list(p.dropped) == spare[len(spare) - len(p.dropped) :] if p.dropped else True
+        assert p.prefix_len >= exact and is_cached_prefix(before, p.order[: p.prefix_len])
 
 
 def test_swap_adopts_the_whole_cached_context_at_constant_length():
     index = ContextIndex(swap_budget=0.2, protect=0.5)
-    index.insert(list(range(10)), "warm")               # cached: 0 1 ... 9
-    request = [1, 2, 3, 4, 5, 6, 7, 8, 50, 51]          # lacks 0 and 9; 50, 51 ranked last
+    index.insert(list(range(10)), "warm")  # cached: 0 1 ... 9
+    request = [1, 2, 3, 4, 5, 6, 7, 8, 50, 51]  # lacks 0 and 9; 50, 51 ranked last
     p = index.insert(request)
     assert p.order == tuple(range(10)) and p.prefix_len == 10
     assert p.extra == (0, 9) and p.dropped == (50, 51)
@@ -93,7 +94,7 @@ def test_swap_never_drops_blocks_it_needs_to_reach_its_prefix():
     # the cached prefix holds the request's low-ranked blocks: they are reused, not droppable
     index = ContextIndex(swap_budget=0.5, protect=0.0)
     index.insert(["x", "d", "c"], "warm")
-    p = index.insert(["a", "b", "c", "d"])               # droppable: all; c, d are on the prefix
+    p = index.insert(["a", "b", "c", "d"])  # droppable: all; c, d are on the prefix
     assert p.order[:3] == ("x", "d", "c") and p.extra == ("x",) and p.dropped == ("b",)
     assert p.order == ("x", "d", "c", "a")
 
@@ -110,8 +111,16 @@ def test_order_annotation_ranks_only_what_is_shown():
         order_annotation(request, p.order, label=labels)
 
 
-@pytest.mark.parametrize("kwargs", [{"swap_budget": 0.1, "extra_budget": 0.1}, {"swap_budget": 1.5},
-                                    {"protect": -0.1}, {"protect": float("nan")}, {"swap_budget": True}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"swap_budget": 0.1, "extra_budget": 0.1},
+        {"swap_budget": 1.5},
+        {"protect": -0.1},
+        {"protect": float("nan")},
+        {"swap_budget": True},
+    ],
+)
 def test_bad_swap_options(kwargs):
     with pytest.raises(ValueError):
         ContextIndex(**kwargs)
@@ -125,7 +134,7 @@ def test_swap_options_survive_a_snapshot_and_can_be_overridden():
     assert (again.swap_budget, again.protect) == (0.2, 0.7)
     off = ContextIndex.restore(data, swap_budget=0.0)
     assert off.insert([1, 2, 3, 4, 5, 6, 7, 8, 50, 51]).dropped == ()
-    superset = ContextIndex.restore(data, extra_budget=0.1)     # choosing superset turns swap off
+    superset = ContextIndex.restore(data, extra_budget=0.1)  # choosing superset turns swap off
     assert (superset.extra_budget, superset.swap_budget) == (0.1, 0.0)
     with pytest.raises(ValueError, match="exclusive"):
         ContextIndex.restore(data, extra_budget=0.1, swap_budget=0.1)

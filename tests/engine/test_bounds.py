@@ -31,8 +31,7 @@ def event(text: str) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
-def slowly(fake: FakeEngine, first: bytes, then: bytes, every_s: float,
-           for_s: float = 30.0) -> Iterator[bytes]:
+def slowly(fake: FakeEngine, first: bytes, then: bytes, every_s: float, for_s: float = 30.0) -> Iterator[bytes]:
     """``first``, then ``then`` every ``every_s`` seconds for up to ``for_s`` seconds."""
     yield first
     end = time.monotonic() + for_s
@@ -41,8 +40,7 @@ def slowly(fake: FakeEngine, first: bytes, then: bytes, every_s: float,
 
 
 @pytest.mark.parametrize("drip", [event("x"), b": ping\n\n"], ids=["token", "keep-alive"])
-def test_trickle_cannot_outlast_the_deadline(make_client: MakeClient, fake_engine: FakeEngine,
-                                             drip: bytes) -> None:
+def test_trickle_cannot_outlast_the_deadline(make_client: MakeClient, fake_engine: FakeEngine, drip: bytes) -> None:
     """A server sending a token (or an SSE comment) every 0.2 s never trips the 1 s read timeout;
     the 1.5 s total deadline still ends the call."""
     fake_engine.responder = lambda req: (200, SSE, slowly(fake_engine, event("a"), drip, 0.2))
@@ -56,8 +54,7 @@ def test_trickle_cannot_outlast_the_deadline(make_client: MakeClient, fake_engin
     assert len(fake_engine.requests) == 1  # a deadline is final: not retried
 
 
-def test_a_read_blocked_at_the_deadline_is_cut_short(make_client: MakeClient,
-                                                     fake_engine: FakeEngine) -> None:
+def test_a_read_blocked_at_the_deadline_is_cut_short(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     """One token, then silence: the 10 s read timeout would wait 10 s; the 1 s deadline wins."""
     fake_engine.responder = lambda req: (200, SSE, slowly(fake_engine, event("a"), event("b"), 20))
     with make_client(fake_engine.url, timeout=10.0, total_timeout=1.0) as client:
@@ -67,8 +64,7 @@ def test_a_read_blocked_at_the_deadline_is_cut_short(make_client: MakeClient,
         assert time.monotonic() - t0 < 2.5
 
 
-def test_waiting_for_headers_is_bounded_by_the_deadline(make_client: MakeClient,
-                                                        fake_engine: FakeEngine) -> None:
+def test_waiting_for_headers_is_bounded_by_the_deadline(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     def slow_prefill(req: FakeRequest) -> tuple[int, dict[str, str], bytes]:
         fake_engine.closing.wait(5)
         return 200, SSE, event("late")
@@ -81,23 +77,24 @@ def test_waiting_for_headers_is_bounded_by_the_deadline(make_client: MakeClient,
         assert time.monotonic() - t0 < 2.5
 
 
-def test_server_ignoring_max_tokens_hits_the_byte_cap(make_client: MakeClient,
-                                                      fake_engine: FakeEngine) -> None:
+def test_server_ignoring_max_tokens_hits_the_byte_cap(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     """An endless stream is cut at the default 16 MiB cap, not read until memory runs out."""
+
     def endless() -> Iterator[bytes]:
         chunk = event("y" * 4000) * 16
         while not fake_engine.closing.is_set():
             yield chunk
 
     fake_engine.responder = lambda req: (200, SSE, endless())
-    with make_client(fake_engine.url) as client, \
-            pytest.raises(EngineResponseTooLarge, match="max_response_bytes=16777216"):
+    with (
+        make_client(fake_engine.url) as client,
+        pytest.raises(EngineResponseTooLarge, match="max_response_bytes=16777216"),
+    ):
         client.complete("p", max_tokens=8)
     assert len(fake_engine.requests) == 1 and not fake_engine.requests[0].complete
 
 
-def test_a_non_streamed_answer_is_capped_too(make_client: MakeClient,
-                                             fake_engine: FakeEngine) -> None:
+def test_a_non_streamed_answer_is_capped_too(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     doc = json.dumps({"id": "x", "choices": [{"text": "z" * MiB, "finish_reason": "stop"}]})
     fake_engine.responder = lambda req: (200, {"content-type": "application/json"}, doc.encode())
     with make_client(fake_engine.url, max_response_bytes=MiB // 2) as client:
@@ -109,16 +106,14 @@ def test_a_non_streamed_answer_is_capped_too(make_client: MakeClient,
 
 
 @pytest.mark.parametrize("status", [400, 500])
-def test_a_50_mb_error_body_is_not_read_whole(make_client: MakeClient, fake_engine: FakeEngine,
-                                              status: int) -> None:
+def test_a_50_mb_error_body_is_not_read_whole(make_client: MakeClient, fake_engine: FakeEngine, status: int) -> None:
     def huge() -> Iterator[bytes]:
         yield b'{"error": {"message": "context overflow"}} '
         for _ in range(50 * 16):
             yield b"x" * (64 * 1024)
 
     fake_engine.responder = lambda req: (status, {"content-type": "application/json"}, huge())
-    with make_client(fake_engine.url, max_retries=1) as client, \
-            pytest.raises(EngineStatusError) as info:
+    with make_client(fake_engine.url, max_retries=1) as client, pytest.raises(EngineStatusError) as info:
         client.complete("p")
     assert info.value.status == status
     assert f"HTTP {status}" in str(info.value)
@@ -128,12 +123,10 @@ def test_a_50_mb_error_body_is_not_read_whole(make_client: MakeClient, fake_engi
 
 @pytest.mark.parametrize("status", [429, 503])
 @pytest.mark.parametrize("form", ["seconds", "http-date"])
-def test_retry_after_is_honoured(make_client: MakeClient, fake_engine: FakeEngine, status: int,
-                                 form: str) -> None:
+def test_retry_after_is_honoured(make_client: MakeClient, fake_engine: FakeEngine, status: int, form: str) -> None:
     def responder(req: FakeRequest) -> tuple[int, dict[str, str], bytes]:
         if len(fake_engine.requests) == 1:
-            when = ("1" if form == "seconds"
-                    else email.utils.formatdate(time.time() + 2, usegmt=True))
+            when = "1" if form == "seconds" else email.utils.formatdate(time.time() + 2, usegmt=True)
             return status, {"retry-after": when}, b"slow down"
         return 200, SSE, event("ok") + b"data: [DONE]\n\n"
 
@@ -144,8 +137,7 @@ def test_retry_after_is_honoured(make_client: MakeClient, fake_engine: FakeEngin
     assert second.t - first.t >= 0.95  # not the 10 ms backoff
 
 
-def test_retry_after_past_the_deadline_gives_up_at_once(make_client: MakeClient,
-                                                        fake_engine: FakeEngine) -> None:
+def test_retry_after_past_the_deadline_gives_up_at_once(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     fake_engine.responder = lambda req: (503, {"retry-after": "30"}, b"overloaded")
     with make_client(fake_engine.url, total_timeout=3.0) as client:
         t0 = time.monotonic()
@@ -160,8 +152,9 @@ def test_retry_after_past_the_deadline_gives_up_at_once(make_client: MakeClient,
 def test_backoff_stops_at_the_deadline(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     """10 retries 1 s, 2 s, 4 s ... apart would take minutes; the 2.5 s deadline stops them."""
     fake_engine.responder = lambda req: (500, {}, b"boom")
-    with make_client(fake_engine.url, max_retries=10, retry_wait_s=1.0, retry_wait_max_s=60,
-                     total_timeout=2.5) as client:
+    with make_client(
+        fake_engine.url, max_retries=10, retry_wait_s=1.0, retry_wait_max_s=60, total_timeout=2.5
+    ) as client:
         t0 = time.monotonic()
         with pytest.raises(EngineStatusError, match="deadline"):
             client.complete("p")

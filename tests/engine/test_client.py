@@ -30,14 +30,20 @@ def _chat_chunk(content: str | None = None, finish: str | None = None, **extra: 
     return {"id": "chat-1", "object": "chat.completion.chunk", "choices": [choice], **extra}
 
 
-USAGE = {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102,
-         "prompt_tokens_details": {"cached_tokens": 90}}
+USAGE = {
+    "prompt_tokens": 100,
+    "completion_tokens": 2,
+    "total_tokens": 102,
+    "prompt_tokens_details": {"cached_tokens": 90},
+}
 
 
 def test_stream_parsed_and_rid_sent(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     fake_engine.responder = lambda req: (
-        200, SSE, sse(_chunk("Hel"), _chunk("lo"), _chunk(finish="length"),
-                      {"id": "cmpl-1", "choices": [], "usage": USAGE}))
+        200,
+        SSE,
+        sse(_chunk("Hel"), _chunk("lo"), _chunk(finish="length"), {"id": "cmpl-1", "choices": [], "usage": USAGE}),
+    )
     with make_client(fake_engine.url, model="m") as client:
         res = client.complete("prompt", max_tokens=3, request_id="req-42", stop="\n")
     assert res.text == "Hello"
@@ -68,7 +74,10 @@ def test_request_id_generated_and_can_be_omitted(make_client: MakeClient, fake_e
 def test_llamacpp_timings_fallback(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     timings = {"cache_n": 75, "prompt_n": 25, "predicted_n": 4}
     fake_engine.responder = lambda req: (
-        200, SSE, sse(_chat_chunk("a"), _chat_chunk("b"), _chat_chunk(finish="stop", timings=timings)))
+        200,
+        SSE,
+        sse(_chat_chunk("a"), _chat_chunk("b"), _chat_chunk(finish="stop", timings=timings)),
+    )
     with make_client(fake_engine.url) as client:
         res = client.chat([{"role": "user", "content": "hi"}])
     assert fake_engine.requests[0].path == "/v1/chat/completions"
@@ -91,13 +100,14 @@ def test_no_cache_report(make_client: MakeClient, fake_engine: FakeEngine) -> No
         (b"<html><body>502 Bad Gateway</body></html>\n", "text/event-stream", "without a field"),
         (b"<html>oops</html>", "text/html", "expected an SSE stream"),
         (b"data: [1, 2, 3]\n\n", "text/event-stream", "not a JSON object"),
-        (b"data: {\"choices\": \"nope\"}\n\n", "text/event-stream", "not a list"),
+        (b'data: {"choices": "nope"}\n\n', "text/event-stream", "not a list"),
         (b": ping\n\n", "text/event-stream", "without any completion event"),
         (sse(_chunk("partial"), done=False), "text/event-stream", "before \\[DONE\\]"),
     ],
 )
-def test_malformed_stream_is_a_clear_error(make_client: MakeClient, fake_engine: FakeEngine,
-                                           payload: bytes, content_type: str, match: str) -> None:
+def test_malformed_stream_is_a_clear_error(
+    make_client: MakeClient, fake_engine: FakeEngine, payload: bytes, content_type: str, match: str
+) -> None:
     fake_engine.responder = lambda req: (200, {"content-type": content_type}, payload)
     with make_client(fake_engine.url) as client, pytest.raises(EngineError, match=match) as info:
         client.complete("p")
@@ -114,8 +124,10 @@ def test_error_event_in_stream(make_client: MakeClient, fake_engine: FakeEngine)
 
 def test_5xx_retried_then_engine_error(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     fake_engine.responder = lambda req: (
-        503, {"content-type": "application/json"},
-        b'{"error": {"code": 503, "message": "Loading model"}}')
+        503,
+        {"content-type": "application/json"},
+        b'{"error": {"code": 503, "message": "Loading model"}}',
+    )
     with make_client(fake_engine.url) as client, pytest.raises(EngineError) as info:
         client.complete("p")
     assert len(fake_engine.requests) == 3  # 1 + max_retries
@@ -136,8 +148,10 @@ def test_5xx_then_success(make_client: MakeClient, fake_engine: FakeEngine) -> N
 
 def test_4xx_not_retried(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     fake_engine.responder = lambda req: (
-        400, {"content-type": "application/json"},
-        b'{"error": {"code": 400, "message": "the request exceeds the available context size"}}')
+        400,
+        {"content-type": "application/json"},
+        b'{"error": {"code": 400, "message": "the request exceeds the available context size"}}',
+    )
     with make_client(fake_engine.url) as client, pytest.raises(EngineError, match="exceeds the available"):
         client.complete("p")
     assert len(fake_engine.requests) == 1
@@ -154,10 +168,12 @@ def test_connection_refused_bounded(make_client: MakeClient) -> None:
 
 
 def test_non_streaming_json_answer_accepted(make_client: MakeClient, fake_engine: FakeEngine) -> None:
-    full = {"id": "x", "choices": [{"index": 0, "text": "whole", "finish_reason": "stop"}],
-            "usage": USAGE}
-    fake_engine.responder = lambda req: (200, {"content-type": "application/json"},
-                                         __import__("json").dumps(full).encode())
+    full = {"id": "x", "choices": [{"index": 0, "text": "whole", "finish_reason": "stop"}], "usage": USAGE}
+    fake_engine.responder = lambda req: (
+        200,
+        {"content-type": "application/json"},
+        __import__("json").dumps(full).encode(),
+    )
     with make_client(fake_engine.url) as client:
         res = client.complete("p")
     assert res.text == "whole" and res.cached_tokens == 90
@@ -165,8 +181,8 @@ def test_non_streaming_json_answer_accepted(make_client: MakeClient, fake_engine
 
 def test_flush_cache_sglang_style(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     fake_engine.responder = lambda req: (
-        (200, {"content-type": "text/plain"}, b"Cache flushed.") if req.path == "/flush_cache"
-        else (404, {}, b""))
+        (200, {"content-type": "text/plain"}, b"Cache flushed.") if req.path == "/flush_cache" else (404, {}, b"")
+    )
     with make_client(fake_engine.url) as client:
         assert client.flush_cache() is True
     assert fake_engine.requests[0].method == "POST"
@@ -187,8 +203,10 @@ def test_base_url_with_v1_suffix(make_client: MakeClient, fake_engine: FakeEngin
 
 async def test_async_stream_and_errors(fake_engine: FakeEngine) -> None:
     fake_engine.responder = lambda req: (
-        200, SSE, sse(_chat_chunk("as"), _chat_chunk("ync", finish="stop"),
-                      {"id": "c", "choices": [], "usage": USAGE}))
+        200,
+        SSE,
+        sse(_chat_chunk("as"), _chat_chunk("ync", finish="stop"), {"id": "c", "choices": [], "usage": USAGE}),
+    )
     async with AsyncEngineClient(fake_engine.url, max_retries=1, retry_wait_s=0.01) as client:
         res = await client.chat([{"role": "user", "content": "q"}], request_id="a1")
         assert res.text == "async" and res.cached_tokens == 90 and res.request_id == "a1"
@@ -200,16 +218,15 @@ async def test_async_stream_and_errors(fake_engine: FakeEngine) -> None:
 
 async def test_async_connection_refused() -> None:
     port = free_port()
-    async with AsyncEngineClient(f"http://127.0.0.1:{port}", max_retries=2,
-                                 retry_wait_s=0.01) as client:
+    async with AsyncEngineClient(f"http://127.0.0.1:{port}", max_retries=2, retry_wait_s=0.01) as client:
         with pytest.raises(EngineError, match="cannot connect"):
             await client.complete("p")
 
 
-def test_flush_cache_llamacpp_style_erases_every_slot(make_client: MakeClient,
-                                                      fake_engine: FakeEngine) -> None:
+def test_flush_cache_llamacpp_style_erases_every_slot(make_client: MakeClient, fake_engine: FakeEngine) -> None:
     """llama.cpp: no /flush_cache (404), so each slot is erased, and the answer is False because
     the host prompt cache cannot be cleared over HTTP."""
+
     def responder(req: FakeRequest) -> tuple[int, dict[str, str], bytes]:
         if req.path == "/slots":
             return 200, {"content-type": "application/json"}, b'[{"id": 0}, {"id": 1}]'
@@ -221,8 +238,11 @@ def test_flush_cache_llamacpp_style_erases_every_slot(make_client: MakeClient,
     with make_client(fake_engine.url) as client:
         assert client.flush_cache() is False
     assert [(r.method, r.path) for r in fake_engine.requests] == [
-        ("POST", "/flush_cache"), ("GET", "/slots"),
-        ("POST", "/slots/0?action=erase"), ("POST", "/slots/1?action=erase")]
+        ("POST", "/flush_cache"),
+        ("GET", "/slots"),
+        ("POST", "/slots/0?action=erase"),
+        ("POST", "/slots/1?action=erase"),
+    ]
 
 
 def test_admin_endpoints(make_client: MakeClient, fake_engine: FakeEngine) -> None:
@@ -242,11 +262,11 @@ def test_admin_endpoints(make_client: MakeClient, fake_engine: FakeEngine) -> No
         assert (client.tokenize("x"), client.slots(), client.metrics()) == (None, None, None)
 
 
-def test_retries_are_logged_by_tenacity(make_client: MakeClient, fake_engine: FakeEngine,
-                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_retries_are_logged_by_tenacity(
+    make_client: MakeClient, fake_engine: FakeEngine, caplog: pytest.LogCaptureFixture
+) -> None:
     fake_engine.responder = lambda req: (503, {}, b"busy")
-    with caplog.at_level("WARNING"), make_client(fake_engine.url) as client, \
-            pytest.raises(EngineStatusError) as info:
+    with caplog.at_level("WARNING"), make_client(fake_engine.url) as client, pytest.raises(EngineStatusError) as info:
         client.complete("p")
     assert info.value.status == 503
     retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Retrying")]
@@ -261,7 +281,7 @@ def test_stream_split_anywhere_parses_the_same(size: int) -> None:
         raw = body.replace(b"\n", eol)
         decoder = StreamDecoder("http://x", 0.0, chat=False, clock=lambda: 1.0)
         for i in range(0, len(raw), size):
-            if decoder.feed(raw[i:i + size]):
+            if decoder.feed(raw[i : i + size]):
                 break
         res = decoder.result("r")
         assert (res.text, res.finish_reason, res.cached_tokens) == ("Hello", "stop", 90)

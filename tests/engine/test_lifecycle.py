@@ -36,7 +36,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
-    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:
@@ -54,8 +54,9 @@ def run_owner(*args: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     # the owner imports the same cp_memory as this test process
     root = str(Path(cp_memory.__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    owner = subprocess.Popen([sys.executable, str(OWNER), *args], stdout=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONPATH": path})
+    owner = subprocess.Popen(
+        [sys.executable, str(OWNER), *args], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path}
+    )
     assert owner.stdout is not None
     line = owner.stdout.readline()
     if not line:

@@ -55,8 +55,7 @@ def _pid_gone(pid: int) -> bool:
     return b"llama-server" not in cmdline
 
 
-def test_find_llama_server_env_override_error(monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+def test_find_llama_server_env_override_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CP_MEMORY_LLAMA_SERVER", str(tmp_path / "nope"))
     with pytest.raises(LlamaServerNotFound, match="build_llama_server.sh"):
         find_llama_server()
@@ -110,8 +109,7 @@ def _text_of(client: EngineClient, seed: int, n_tokens: int) -> str:
 
 @pytest.mark.engine
 def test_chat_reports_usage_and_request_id(random_server: LlamaServer) -> None:
-    messages = [{"role": "system", "content": words(5, 300)},
-                {"role": "user", "content": "Say something."}]
+    messages = [{"role": "system", "content": words(5, 300)}, {"role": "user", "content": "Say something."}]
     with EngineClient(random_server.base_url) as client:
         first = client.chat(messages, max_tokens=4, request_id="turn-1")
         messages[-1] = {"role": "user", "content": "Say something else."}
@@ -129,8 +127,9 @@ async def test_async_client(random_server: LlamaServer) -> None:
         a = await client.complete(prefix + " alpha", max_tokens=2, request_id="a")
         b = await client.complete(prefix + " beta", max_tokens=2, request_id="b")
         # two concurrent requests on a 1-slot server: queued, both complete
-        c, d = await asyncio.gather(client.complete(words(7, 50), max_tokens=2),
-                                    client.complete(words(8, 50), max_tokens=2))
+        c, d = await asyncio.gather(
+            client.complete(words(7, 50), max_tokens=2), client.complete(words(8, 50), max_tokens=2)
+        )
         assert await client.flush_cache() is False  # llama.cpp: no complete flush over HTTP
     assert a.request_id == "a" and b.request_id == "b"
     assert b.cached_tokens is not None and b.cached_tokens >= 700
@@ -211,16 +210,13 @@ def test_smollm2_generates_text(llama_binary: Path) -> None:
 
         _missing(str(exc))
         raise
-    with LlamaServer(model, ctx_size=512, cache_ram_mib=0) as server, \
-            EngineClient(server.base_url) as client:
-        res: Any = client.chat([{"role": "user", "content": "What is the capital of France?"}],
-                               max_tokens=6)
+    with LlamaServer(model, ctx_size=512, cache_ram_mib=0) as server, EngineClient(server.base_url) as client:
+        res: Any = client.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=6)
     assert res.text.strip(), res
     assert res.prompt_tokens and res.completion_tokens
 
 
-def test_repack_is_off_where_amx_kernels_could_run(llama_binary: Path, random_model: Path,
-                                                   tmp_path: Path) -> None:
+def test_repack_is_off_where_amx_kernels_could_run(llama_binary: Path, random_model: Path, tmp_path: Path) -> None:
     """ggml's AMX kernels died with SIGILL here (SmolLM2 Q4_1 on a VM advertising AMX): weight
     repacking, which routes Q4 weights to them, is off by default where they could run."""
     from cp_memory.engine.llamacpp import _amx_kernels_possible

@@ -26,7 +26,30 @@ from cp_memory.engine.router import SGLangRouter, sglang_router_available
 
 from ..support import missing as _missing
 
-WORDS = ["river", "stone", "garden", "letter", "window", "market", "doctor", "village", "summer", "winter", "music", "camera", "teacher", "bridge", "forest", "island", "paper", "school", "dinner", "travel", "family", "friend"]
+WORDS = [
+    "river",
+    "stone",
+    "garden",
+    "letter",
+    "window",
+    "market",
+    "doctor",
+    "village",
+    "summer",
+    "winter",
+    "music",
+    "camera",
+    "teacher",
+    "bridge",
+    "forest",
+    "island",
+    "paper",
+    "school",
+    "dinner",
+    "travel",
+    "family",
+    "friend",
+]
 
 
 def long_prompt(seed: int, n_words: int = 900) -> str:
@@ -45,8 +68,7 @@ def router_available() -> None:
 @pytest.fixture(scope="module")
 def workers(random_model: Path, router_available: None) -> Iterator[list[LlamaServer]]:
     """Two llama-server workers (1 slot, 1 thread, host prompt cache on) on the random-weight model."""
-    servers = [LlamaServer(random_model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64)
-               for _ in range(2)]
+    servers = [LlamaServer(random_model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64) for _ in range(2)]
     try:
         for s in servers:
             s.start()
@@ -75,20 +97,30 @@ def test_bad_arguments_are_rejected_before_anything_is_launched() -> None:
 
 
 def test_command_carries_the_policy_and_thresholds() -> None:
-    r = SGLangRouter(["http://127.0.0.1:9001/", "http://127.0.0.1:9002"], cache_threshold=0.5,
-                     balance_abs_threshold=8, balance_rel_threshold=1.25, eviction_interval_s=30,
-                     max_tree_size=1 << 20)
+    r = SGLangRouter(
+        ["http://127.0.0.1:9001/", "http://127.0.0.1:9002"],
+        cache_threshold=0.5,
+        balance_abs_threshold=8,
+        balance_rel_threshold=1.25,
+        eviction_interval_s=30,
+        max_tree_size=1 << 20,
+    )
     cmd = r.command(4321)
     assert cmd[1:3] == ["-m", "sglang_router.launch_router"]
     i = cmd.index("--worker-urls")
-    assert cmd[i + 1:i + 3] == ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
+    assert cmd[i + 1 : i + 3] == ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
     pairs = {cmd[j]: cmd[j + 1] for j in range(len(cmd) - 1) if cmd[j].startswith("--")}
     assert pairs["--policy"] == "cache_aware" and pairs["--port"] == "4321"
     assert pairs["--host"] == "127.0.0.1" and pairs["--prometheus-host"] == "127.0.0.1"
-    assert pairs["--prometheus-port"] != "29000"                 # never the shared default port
-    assert (pairs["--cache-threshold"], pairs["--balance-abs-threshold"], pairs["--balance-rel-threshold"],
-            pairs["--eviction-interval-secs"], pairs["--max-tree-size"]) == ("0.5", "8", "1.25", "30", "1048576")
-    assert "--cache-threshold" not in SGLangRouter(["http://127.0.0.1:1"]).command(1)   # router default
+    assert pairs["--prometheus-port"] != "29000"  # never the shared default port
+    assert (
+        pairs["--cache-threshold"],
+        pairs["--balance-abs-threshold"],
+        pairs["--balance-rel-threshold"],
+        pairs["--eviction-interval-secs"],
+        pairs["--max-tree-size"],
+    ) == ("0.5", "8", "1.25", "30", "1048576")
+    assert "--cache-threshold" not in SGLangRouter(["http://127.0.0.1:1"]).command(1)  # router default
 
 
 def test_a_failed_start_quotes_the_log_tail(router_available: None) -> None:
@@ -108,14 +140,15 @@ def _send_twice(router: SGLangRouter, model: str, prompt: str) -> tuple[Any, Any
 
 @pytest.mark.engine
 def test_cache_aware_routes_a_repeated_long_prompt_back_to_the_worker_that_cached_it(
-        workers: list[LlamaServer]) -> None:
+    workers: list[LlamaServer],
+) -> None:
     model = workers[0].alias
     with SGLangRouter([w.base_url for w in workers]) as router:
         assert router.is_running and router.base_url.startswith("http://127.0.0.1:")
         for seed in (1, 2):
             first, second = _send_twice(router, model, long_prompt(seed))
             assert first.prompt_tokens and first.prompt_tokens > 800
-            assert (first.cached_tokens or 0) < 0.5 * first.prompt_tokens       # cold on first sight
+            assert (first.cached_tokens or 0) < 0.5 * first.prompt_tokens  # cold on first sight
             # only the worker that served the first request holds the prompt
             assert (second.cached_tokens or 0) >= 0.95 * second.prompt_tokens, second
 
@@ -152,8 +185,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.engine
 def test_the_router_dies_with_a_killed_owner(workers: list[LlamaServer]) -> None:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, workers[0].base_url], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, workers[0].base_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert owner.stdout is not None
         line = owner.stdout.readline()

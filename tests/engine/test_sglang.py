@@ -16,15 +16,27 @@ from cp_memory.engine import (
 
 
 def test_command_line() -> None:
-    server = SGLangServer("Qwen/Qwen2.5-0.5B-Instruct", mem_fraction_static=0.5,
-                          context_length=8192, schedule_policy="lpm",
-                          extra_args=["--chunked-prefill-size", "4096"])
+    server = SGLangServer(
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        mem_fraction_static=0.5,
+        context_length=8192,
+        schedule_policy="lpm",
+        extra_args=["--chunked-prefill-size", "4096"],
+    )
     cmd = server.command(31000)
     assert cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
     joined = " ".join(cmd)
-    for part in ("--model-path Qwen/Qwen2.5-0.5B-Instruct", "--host 127.0.0.1", "--port 31000",
-                 "--enable-cache-report", "--enable-metrics", "--mem-fraction-static 0.5",
-                 "--context-length 8192", "--schedule-policy lpm", "--chunked-prefill-size 4096"):
+    for part in (
+        "--model-path Qwen/Qwen2.5-0.5B-Instruct",
+        "--host 127.0.0.1",
+        "--port 31000",
+        "--enable-cache-report",
+        "--enable-metrics",
+        "--mem-fraction-static 0.5",
+        "--context-length 8192",
+        "--schedule-policy lpm",
+        "--chunked-prefill-size 4096",
+    ):
         assert part in joined
     with pytest.raises(RuntimeError, match="not started"):
         _ = server.base_url

@@ -4,6 +4,7 @@ random-weight model, and an httpx probe that records what the engine received an
 Each framework's tests skip when its extra is not installed, and the engine tests without the llama-server
 binary; in strict mode (CP_MEMORY_STRICT=1, as CI runs) both fail instead (tests/support.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,14 @@ from tests.support import missing as _missing
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
 #: Alice's memories (the paper's running example style); Bob's must never reach Alice's prompts
-ALICE = ["Alice moved to Lisbon in 2023.", "Alice works as a nurse at Santa Maria hospital.",
-         "Alice has a cat named Miso.", "Alice plays the cello in a community orchestra.",
-         "Alice is allergic to peanuts.", "Alice's sister Carla lives in Porto."]
+ALICE = [
+    "Alice moved to Lisbon in 2023.",
+    "Alice works as a nurse at Santa Maria hospital.",
+    "Alice has a cat named Miso.",
+    "Alice plays the cello in a community orchestra.",
+    "Alice is allergic to peanuts.",
+    "Alice's sister Carla lives in Porto.",
+]
 BOB = ["Bob lives in Oslo and works as a plumber.", "Bob has a dog named Rex."]
 SYSTEM = "You are a helpful assistant. Answer from the user's memories."
 

@@ -1,4 +1,5 @@
 """The layout every integration shares (cp_memory.integrations.chat), on the real embedded mem0."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,10 +40,10 @@ def test_pointers_resolve_only_when_the_history_holds_the_turns_they_name() -> N
     turn2 = "Context:\n[Doc 1] Alice is allergic to peanuts.\n\nQuestion: q2"
     pointer = {"id": "m2", "turn": 1, "position": 2, "label": "[Doc 2]", "annotation": "...", "rank": 0}
     assert pointers_resolve(_response(3, [pointer]), [turn1, turn2])
-    assert not pointers_resolve(_response(3, [pointer]), [turn2])                 # turn 1 trimmed away
+    assert not pointers_resolve(_response(3, [pointer]), [turn2])  # turn 1 trimmed away
     assert not pointers_resolve(_response(3, [dict(pointer, label="[Doc 3]")]), [turn1, turn2])
-    assert not pointers_resolve(_response(1), [turn1])                           # fresh record, old history
-    assert pointers_resolve(_response(None), [turn1])                            # no dedup: nothing to check
+    assert not pointers_resolve(_response(1), [turn1])  # fresh record, old history
+    assert pointers_resolve(_response(None), [turn1])  # no dedup: nothing to check
     assert context_messages(["hello", turn1, "Question: x", turn2]) == [turn1, turn2]
 
 
@@ -82,7 +83,7 @@ def test_append_layout_points_at_memories_sent_in_earlier_turns(store: Any) -> N
     for sent in t2.sent:
         assert f"Please refer to {sent['label']} in the previous conversation (turn 1)." in t2.content
         block = next(b for b in t1.response["context_pilot"]["blocks"] if b["id"] == sent["id"])
-        assert block["text"] not in t2.content            # the memory itself is not sent twice
+        assert block["text"] not in t2.content  # the memory itself is not sent twice
         assert f"{sent['label']} {block['text']}" in t1.content
     for t in (t1, t2):
         assert all(fact not in t.content for fact in BOB)
@@ -92,7 +93,7 @@ def test_late_layout_never_deduplicates(store: Any) -> None:
     chat = ChatMemory(store, layout="late", top_k=3)
     t1, t2 = _chat(chat, ["Where does Alice live?", "Where does Alice live?"], "chat-late")
     assert t1.conversation_id is None and t2.conversation_id is None
-    assert t1.context.split("\n\n")[0] == t2.context.split("\n\n")[0]   # same blocks, same bytes
+    assert t1.context.split("\n\n")[0] == t2.context.split("\n\n")[0]  # same blocks, same bytes
     assert not t2.sent
 
 
@@ -103,16 +104,17 @@ def test_trimmed_history_turns_dedup_off_instead_of_pointing_at_nothing(store: A
     chat.commit(t1)
     t2 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, history=[], conversation_id="chat-trim")
     assert t2.conversation_id is None and not t2.sent
-    assert t2.context.split("\n\n")[0] == t1.context.split("\n\n")[0]    # everything sent in full again
-    t3 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, history=[t1.content, t2.content],
-                   conversation_id="chat-trim")
+    assert t2.context.split("\n\n")[0] == t1.context.split("\n\n")[0]  # everything sent in full again
+    t3 = chat.turn(
+        "Where does Alice live?", filters=ALICE_FILTERS, history=[t1.content, t2.content], conversation_id="chat-trim"
+    )
     assert t3.conversation_id is None, "the conversation stays without dedup"
 
 
 def test_a_turn_whose_model_call_failed_is_not_pointed_at(store: Any) -> None:
     chat = ChatMemory(store, layout="append", top_k=3)
     t1 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, conversation_id="chat-fail")
-    chat.rollback(t1)                                    # the model call failed
+    chat.rollback(t1)  # the model call failed
     t2 = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, conversation_id="chat-fail")
     assert not t2.sent and t2.response["context_pilot"]["turn"] == 1
 
@@ -121,9 +123,8 @@ def test_a_turn_without_memories_is_not_counted(store: Any) -> None:
     chat = ChatMemory(store, layout="append", top_k=3)
     empty = chat.turn("anything", filters={"user_id": "nobody"}, conversation_id="chat-empty")
     assert empty.content == "Question: anything" and not empty.shows_memories
-    chat.commit(empty)                                   # rolled back: no turn a pointer could name
-    again = chat.turn("anything", filters={"user_id": "nobody"}, history=[empty.content],
-                      conversation_id="chat-empty")
+    chat.commit(empty)  # rolled back: no turn a pointer could name
+    again = chat.turn("anything", filters={"user_id": "nobody"}, history=[empty.content], conversation_id="chat-empty")
     assert again.conversation_id == "chat-empty" and again.response["context_pilot"]["turn"] == 1
 
 

@@ -1,4 +1,5 @@
 """benchmarks.frameworks: the engine probe and the summary, without an engine."""
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,18 @@ def _sse(*events: dict[str, Any]) -> bytes:
     return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 
 
-STREAM = _sse({"choices": [{"delta": {"role": "assistant"}}]},
-              {"choices": [{"delta": {"content": "Lis"}}]},
-              {"choices": [{"delta": {"content": "bon"}, "finish_reason": "stop"}],
-               "timings": {"cache_n": 90, "prompt_n": 10, "prompt_ms": 12.5}},
-              {"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 2,
-                                        "prompt_tokens_details": {"cached_tokens": 90}}})
+STREAM = _sse(
+    {"choices": [{"delta": {"role": "assistant"}}]},
+    {"choices": [{"delta": {"content": "Lis"}}]},
+    {
+        "choices": [{"delta": {"content": "bon"}, "finish_reason": "stop"}],
+        "timings": {"cache_n": 90, "prompt_n": 10, "prompt_ms": 12.5},
+    },
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 90}},
+    },
+)
 
 
 def _engine(request: httpx.Request) -> httpx.Response:
@@ -31,23 +38,28 @@ def _engine(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text="ok")
     if json.loads(request.content).get("stream"):
         return httpx.Response(200, content=STREAM, headers={"content-type": "text/event-stream"})
-    return httpx.Response(200, json={"choices": [{"message": {"content": "Lisbon"}}],
-                                     "timings": {"cache_n": 7, "prompt_n": 3, "prompt_ms": 4.0}})
+    return httpx.Response(
+        200,
+        json={
+            "choices": [{"message": {"content": "Lisbon"}}],
+            "timings": {"cache_n": 7, "prompt_n": 3, "prompt_ms": 4.0},
+        },
+    )
 
 
 def test_probe_records_the_request_and_what_the_engine_reported() -> None:
     probe = EngineProbe()
     with httpx.Client(transport=_SyncTransport(probe, httpx.MockTransport(_engine))) as client:
         with client.stream("POST", "http://e/v1/chat/completions", json={**BODY, "stream": True}) as r:
-            assert b"".join(r.iter_bytes()) == STREAM          # the framework sees the answer unchanged
+            assert b"".join(r.iter_bytes()) == STREAM  # the framework sees the answer unchanged
         client.post("http://e/v1/chat/completions", json=BODY)
-        client.get("http://e/health")                          # not a completion: not recorded
+        client.get("http://e/health")  # not a completion: not recorded
     streamed, plain = probe.exchanges
     assert streamed.messages == BODY["messages"] and streamed.streamed and streamed.text == "Lisbon"
     assert (streamed.prompt_tokens, streamed.cached_tokens, streamed.prefilled) == (100, 90, 10)
     assert streamed.server_prompt_ms == 12.5 and streamed.ttft_s is not None and streamed.ttft_s >= 0
     assert not plain.streamed and plain.ttft_s is None and plain.text == "Lisbon"
-    assert (plain.prompt_tokens, plain.cached_tokens) == (10, 7)      # llama.cpp timings fallback
+    assert (plain.prompt_tokens, plain.cached_tokens) == (10, 7)  # llama.cpp timings fallback
 
 
 async def test_async_probe() -> None:
@@ -60,9 +72,20 @@ async def test_async_probe() -> None:
 
 
 def _rec(arm: str, chat: int, turn: int, prefilled: int, ttft: float) -> dict[str, Any]:
-    return {"framework": "fw", "answers": "fixed", "arm": arm, "chat": chat, "turn": turn, "prompt_tokens": 1000,
-            "cached_tokens": 1000 - prefilled, "prefilled": prefilled, "server_prompt_ms": ttft * 1000,
-            "ttft_s": ttft, "memories": 10, "pointers": 0}
+    return {
+        "framework": "fw",
+        "answers": "fixed",
+        "arm": arm,
+        "chat": chat,
+        "turn": turn,
+        "prompt_tokens": 1000,
+        "cached_tokens": 1000 - prefilled,
+        "prefilled": prefilled,
+        "server_prompt_ms": ttft * 1000,
+        "ttft_s": ttft,
+        "memories": 10,
+        "pointers": 0,
+    }
 
 
 def test_summary_pairs_arms_by_chat_and_turn() -> None:
@@ -72,8 +95,16 @@ def test_summary_pairs_arms_by_chat_and_turn() -> None:
     assert s["prefilled_per_turn"] == {"mem0": [300.0, 600.0], "cp-append": [300.0, 300.0]}
     assert s["prefill_ratio_last_turn"] == pytest.approx(2.0)
     assert s["ttft_ratio"]["ratio_of_sums"] == pytest.approx(1.5) and s["ttft_ratio"]["median"] == pytest.approx(1.5)
-    meta = {"turns": 2, "model": "m", "conversation": 0, "chats": 2, "top_k": 10, "engine": "e", "max_tokens": 8,
-            "machine": "test"}
+    meta = {
+        "turns": 2,
+        "model": "m",
+        "conversation": 0,
+        "chats": 2,
+        "top_k": 10,
+        "engine": "e",
+        "max_tokens": 8,
+        "machine": "test",
+    }
     assert "| fw | fixed | cp-append | 600 / 300 (2.00x)" in markdown([s], meta)
 
 

@@ -1,4 +1,5 @@
 """LangGraph + LangChain's ChatOpenAI against a real llama-server: what the engine receives and reuses."""
+
 from __future__ import annotations
 
 from typing import Annotated, Any, TypedDict
@@ -32,8 +33,16 @@ class State(TypedDict):
 
 
 def _llm(server: Any, probe: Any) -> ChatOpenAI:
-    return ChatOpenAI(base_url=f"{server.base_url}/v1", api_key="none", model="random", temperature=0,
-                      max_tokens=4, streaming=True, stream_usage=True, http_client=probe.client())
+    return ChatOpenAI(
+        base_url=f"{server.base_url}/v1",
+        api_key="none",
+        model="random",
+        temperature=0,
+        max_tokens=4,
+        streaming=True,
+        stream_usage=True,
+        http_client=probe.client(),
+    )
 
 
 def _graph(node: Any) -> Any:
@@ -67,10 +76,10 @@ def test_graph_sends_a_fixed_system_message_and_an_append_only_history(store: An
         assert_no_foreign_memory(ex.messages)
         users = user_messages(ex.messages)
         assert users[-1].startswith("Context:\n") and users[-1].endswith(f"Question: {QUESTIONS[i]}")
-        if i:   # the earlier prompt is a prefix of this one: history append-only, as sent
-            assert ex.messages[:len(sent[i - 1].messages)] == sent[i - 1].messages
+        if i:  # the earlier prompt is a prefix of this one: history append-only, as sent
+            assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
-    assert "Please refer to [Doc" in user_messages(sent[1].messages)[-1]     # turn 1's memories: pointers
+    assert "Please refer to [Doc" in user_messages(sent[1].messages)[-1]  # turn 1's memories: pointers
     state = app.get_state(config).values["messages"]
     assert [m.content for m in state if isinstance(m, HumanMessage)] == user_messages(sent[-1].messages)
 
@@ -84,7 +93,7 @@ def test_late_layout_keeps_the_questions_as_typed(store: Any, server: Any, probe
     second = probe.exchanges[-1]
     assert user_messages(second.messages)[:-1] == [QUESTIONS[0]]
     assert "Please refer to" not in user_messages(second.messages)[-1]
-    assert second.cached_tokens is not None and second.cached_tokens > 0      # system + first question
+    assert second.cached_tokens is not None and second.cached_tokens > 0  # system + first question
 
 
 def test_mem0_documented_pattern_reuses_far_less(store: Any, server: Any, probe: Any) -> None:
@@ -93,7 +102,9 @@ def test_mem0_documented_pattern_reuses_far_less(store: Any, server: Any, probe:
     history: list[BaseMessage] = []
     for q in QUESTIONS:
         memories = store.search(q, filters={"user_id": "alice"}, top_k=3)["results"]
-        context = "Relevant information from previous conversations:\n" + "".join(f"- {m['memory']}\n" for m in memories)
+        context = "Relevant information from previous conversations:\n" + "".join(
+            f"- {m['memory']}\n" for m in memories
+        )
         history.append(HumanMessage(q))
         reply = llm.invoke([SystemMessage(f"{SYSTEM}\n{context}")] + history)
         history.append(reply)
@@ -106,8 +117,12 @@ def test_mem0_documented_pattern_reuses_far_less(store: Any, server: Any, probe:
     assert baseline.cached_tokens is not None and ours.cached_tokens is not None
     # the guide's system message changes each turn: only the text before the memories is reused; here
     # everything up to this turn's user message is (this toy history is short, so compare fractions)
-    assert ours.cached_tokens / ours.prompt_tokens > 2 * baseline.cached_tokens / baseline.prompt_tokens, \
-        (ours.cached_tokens, ours.prompt_tokens, baseline.cached_tokens, baseline.prompt_tokens)
+    assert ours.cached_tokens / ours.prompt_tokens > 2 * baseline.cached_tokens / baseline.prompt_tokens, (
+        ours.cached_tokens,
+        ours.prompt_tokens,
+        baseline.cached_tokens,
+        baseline.prompt_tokens,
+    )
 
 
 def test_failed_model_call_rolls_the_turn_back(store: Any, server: Any, probe: Any) -> None:
@@ -127,9 +142,17 @@ def test_failed_model_call_rolls_the_turn_back(store: Any, server: Any, probe: A
 
 
 async def test_async_graph(store: Any, server: Any, probe: Any) -> None:
-    llm = ChatOpenAI(base_url=f"{server.base_url}/v1", api_key="none", model="random", max_tokens=4,
-                     streaming=True, stream_usage=True, http_async_client=probe.async_client())
+    llm = ChatOpenAI(
+        base_url=f"{server.base_url}/v1",
+        api_key="none",
+        model="random",
+        max_tokens=4,
+        streaming=True,
+        stream_usage=True,
+        http_async_client=probe.async_client(),
+    )
     app = _graph(memory_node(MemoryPrompt(store, system=SYSTEM, top_k=2), llm))
-    await app.ainvoke({"messages": [HumanMessage(QUESTIONS[2])], "mem0_user_id": "alice"},
-                      {"configurable": {"thread_id": "lg-async"}})
+    await app.ainvoke(
+        {"messages": [HumanMessage(QUESTIONS[2])], "mem0_user_id": "alice"}, {"configurable": {"thread_id": "lg-async"}}
+    )
     assert "Miso" in user_messages(probe.last.messages)[-1]

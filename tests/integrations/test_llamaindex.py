@@ -1,4 +1,5 @@
 """LlamaIndex SimpleChatEngine + OpenAILike against a real llama-server, with ContextPilotMem0Memory."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,15 @@ QUESTIONS = ["Where does Alice live?", "Where does Alice live and what is her jo
 
 
 def _llm(server: Any, probe: Any) -> OpenAILike:
-    return OpenAILike(api_base=f"{server.base_url}/v1", api_key="none", model="random", is_chat_model=True,
-                      max_tokens=4, temperature=0, http_client=probe.client())
+    return OpenAILike(
+        api_base=f"{server.base_url}/v1",
+        api_key="none",
+        model="random",
+        is_chat_model=True,
+        max_tokens=4,
+        temperature=0,
+        http_client=probe.client(),
+    )
 
 
 def _chat(engine: SimpleChatEngine, questions: list[str]) -> None:
@@ -47,17 +55,17 @@ def test_chat_engine_gets_memories_late_and_an_append_only_history(store: Any, s
     sent = probe.exchanges
     assert len(sent) == 3
     for i, ex in enumerate(sent):
-        assert ex.messages[0] == {"role": "system", "content": SYSTEM}             # no memories in it
+        assert ex.messages[0] == {"role": "system", "content": SYSTEM}  # no memories in it
         assert [m["role"] for m in ex.messages].count("system") == 1
         assert_no_foreign_memory(ex.messages)
         assert user_messages(ex.messages)[-1].startswith("Context:\n")
         assert user_messages(ex.messages)[-1].endswith(f"Question: {QUESTIONS[i]}")
         if i:
-            assert ex.messages[:len(sent[i - 1].messages)] == sent[i - 1].messages
+            assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
     assert "Please refer to [Doc" in user_messages(sent[1].messages)[-1]
     history = [m.content for m in memory.get_all() if m.role == MessageRole.USER]
-    assert history == user_messages(sent[-1].messages)                  # kept as sent
+    assert history == user_messages(sent[-1].messages)  # kept as sent
 
 
 def test_mem0memory_puts_memories_in_the_system_message(store: Any, server: Any, probe: Any) -> None:
@@ -74,14 +82,15 @@ def test_mem0memory_puts_memories_in_the_system_message(store: Any, server: Any,
         def add(self, *args: Any, **kwargs: Any) -> None:
             return None
 
-    baseline = Mem0Memory(context={"user_id": "alice"}, client=ReadOnly(store),
-                          primary_memory=LlamaIndexMemory.from_defaults())
+    baseline = Mem0Memory(
+        context={"user_id": "alice"}, client=ReadOnly(store), primary_memory=LlamaIndexMemory.from_defaults()
+    )
     engine = SimpleChatEngine.from_defaults(llm=_llm(server, probe), memory=baseline, system_prompt=SYSTEM)
     _chat(engine, QUESTIONS[:2])
     second = probe.last
     systems = [m["content"] for m in second.messages if m["role"] == "system"]
     assert systems[0] == SYSTEM and "Below are a set of relevant preferences" in systems[1]
-    assert [m["role"] for m in second.messages][:2] == ["system", "system"]      # memories before the history
+    assert [m["role"] for m in second.messages][:2] == ["system", "system"]  # memories before the history
     assert second.cached_tokens is not None and second.prompt_tokens is not None
     assert second.cached_tokens < second.prompt_tokens / 2
 
@@ -95,7 +104,7 @@ def test_unanswered_turn_is_rolled_back(store: Any) -> None:
     memory.put(ChatMessage(role=MessageRole.USER, content=QUESTIONS[0]))
     again = memory.get()
     assert "Please refer to" not in (again[-1].content or "")
-    assert memory.get_all()[0].content == QUESTIONS[0]     # history untouched
+    assert memory.get_all()[0].content == QUESTIONS[0]  # history untouched
 
 
 def test_write_back_adds_the_chat_to_mem0_like_mem0memory(store: Any) -> None:

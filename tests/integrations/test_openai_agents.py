@@ -3,6 +3,7 @@
 The first step of each run is scripted (benchmarks.frameworks.scripted): a call of the memory tool with the
 user's message as query, so the random-weight model's erratic tool use does not decide what is searched.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,14 +36,19 @@ QUESTIONS = ["Where does Alice live?", "Where does Alice live and what is her jo
 
 @pytest.fixture(autouse=True)
 def _no_tracing() -> None:
-    set_tracing_disabled(True)     # the SDK would export traces to the network
+    set_tracing_disabled(True)  # the SDK would export traces to the network
 
 
 def _agent(tools: MemoryTools, server: Any, probe: Any) -> Agent[Any]:
     client = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none", http_client=probe.async_client())
     model = ScriptedFirstStep(OpenAIChatCompletionsModel(model="random", openai_client=client), tools.name)
-    return Agent(name="assistant", instructions=SYSTEM, tools=[tools.search_tool], model=model,
-                 model_settings=ModelSettings(max_tokens=4, temperature=0))
+    return Agent(
+        name="assistant",
+        instructions=SYSTEM,
+        tools=[tools.search_tool],
+        model=model,
+        model_settings=ModelSettings(max_tokens=4, temperature=0),
+    )
 
 
 def _tool_outputs(messages: list[dict[str, Any]]) -> list[str]:
@@ -62,7 +68,7 @@ def test_tool_schema_is_strict_and_reads_the_user_from_the_context(store: Any) -
     schema = tools.search_tool.params_json_schema
     assert tools.search_tool.strict_json_schema
     assert schema["required"] == ["query"] and schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"query"}          # no user_id for the model to fill in
+    assert set(schema["properties"]) == {"query"}  # no user_id for the model to fill in
 
 
 async def test_searches_in_a_conversation_point_at_earlier_outputs(store: Any, server: Any, probe: Any) -> None:
@@ -70,14 +76,14 @@ async def test_searches_in_a_conversation_point_at_earlier_outputs(store: Any, s
     agent = _agent(tools, server, probe)
     await _conversation(tools, agent, MemoryContext(user_id="alice", conversation_id="oa-1"), QUESTIONS)
     sent = probe.exchanges
-    assert len(sent) == 3                                  # one engine call per run: the answer
+    assert len(sent) == 3  # one engine call per run: the answer
     for i, ex in enumerate(sent):
         assert ex.messages[0] == {"role": "system", "content": SYSTEM}
         assert_no_foreign_memory(ex.messages)
         outputs = _tool_outputs(ex.messages)
         assert len(outputs) == i + 1
         if i:
-            assert ex.messages[:len(sent[i - 1].messages)] == sent[i - 1].messages
+            assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
     first, second = _tool_outputs(sent[1].messages)
     assert first.startswith("[Doc 1] ")
@@ -98,7 +104,7 @@ async def test_a_history_without_the_earlier_outputs_gets_full_memories(store: A
     agent = _agent(tools, server, probe)
     ctx = MemoryContext(user_id="alice", conversation_id="oa-nohistory")
     await tools.run(agent, QUESTIONS[0], context=ctx)
-    await tools.run(agent, QUESTIONS[0], context=ctx)              # the app dropped the history
+    await tools.run(agent, QUESTIONS[0], context=ctx)  # the app dropped the history
     (output,) = _tool_outputs(probe.last.messages)
     assert output.startswith("[Doc 1] ") and "Please refer to" not in output
 
@@ -111,8 +117,12 @@ async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any)
         async def get_response(self, *args: Any, **kwargs: Any) -> Any:
             raise ConnectionError("engine down")
 
-    broken = Agent(name="assistant", instructions=SYSTEM, tools=[tools.search_tool],
-                   model=ScriptedFirstStep(Down(model="x", openai_client=AsyncOpenAI(api_key="none")), tools.name))
+    broken = Agent(
+        name="assistant",
+        instructions=SYSTEM,
+        tools=[tools.search_tool],
+        model=ScriptedFirstStep(Down(model="x", openai_client=AsyncOpenAI(api_key="none")), tools.name),
+    )
     with pytest.raises(ConnectionError):
         await tools.run(broken, QUESTIONS[0], context=ctx)
     await _conversation(tools, _agent(tools, server, probe), ctx, QUESTIONS[:1])
@@ -120,11 +130,13 @@ async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any)
     assert "Please refer to" not in output
 
 
-async def test_unknown_user_fails_loudly_and_nobody_sees_another_users_memories(store: Any, server: Any,
-                                                                                probe: Any) -> None:
+async def test_unknown_user_fails_loudly_and_nobody_sees_another_users_memories(
+    store: Any, server: Any, probe: Any
+) -> None:
     tools = MemoryTools(store, top_k=3)
     with pytest.raises(ValueError, match="user_id"):
         await tools.run(_agent(tools, server, probe), QUESTIONS[0], context=MemoryContext())
-    await Runner.run(_agent(tools, server, probe), "Where does Alice live?", context={"user_id": "nobody"},
-                     hooks=tools.hooks)
+    await Runner.run(
+        _agent(tools, server, probe), "Where does Alice live?", context={"user_id": "nobody"}, hooks=tools.hooks
+    )
     assert _tool_outputs(probe.last.messages) == [EMPTY_OUTPUT]
