@@ -133,57 +133,70 @@ def _strip(result: Any) -> Any:
     return result
 
 
+FACTS = ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."]
+
+#: every public method of Memory/AsyncMemory, called as ``call(memory, user_id, ids_of_that_user)``
+CALLS: list[tuple[str, Any]] = [
+    ("add", lambda m, u, ids: m.add("Cal flies kites on Sunday.", user_id=u, infer=False)),
+    ("get", lambda m, u, ids: m.get(ids[0])),
+    ("get_all", lambda m, u, ids: m.get_all(filters={"user_id": u})),
+    ("search", lambda m, u, ids: m.search("kites", filters={"user_id": u}, top_k=3)),
+    ("update", lambda m, u, ids: m.update(ids[1], text="Cal likes kelp salad.")),
+    ("history", lambda m, u, ids: m.history(ids[1])),
+    ("delete", lambda m, u, ids: m.delete(ids[2])),
+    ("chat", lambda m, u, ids: m.chat("hi")),
+    ("search-bad", lambda m, u, ids: m.search("kites", filters={})),
+    ("delete_all", lambda m, u, ids: m.delete_all(user_id=u)),
+    ("delete_all-bad", lambda m, u, ids: m.delete_all()),
+    ("get_all-after", lambda m, u, ids: m.get_all(filters={"user_id": u})),
+]
+
+
+def _outcome(result: Any = None, exc: BaseException | None = None) -> tuple[str, Any]:
+    if exc is not None:
+        return (type(exc).__name__, str(exc))
+    if isinstance(result, list) and result and isinstance(result[0], dict) and "event" in result[0]:
+        result = [h["event"] for h in result]  # history: events (ids and times differ)
+    return ("ok", _strip(result))
+
+
 def test_conformance_every_public_method_direct_and_wrapped():
     memory = default_memory()
     cp = ContextPilotMemory(memory)
     try:
-        outcomes: dict[str, list[Any]] = {}
-
-        def both(name: str, direct: Any, wrapped: Any) -> None:
+        ids = {"ca": ingest(memory, "ca", FACTS), "cb": ingest(memory, "cb", FACTS)}
+        for name, call in CALLS:
             got = []
-            for call in (direct, wrapped):
+            for obj, user in ((memory, "ca"), (cp, "cb")):
                 try:
-                    got.append(("ok", _strip(call())))
+                    got.append(_outcome(call(obj, user, ids[user])))
                 except Exception as exc:  # noqa: BLE001 - the same error both ways is the contract
-                    got.append((type(exc).__name__, str(exc)))
+                    got.append(_outcome(exc=exc))
             assert got[0] == got[1], name
-            outcomes[name] = got
-
-        ids_a = ingest(memory, "ca", ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."])
-        ids_b = ingest(memory, "cb", ["Cal likes kites.", "Cal likes kelp.", "Cal has a kayak."])
-        both(
-            "add",
-            lambda: memory.add("Cal flies kites on Sunday.", user_id="ca", infer=False),
-            lambda: cp.add("Cal flies kites on Sunday.", user_id="cb", infer=False),
-        )
-        both("get", lambda: memory.get(ids_a[0]), lambda: cp.get(ids_b[0]))
-        both(
-            "get_all", lambda: memory.get_all(filters={"user_id": "ca"}), lambda: cp.get_all(filters={"user_id": "cb"})
-        )
-        both(
-            "search",
-            lambda: memory.search("kites", filters={"user_id": "ca"}, top_k=3),
-            lambda: cp.search("kites", filters={"user_id": "cb"}, top_k=3),
-        )
-        both(
-            "update",
-            lambda: memory.update(ids_a[1], text="Cal likes kelp salad."),
-            lambda: cp.update(ids_b[1], text="Cal likes kelp salad."),
-        )
-        both(
-            "history",
-            lambda: [h["event"] for h in memory.history(ids_a[1])],
-            lambda: [h["event"] for h in cp.history(ids_b[1])],
-        )
-        both("delete", lambda: memory.delete(ids_a[2]), lambda: cp.delete(ids_b[2]))
-        both("chat", lambda: memory.chat("hi"), lambda: cp.chat("hi"))
-        both("search-bad", lambda: memory.search("kites", filters={}), lambda: cp.search("kites", filters={}))
-        both("delete_all", lambda: memory.delete_all(user_id="ca"), lambda: cp.delete_all(user_id="cb"))
-        both("delete_all-bad", lambda: memory.delete_all(), lambda: cp.delete_all())
-        assert cp.get_all(filters={"user_id": "cb"})["results"] == []
         ingest(memory, "cc", ["Cal is back."])
         assert cp.reset() is None and memory.get_all(filters={"user_id": "cc"})["results"] == []
-        assert set(outcomes) >= {"add", "get", "get_all", "search", "update", "history", "delete", "chat", "delete_all"}
+        assert {n for n, _ in CALLS} >= set(PUBLIC) - {"close", "from_config", "reset"}
+    finally:
+        cp.close()
+
+
+async def test_conformance_every_public_method_direct_and_wrapped_async():
+    from tests.mem0_fixtures import aingest
+
+    amem = default_memory(async_=True)
+    cp = AsyncContextPilotMemory(amem)
+    try:
+        ids = {"ca": await aingest(amem, "ca", FACTS), "cb": await aingest(amem, "cb", FACTS)}
+        for name, call in CALLS:
+            got = []
+            for obj, user in ((amem, "ca"), (cp, "cb")):
+                try:
+                    result = call(obj, user, ids[user])
+                    got.append(_outcome(await result if inspect.isawaitable(result) else result))
+                except Exception as exc:  # noqa: BLE001 - the same error both ways is the contract
+                    got.append(_outcome(exc=exc))
+            assert got[0] == got[1], name
+        assert await cp.reset() is None
     finally:
         cp.close()
 
