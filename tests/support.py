@@ -46,3 +46,18 @@ def llama_server_binary() -> Path:
         return find_llama_server()
     except FileNotFoundError as exc:
         missing(f"llama-server binary absent: {exc}")
+
+
+#: common words with stable tokenisation: random texts for engine tests whose prefixes must (not) match
+WORDS = (
+    "river stone garden letter window market doctor village summer winter music camera teacher bridge "
+    "forest island paper school dinner travel family friend"
+).split()
+
+
+def random_text(seed: int, n_words: int) -> str:
+    """``n_words`` of :data:`WORDS`, reproducible from ``seed``."""
+    import random
+
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))

@@ -1,44 +1,17 @@
 """Chain-of-Agents against real llama-server instances (random-weight model: the text is noise, the
 prefix cache and its cached_tokens are real)."""
 
-import random
-
 import pytest
 
 from cp_memory.agents import AgentRouter, ChainOfAgents, CoAResult, Segmenter
 from cp_memory.blocks import ContextBlock
+from tests.support import random_text
 
 pytestmark = pytest.mark.engine
 
-WORDS = [
-    "river",
-    "stone",
-    "garden",
-    "letter",
-    "window",
-    "market",
-    "doctor",
-    "village",
-    "summer",
-    "winter",
-    "music",
-    "camera",
-    "teacher",
-    "bridge",
-    "forest",
-    "island",
-    "paper",
-    "school",
-    "dinner",
-    "travel",
-    "family",
-    "friend",
-]
-
 
 def make_docs(n, n_words=180, seed=0):
-    rng = random.Random(seed)
-    return [ContextBlock(f"s{i}", " ".join(rng.choice(WORDS) for _ in range(n_words))) for i in range(n)]
+    return [ContextBlock(f"s{i}", random_text(seed * 1000 + i, n_words)) for i in range(n)]
 
 
 def with_tokens(client, blocks):

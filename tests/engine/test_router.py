@@ -25,38 +25,11 @@ from cp_memory.engine._server import ServerStartError
 from cp_memory.engine.router import SGLangRouter, sglang_router_available
 
 from ..support import missing as _missing
-
-WORDS = [
-    "river",
-    "stone",
-    "garden",
-    "letter",
-    "window",
-    "market",
-    "doctor",
-    "village",
-    "summer",
-    "winter",
-    "music",
-    "camera",
-    "teacher",
-    "bridge",
-    "forest",
-    "island",
-    "paper",
-    "school",
-    "dinner",
-    "travel",
-    "family",
-    "friend",
-]
+from ..support import random_text
 
 
 def long_prompt(seed: int, n_words: int = 900) -> str:
-    import random
-
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+    return random_text(seed, n_words)
 
 
 @pytest.fixture(scope="module")
