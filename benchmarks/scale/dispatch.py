@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cp_memory.agents import AgentRouter, Route
-from cp_memory.engine import EngineClient, LlamaServer
+from cp_memory.engine import EngineClient, LlamaServer, running
 from cp_memory.engine.router import SGLangRouter
 
 __all__ = ["ROUTERS", "Affinity", "Dispatch", "Dispatcher", "RoundRobin", "SGLangDispatch", "make_dispatcher"]
@@ -146,13 +146,7 @@ def make_dispatcher(
 @contextlib.contextmanager
 def replicas(n: int, *, model: Path, threads: int, cache_mib: int, ctx_size: int) -> Iterator[list[LlamaServer]]:
     """``n`` cold llama-server replicas (1 slot each), stopped afterwards."""
-    servers = [
-        LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib) for _ in range(n)
-    ]
-    try:
-        for s in servers:
-            s.start()
+    with running(
+        [LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib) for _ in range(n)]
+    ) as servers:
         yield servers
-    finally:
-        for s in servers:
-            s.stop()

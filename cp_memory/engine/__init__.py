@@ -7,6 +7,7 @@ See docs/engine.md. Needs the ``engine`` extra (httpx, tenacity; gguf for the ra
 
 from __future__ import annotations
 
+from ._server import running
 from .client import AsyncEngineClient, EngineClient
 from .errors import (
     EngineConnectionError,
@@ -48,6 +49,7 @@ __all__ = [
     "SGLangUnavailable",
     "find_llama_server",
     "random_model_path",
+    "running",
     "sglang_available",
     "sglang_router_available",
     "smollm2_model_path",

@@ -10,7 +10,10 @@ import socket
 import subprocess
 import time
 import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -21,7 +24,7 @@ from .redact import redact_args, scrub, secret_values
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ManagedServer", "ServerStartError", "available_cpus", "free_port"]
+__all__ = ["ManagedServer", "ServerStartError", "available_cpus", "free_port", "running"]
 
 
 class ServerStartError(EngineError):
@@ -250,3 +253,23 @@ class ManagedServer:
                     )
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
+
+
+S = TypeVar("S", bound=ManagedServer)
+
+
+@contextmanager
+def running(servers: Sequence[S]) -> Iterator[list[S]]:
+    """Start every server (e.g. engine replicas), yield them, stop them all — also when a start fails.
+
+    with running([LlamaServer(model, slots=1) for _ in range(3)]) as replicas:
+        urls = [r.base_url for r in replicas]
+    """
+    started = list(servers)
+    try:
+        for server in started:
+            server.start()
+        yield started
+    finally:
+        for server in started:
+            server.stop()

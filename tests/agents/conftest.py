@@ -123,7 +123,7 @@ _missing = missing
 @pytest.fixture(scope="module")
 def llama_pool() -> Iterator[list[Any]]:
     """Two llama-server instances (1 slot, 1 thread each) on the random-weight model."""
-    from cp_memory.engine import LlamaServer, find_llama_server, random_model_path
+    from cp_memory.engine import LlamaServer, find_llama_server, random_model_path, running
 
     try:
         find_llama_server()
@@ -133,11 +133,7 @@ def llama_pool() -> Iterator[list[Any]]:
         model = random_model_path()
     except (FileNotFoundError, ImportError) as exc:
         _missing(f"cannot build the random test model: {exc}")
-    servers = [LlamaServer(model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64) for _ in range(2)]
-    try:
-        for s in servers:
-            s.start()
+    with running(
+        [LlamaServer(model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64) for _ in range(2)]
+    ) as servers:
         yield servers
-    finally:
-        for s in servers:
-            s.stop()

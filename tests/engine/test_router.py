@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cp_memory.engine import EngineClient, LlamaServer
+from cp_memory.engine import EngineClient, LlamaServer, running
 from cp_memory.engine._server import ServerStartError
 from cp_memory.engine.router import SGLangRouter, sglang_router_available
 
@@ -41,14 +41,10 @@ def router_available() -> None:
 @pytest.fixture(scope="module")
 def workers(random_model: Path, router_available: None) -> Iterator[list[LlamaServer]]:
     """Two llama-server workers (1 slot, 1 thread, host prompt cache on) on the random-weight model."""
-    servers = [LlamaServer(random_model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64) for _ in range(2)]
-    try:
-        for s in servers:
-            s.start()
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+    with running(
+        [LlamaServer(random_model, slots=1, ctx_size=4096, threads=1, cache_ram_mib=64) for _ in range(2)]
+    ) as w:
+        yield w
 
 
 # ---------------------------------------------------------------------------------------------- arguments
