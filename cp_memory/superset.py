@@ -53,10 +53,7 @@ def superset_prefix(
         children = node.children
         if not children:
             continue
-        if extras < budget and len(children) <= max_branch:
-            cands = sorted(children.values(), key=lambda c: c.subtree, reverse=True)
-        else:
-            cands = list(children_in(node, req))
+        cands = _candidates(node, req, extras < budget, max_branch)
         for child in cands:
             h, x = hits, extras
             full = True
@@ -113,10 +110,7 @@ def swap_prefix(
         children = node.children
         if not children:
             continue
-        if extras < budget and len(children) <= max_branch:
-            cands = sorted(children.values(), key=lambda c: c.subtree, reverse=True)
-        else:
-            cands = list(children_in(node, req))
+        cands = _candidates(node, req, extras < budget, max_branch)
         for child in cands:
             h, x, d = hits, extras, dhits
             m = 0
@@ -143,3 +137,11 @@ def swap_prefix(
             if full and child.children:
                 stack.append((child, at[0], at[1], d))
     return best
+
+
+def _candidates(node: Node, req: Mapping[Hashable, int], may_adopt: bool, max_branch: int) -> list[Node]:
+    """Children to explore: all of them (largest subtree first) while extras may still be adopted and the
+    node is not too wide, else only those whose first block the request holds."""
+    if may_adopt and len(node.children) <= max_branch:
+        return sorted(node.children.values(), key=lambda c: c.subtree, reverse=True)
+    return list(children_in(node, req))

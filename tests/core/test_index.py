@@ -6,24 +6,10 @@ from hypothesis import strategies as st
 
 from cp_memory.index import ContextIndex, Placement
 from cp_memory.tree import prefix_of
+from tests.core.oracles import best_reusable_prefix, live_orders
 
 request = st.lists(st.integers(0, 30), min_size=0, max_size=12)
 stream = st.lists(request, min_size=1, max_size=25)
-
-
-def live_orders(index: ContextIndex) -> list[tuple]:
-    return [index.order_of(r) for r in index.request_ids()]
-
-
-def best_reusable_prefix(orders, blocks) -> int:
-    wanted = set(blocks)
-    best = 0
-    for order in orders:
-        n = 0
-        while n < len(order) and order[n] in wanted:
-            n += 1
-        best = max(best, n)
-    return best
 
 
 @settings(max_examples=150, deadline=None)

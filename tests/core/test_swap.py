@@ -11,24 +11,10 @@ from hypothesis import strategies as st
 
 from cp_memory.annotations import doc_label, order_annotation
 from cp_memory.index import ContextIndex
+from tests.core.oracles import best_reusable_prefix, live_orders
 
 request = st.lists(st.integers(0, 30), min_size=0, max_size=14)
 stream = st.lists(request, min_size=1, max_size=25)
-
-
-def live_orders(index: ContextIndex) -> list[tuple]:
-    return [index.order_of(r) for r in index.request_ids()]
-
-
-def best_reusable_prefix(orders, blocks) -> int:
-    wanted = set(blocks)
-    best = 0
-    for order in orders:
-        n = 0
-        while n < len(order) and order[n] in wanted:
-            n += 1
-        best = max(best, n)
-    return best
 
 
 def is_cached_prefix(orders, prefix) -> bool:
