@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from cp_memory.blocks import ContextBlock, estimate_tokens
 from cp_memory.index import ContextIndex
+from cp_memory.lru import LRUMap
 
 __all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "block_label", "estimate_tokens", "render_segment"]
 
@@ -126,6 +127,7 @@ class Segmenter:
         self.max_segments = max_segments
         self.label_template = label_template
         self._built: collections.deque[str] = collections.deque()
+        self._oversized: LRUMap[Hashable, bool] = LRUMap(max_segments)  # blocks already warned about
         self._lock = threading.Lock()
 
     def block_tokens(self, block: ContextBlock) -> int:
@@ -162,7 +164,11 @@ class Segmenter:
                 remaining = [k for k in remaining if k not in taken]
                 take = self._remember(take, lens)
                 if len(take) == 1 and lens[take[0]] > self.budget_tokens:
-                    logger.warning(
+                    # once per block: a recurring document would otherwise repeat it on every question
+                    first = take[0] not in self._oversized
+                    self._oversized.set(take[0], True)
+                    logger.log(
+                        logging.WARNING if first else logging.DEBUG,
                         "block %r has %d tokens, over the segment budget of %d; it gets a "
                         "segment of its own (blocks are never split)",
                         take[0][0],

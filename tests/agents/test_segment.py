@@ -67,6 +67,10 @@ def test_oversized_block_gets_its_own_segment_and_a_warning(caplog):
         segments = seg.split([small, big])
     assert sorted(s.ids for s in segments) == [("d0",), ("d1",)]
     assert "never split" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cp_memory.agents.segment"):
+        seg.split([big])  # the same document in the next question: warned once, not on every question
+    assert "never split" not in caplog.text
 
 
 def test_verbatim_repeat_is_processed_once_but_edited_block_is_kept():
