@@ -109,6 +109,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="",
         help="sglang-router settings for sglang_cache_aware_tuned, e.g. balance_abs_threshold=8",
     )
+    ap.add_argument(
+        "--foreign-rate",
+        type=float,
+        default=0.0,
+        help="other applications' one-off requests per second sharing the engines (through the gateway "
+        "for sglang arms, straight to the workers for agent arms); 0 = none",
+    )
+    ap.add_argument("--foreign-words", type=int, default=400, help="words per foreign prompt")
     ap.add_argument("--out", default="results")
     ap.add_argument("--keep-logs", action="store_true", help="keep the workers' and router's logs in <out>/logs")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -126,6 +134,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--workloads takes single and/or multi")
     a.arms, a.workloads = arms, workloads
     return a
+
+
+def text_id(text: Any) -> str:
+    """A stable stand-in for a LoCoMo text in committed results (pairs questions across arms)."""
+    return "sha1:" + hashlib.sha1(str(text).encode("utf-8")).hexdigest()[:12]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         a.manager_max_tokens,
         a.chat,
         log_dir,
+        foreign_rate=a.foreign_rate,
+        foreign_words=a.foreign_words,
     )
     docs = {b.key: b.tokens for items in work.values() for it in items for b in it.blocks}
     env = {
@@ -216,7 +231,14 @@ def main(argv: list[str] | None = None) -> int:
         f"sessions, segment budget {a.segment_tokens}, {a.workers} llama-server workers ({a.model} model, "
         f"{a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
         f"{a.worker_max_tokens} tokens, answer {a.manager_max_tokens}; multi-turn: chats of {a.turns}. "
-        f"Arms: "
+        + (
+            f"Foreign traffic: {a.foreign_rate:g} one-off requests/s of {a.foreign_words} words from other "
+            "applications (through the gateway for sglang arms, straight to the workers for agent arms); the "
+            "engines' counts include it, the chain's prefilled tokens do not. "
+            if a.foreign_rate > 0
+            else ""
+        )
+        + "Arms: "
         + "; ".join(f"{n} = {arms[n].describe()}" for n in a.arms)
         + f". Machine: {env['cpus']} CPUs shared with other jobs (load {env['loadavg_start']} -> "
         f"{env['loadavg_end']}): throughput is the median of {a.reps} alternating repetitions."
@@ -258,8 +280,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def text_id(text: Any) -> str:
-    """A stable stand-in for a LoCoMo text in committed results (pairs questions across arms)."""
-    return "sha1:" + hashlib.sha1(str(text).encode("utf-8")).hexdigest()[:12]

@@ -70,7 +70,7 @@ def markdown(runs: Sequence[Run], summary: dict[str, dict[str, dict[str, Any]]],
         for arm, s in arms.items():
             lines.append(
                 f"| {arm} | {s['throughput_qps_median']:.3f} ({s['throughput_qps_min']:.3f}–"
-                f"{s['throughput_qps_max']:.3f}) | {s.get('throughput_vs_round_robin', float('nan')):.2f}x | "
+                f"{s['throughput_qps_max']:.3f}) | {_ratio(s.get('throughput_vs_round_robin'))} | "
                 f"{100 * s['engine_hit_ratio']:.1f}% | {s['prefilled_tokens']:,.0f} | {s['engine_prompt_s']:.1f} | "
                 f"{s['mean_worker_ttft_ms']:.0f} |"
             )
@@ -128,3 +128,8 @@ def plot(runs: Sequence[Run], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _ratio(x: float | None) -> str:
+    """``1.23x``, or a dash when the run had no round-robin arm to compare with."""
+    return "—" if x is None or x != x else f"{x:.2f}x"

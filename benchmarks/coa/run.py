@@ -24,8 +24,10 @@ from cp_memory.agents import (
     CoAResult,
     Segmenter,
 )
+from cp_memory.engine import EngineClient
 
-from .arms import Arm, engine_metrics, pool, requests_served
+from .arms import Arm, Pool, engine_metrics, pool, requests_served
+from .foreign import ForeignTraffic
 from .workload import Item, f1_score
 
 logger = logging.getLogger("benchmarks.coa")
@@ -47,6 +49,8 @@ class RunSettings:
     manager_max_tokens: int
     chat: bool
     log_dir: Path | None = None
+    foreign_rate: float = 0.0  # requests/s of other applications' one-off prompts (benchmarks.coa.foreign)
+    foreign_words: int = 400
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class Run:
     calls_per_worker: tuple[int, ...]
     prefilled_per_worker: tuple[int, ...]
     reasons: dict[str, int]
+    foreign_requests: int = 0  # other applications' requests served meanwhile (not in the numbers above,
+    foreign_prefilled_tokens: int = 0  # except engine_prefilled_tokens / engine_prompt_s: the engines' totals)
 
 
 def first_line(answer: str) -> str:
@@ -104,6 +110,14 @@ def _chats(coa: ChainOfAgents, items: Sequence[Item], concurrency: int) -> list[
     return [r for r in out if r is not None]
 
 
+def _foreign_targets(p: Pool) -> list[EngineClient]:
+    """Where other applications send their requests: the gateway when there is one (it fronts the engines
+    for everyone), else each worker directly (they do not go through this process's AgentRouter)."""
+    if p.sglang is not None:
+        return [EngineClient(p.sglang.base_url, model=p.workers[0].alias, timeout=600, max_retries=2)]
+    return [EngineClient(w.base_url, timeout=600, max_retries=2) for w in p.workers]
+
+
 def run_arm(
     arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSettings
 ) -> tuple[Run, list[dict[str, Any]]]:
@@ -126,14 +140,22 @@ def run_arm(
             chat=s.chat,
             **arm.coa,
         )
-        t0 = time.perf_counter()
-        if multi:
-            results = _chats(coa, items, s.concurrency)
-        else:
-            results = coa.answer_many(
-                [CoAQuery(it.question, it.blocks, tag=i) for i, it in enumerate(items)], max_concurrency=s.concurrency
-            )
-        wall = time.perf_counter() - t0
+        targets = _foreign_targets(p) if s.foreign_rate > 0 else []
+        try:
+            with ForeignTraffic(targets, rate=s.foreign_rate, words=s.foreign_words, seed=rep) as foreign:
+                t0 = time.perf_counter()
+                if multi:
+                    results = _chats(coa, items, s.concurrency)
+                else:
+                    results = coa.answer_many(
+                        [CoAQuery(it.question, it.blocks, tag=i) for i, it in enumerate(items)],
+                        max_concurrency=s.concurrency,
+                    )
+                wall = time.perf_counter() - t0
+        finally:
+            for c in targets:
+                c.close()
+        other = foreign.stats()
         metrics = [engine_metrics(w) for w in p.workers]
         served = [requests_served(w) for w in p.workers]
         stats = p.router.stats()
@@ -174,6 +196,8 @@ def run_arm(
         calls_per_worker=tuple(served) if arm.kind == "sglang" else tuple(w.routed for w in stats.workers),
         prefilled_per_worker=tuple(int(m.get("prompt_tokens_total", 0)) for m in metrics),
         reasons=dict(Counter(c.route for c in calls)) if arm.kind == "agent" else {},
+        foreign_requests=other.requests,
+        foreign_prefilled_tokens=other.prefilled_tokens,
     )
     records = [
         {
@@ -191,7 +215,7 @@ def run_arm(
         for r in ok
     ]
     logger.info(
-        "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed",
+        "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed%s",
         workload,
         arm.name,
         rep,
@@ -200,5 +224,8 @@ def run_arm(
         run.prefilled_tokens,
         run.engine_prefilled_tokens,
         run.failed,
+        f"; {other.requests} foreign requests ({other.prefilled_tokens} tokens prefilled, {other.failed} failed)"
+        if other.requests
+        else "",
     )
     return run, records
