@@ -235,8 +235,13 @@ class ChainOfAgents:
             if self.manager is None:
                 prefix = sum(self._manager_prefix_tokens)
                 tail = self._tail(prompt, self.manager_max_tokens)
+                # one tail per prefix, as for workers: llama.cpp's prompt cache takes the cached manager
+                # prompt out to reuse its prefix and saves the new one in its place
                 mroute = self.router.route(
-                    self._manager_prefix, self._manager_prefix_tokens, tail_tokens=max(0, tail - prefix) if tail else 0
+                    self._manager_prefix,
+                    self._manager_prefix_tokens,
+                    tail_tokens=max(0, tail - prefix) if tail else 0,
+                    tail_key="manager",
                 )
             client = self.manager if mroute is None else self.router.client(mroute.worker)
             res = yield from self._call(

@@ -20,11 +20,18 @@ Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
    rather than the candidate's (``balance_scope="global"``): it then also overrides affinity for a
    candidate that is not the busy worker, which costs a cold prefill for nothing;
 3. **home**: a segment no worker's model holds any more (the model evicted it) goes back to the worker
-   that held it last, if the safeguard allows: the pool's caches stay partitioned (one copy per
-   segment), and a model that evicted too early costs nothing — the engine may still hold it;
-4. **new content** goes to the worker whose cache model holds the least (``placement="cache"``, as
-   SGLang's router sends unmatched text to its smallest tree) among those the safeguard allows, ties to
-   the less loaded; ``placement="load"``: the least-loaded worker (ties: smaller cache, rotation).
+   that held it last, if the safeguard allows and that worker's engine may still hold it — fewer than
+   ``capacity_tokens`` tokens were written into its cache since the segment was last used there: the
+   pool's caches stay partitioned (one copy per segment), and a model that evicted too early costs
+   nothing. Past that horizon an LRU cache has dropped it, and it is placed as new content;
+4. **new content** goes to the worker whose cache has taken in the fewest tokens so far
+   (``placement="cache"``: every token a worker prefills or generates is written into its cache, so
+   this is the cache that turns over slowest — the one whose least recently used entries are oldest and
+   cheapest to lose, and the engine with the least prefill work), among those the safeguard allows,
+   ties to the less loaded. It keeps the pool's per-worker LRU caches close to one LRU cache of their
+   summed size. (SGLang's router sends unmatched text to the worker with the smallest radix tree, a
+   similar count of characters it routed there.) ``placement="load"``: the least-loaded worker (ties:
+   smaller cache, rotation).
 
 With ``tail_tokens`` the model also holds what follows the segment in each prompt (an engine caches whole
 prompts), so a worker's modelled occupancy follows its engine's.
@@ -124,13 +131,16 @@ class AgentRouter(Generic[ClientT]):
         self.balance_scope = balance_scope
         self.min_match_tokens = min_match_tokens
         self.placement = placement
-        # first block of a segment -> the worker that cached it last (kept after the model evicts it)
-        self._homes: LRUMap[Hashable, int] = LRUMap(max_homes)
+        # first block of a segment -> (the worker that cached it last, that worker's intake then), kept
+        # after the model evicts it
+        self._homes: LRUMap[Hashable, tuple[int, int]] = LRUMap(max_homes)
         self._heads: dict[str, Hashable] = {}  # request id -> first block, while in flight
         # an unbounded model still counts tokens (placement compares them): a capacity nothing reaches
         model_capacity = capacity_tokens if capacity_tokens is not None else _UNBOUNDED
         self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval") for _ in clients)
         self._load = [0] * len(clients)
+        # tokens written into each worker's cache so far (prefilled misses, prompt tails, generations)
+        self._intake = [0] * len(clients)
         self._counters = [_Counters() for _ in clients]
         self._rr = itertools.count()
         self._spread = itertools.count()
@@ -217,7 +227,7 @@ class AgentRouter(Generic[ClientT]):
         seg_tokens = sum(lens)
         with self._lock:
             head = (home_key if home_key is not None else tagged[0][1]) if tagged else None
-            worker, reason = self._choose(tagged, lens, head)
+            worker, reason = self._choose(tagged, lens, head, seg_tokens + tail_tokens)
             matched = 0
             if tagged or tail_tokens:
                 tail = ("tail", rid if tail_key is None else tail_key)
@@ -226,10 +236,11 @@ class AgentRouter(Generic[ClientT]):
                     stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens
                 )
                 matched = min(placement.prefix_len, len(tagged))
+            self._intake[worker] += seg_tokens - sum(lens[:matched]) + tail_tokens
             if head is not None:
                 self._heads[rid] = head
                 if reason != "balance":
-                    self._homes.set(head, worker)
+                    self._homes.set(head, (worker, self._intake[worker]))
             self._load[worker] += 1
             c = self._counters[worker]
             c.routed += 1
@@ -245,7 +256,9 @@ class AgentRouter(Generic[ClientT]):
         )
         return route
 
-    def _choose(self, tagged: list[tuple[int, Hashable]], lens: list[int], head: Hashable | None) -> tuple[int, str]:
+    def _choose(
+        self, tagged: list[tuple[int, Hashable]], lens: list[int], head: Hashable | None, need: int
+    ) -> tuple[int, str]:
         n = len(self._clients)
         load = self._load
         if self.policy is RoutingPolicy.ROUND_ROBIN:
@@ -262,24 +275,44 @@ class AgentRouter(Generic[ClientT]):
                 if self._imbalanced(load[best_w]):
                     return self._least_loaded(), "balance"
                 return best_w, "affinity"
-            home = self._homes.get(head) if head is not None else None
+            home = self._home(head)
             if home is not None and not self._imbalanced(load[home]):
                 return home, "home"
             if self.placement == "cache":
-                return self._most_room(), "least_loaded"
+                return self._most_room(need), "least_loaded"
         return self._least_loaded(), "least_loaded"
 
-    def _most_room(self) -> int:
-        """New content: the worker whose cache model holds the least (so documents spread over the
-        pool's caches and none overflows first), among workers the load safeguard would not reject;
-        ties: the less loaded, then rotation."""
+    def _home(self, head: Hashable | None) -> int | None:
+        """The worker that held segment ``head`` last, while its engine may still hold it: fewer than
+        ``capacity_tokens`` tokens written into that cache since (an LRU cache keeps at least that)."""
+        got = self._homes.get(head) if head is not None else None
+        if got is None:
+            return None
+        worker, intake = got
+        if self.capacity_tokens is not None and self._intake[worker] - intake >= self.capacity_tokens:
+            return None
+        return worker
+
+    def _most_room(self, need: int) -> int:
+        """New content (``need`` tokens), among workers the load safeguard would not reject: a worker
+        whose cache model still has room for it (nothing is evicted), else the worker whose cache has
+        taken in the fewest tokens (it turns over slowest: its least recently used entries are the
+        oldest, the cheapest to lose). Ties: the smaller intake, the emptier model, the less loaded,
+        then rotation."""
         n = len(self._clients)
+        cap = self.capacity_tokens
         ok = [w for w in range(n) if not self._imbalanced(self._load[w])]
-        size = {w: self._indexes[w].cached_tokens for w in ok}
-        smallest = min(size.values())
-        cands = [w for w in ok if size[w] == smallest]
-        lo = min(self._load[w] for w in cands)
-        cands = [w for w in cands if self._load[w] == lo]
+        rank = {
+            w: (
+                cap is not None and self._indexes[w].cached_tokens + need > cap,
+                self._intake[w],
+                self._indexes[w].cached_tokens,
+                self._load[w],
+            )
+            for w in ok
+        }
+        best = min(rank.values())
+        cands = [w for w in ok if rank[w] == best]
         return cands[next(self._spread) % len(cands)]
 
     def _imbalanced(self, hi: int) -> bool:
@@ -317,7 +350,8 @@ class AgentRouter(Generic[ClientT]):
             if not ok:
                 self._counters[route.worker].failed += 1
                 self._indexes[route.worker].evict(route.request_id)
-                if head is not None and self._homes.peek(head) == route.worker:
+                home = self._homes.peek(head) if head is not None else None
+                if home is not None and home[0] == route.worker:
                     self._homes.pop(head)
 
     @contextlib.contextmanager
@@ -340,6 +374,10 @@ class AgentRouter(Generic[ClientT]):
 
     def reset(self, worker: int | None = None) -> None:
         """The engine(s) flushed their cache: forget the cache model of ``worker`` (None = all)."""
-        targets = range(len(self._clients)) if worker is None else (worker,)
-        for w in targets:
-            self._indexes[w].clear()
+        targets = set(range(len(self._clients)) if worker is None else (worker,))
+        with self._lock:
+            for w in targets:
+                self._indexes[w].clear()
+            for head, (w, _) in self._homes.items():  # an empty cache is nobody's home
+                if w in targets:
+                    self._homes.pop(head)

@@ -257,3 +257,60 @@ def test_a_failed_request_gives_up_its_home():
     first = r.route(["a"], [10])
     r.release(first, ok=False)
     assert r.route(["a"], [10]).reason == "least_loaded"
+
+
+def test_new_content_goes_where_it_evicts_nothing_else_to_the_cache_that_turns_over_slowest():
+    """Every token a worker prefills or generates is written into its cache. New content goes to a cache
+    model with room for it (nothing is evicted); when every model is full, to the worker whose cache was
+    written the least so far: its least recently used entries are the oldest, the cheapest to lose, so the
+    pool's LRU caches behave like one LRU cache of their summed size. "The emptier model" cannot tell
+    full models apart."""
+    r = router(2, capacity_tokens=200)
+    a = r.route(["a"], [150])
+    r.release(a)
+    b = r.route(["b"], [150])
+    r.release(b)
+    assert a.worker != b.worker
+    for _ in range(4):  # "a" keeps coming back with a new 50-token tail each time: its cache churns
+        hit = r.route(["a"], [150], tail_tokens=50)
+        assert hit.worker == a.worker
+        r.release(hit)
+    assert r.index(a.worker).cached_tokens == r.index(b.worker).cached_tokens + 50 == 200
+    assert r.route(["new"], [40]).worker == b.worker  # room there: nothing evicted
+    full = router(2, capacity_tokens=200)
+    for name in ("a", "b"):
+        full.release(full.route([name], [200]))
+    hot = full.route(["a"], [200], tail_tokens=0)
+    full.release(hot)
+    for i in range(3):  # 600 more tokens written to a's worker, by tails that never fit
+        full.release(full.route(["a"], [200], tail_tokens=100, tail_key=f"t{i}"))
+    assert all(full.index(w).cached_tokens + 100 > 200 for w in range(2))  # no room anywhere
+    assert full.route(["new"], [100]).worker != hot.worker
+
+
+def test_home_lasts_only_while_the_engine_may_still_hold_the_segment():
+    """Home is where a segment was last used, while fewer than capacity_tokens were written into that
+    cache since: after that an LRU cache has dropped it, and it is new content again."""
+    r = router(2, capacity_tokens=100)
+    a = r.route(["a"], [60])
+    r.release(a)
+    r.release(r.route(["b"], [60]))  # the other worker
+    r.release(r.route(["c"], [60], request_id="c"))  # evicts a or b from a model
+    gone = "a" if r.index(a.worker).match([(0, "a")]).prefix_len == 0 else "b"
+    back = r.route([gone], [60])
+    assert back.reason == "home"  # 60 tokens written since: the engine may still hold it
+    r.release(back)
+    far = router(1, capacity_tokens=100)
+    far.release(far.route(["a"], [60]))
+    for i in range(2):  # 120 tokens written after "a": past the horizon
+        far.release(far.route([f"x{i}"], [60]))
+    assert far.index(0).match([(0, "a")]).prefix_len == 0
+    assert far.route(["a"], [60]).reason == "least_loaded"
+
+
+def test_a_flushed_cache_is_nobodys_home():
+    r = router(2, capacity_tokens=100)
+    a = r.route(["a"], [60])
+    r.release(a)
+    r.reset(a.worker)
+    assert r.route(["a"], [60]).reason == "least_loaded"
