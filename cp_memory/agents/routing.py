@@ -24,14 +24,15 @@ Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
    ``capacity_tokens`` tokens were written into its cache since the segment was last used there: the
    pool's caches stay partitioned (one copy per segment), and a model that evicted too early costs
    nothing. Past that horizon an LRU cache has dropped it, and it is placed as new content;
-4. **new content** goes to the worker whose cache has taken in the fewest tokens so far
-   (``placement="cache"``: every token a worker prefills or generates is written into its cache, so
-   this is the cache that turns over slowest — the one whose least recently used entries are oldest and
-   cheapest to lose, and the engine with the least prefill work), among those the safeguard allows,
-   ties to the less loaded. It keeps the pool's per-worker LRU caches close to one LRU cache of their
-   summed size. (SGLang's router sends unmatched text to the worker with the smallest radix tree, a
-   similar count of characters it routed there.) ``placement="load"``: the least-loaded worker (ties:
-   smaller cache, rotation).
+4. **new content** (``placement="cache"``), among the workers the safeguard allows, goes to one whose
+   cache model still has room for it (nothing is evicted), else to the worker whose cache has taken in
+   the fewest tokens so far: every token a worker prefills or generates is written into its cache, so
+   this is the cache that turns over slowest — its least recently used entries are the oldest and
+   cheapest to lose, and its engine has done the least prefill. It keeps the pool's per-worker LRU
+   caches close to one LRU cache of their summed size. Ties: the emptier model, the less loaded. (SGLang's
+   router sends unmatched text to the worker with the smallest radix tree, a count of the characters it
+   routed there that does not know the caches' sizes.) ``placement="load"``: the least-loaded worker
+   (ties: smaller cache, rotation).
 
 With ``tail_tokens`` the model also holds what follows the segment in each prompt (an engine caches whole
 prompts), so a worker's modelled occupancy follows its engine's.
@@ -81,7 +82,8 @@ class AgentRouter(Generic[ClientT]):
             load against the least-loaded worker); ``"global"`` checks the pool's max and min load before
             anything else, exactly as SGLang's router does.
         min_match_tokens: shortest cached prefix worth following.
-        placement: where new content goes: ``"cache"`` (most room) or ``"load"`` (least loaded).
+        placement: where new content goes: ``"cache"`` (room in the cache model, else the cache that took
+            in the fewest tokens) or ``"load"`` (least loaded).
         max_homes: segments whose last worker is remembered (least recently used forgotten).
     """
 

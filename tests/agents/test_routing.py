@@ -261,31 +261,31 @@ def test_a_failed_request_gives_up_its_home():
 
 def test_new_content_goes_where_it_evicts_nothing_else_to_the_cache_that_turns_over_slowest():
     """Every token a worker prefills or generates is written into its cache. New content goes to a cache
-    model with room for it (nothing is evicted); when every model is full, to the worker whose cache was
-    written the least so far: its least recently used entries are the oldest, the cheapest to lose, so the
-    pool's LRU caches behave like one LRU cache of their summed size. "The emptier model" cannot tell
-    full models apart."""
+    model with room for it (nothing is evicted); when none has room, to the worker whose cache was written
+    the least so far — its least recently used entries are the oldest, the cheapest to lose — even when
+    its model looks fuller: the pool's LRU caches then behave like one LRU cache of their summed size."""
     r = router(2, capacity_tokens=200)
-    a = r.route(["a"], [150])
+    a = r.route(["a"], [150], request_id="a")
     r.release(a)
-    b = r.route(["b"], [150])
+    r.evict(a.worker, "a")  # the engine reported it gone: that cache is empty again, though it took 150
+    b = r.route(["b"], [100])
     r.release(b)
-    assert a.worker != b.worker
-    for _ in range(4):  # "a" keeps coming back with a new 50-token tail each time: its cache churns
-        hit = r.route(["a"], [150], tail_tokens=50)
-        assert hit.worker == a.worker
-        r.release(hit)
-    assert r.index(a.worker).cached_tokens == r.index(b.worker).cached_tokens + 50 == 200
-    assert r.route(["new"], [40]).worker == b.worker  # room there: nothing evicted
+    assert b.worker != a.worker  # room on both, and the other took in less
+    assert r.route(["new"], [150]).worker == a.worker  # only there it evicts nothing
+
     full = router(2, capacity_tokens=200)
-    for name in ("a", "b"):
-        full.release(full.route([name], [200]))
-    hot = full.route(["a"], [200], tail_tokens=0)
+    hot = full.route(["a"], [100], tail_tokens=50, tail_key="t")  # 150 in the model, 150 taken in
     full.release(hot)
-    for i in range(3):  # 600 more tokens written to a's worker, by tails that never fit
-        full.release(full.route(["a"], [200], tail_tokens=100, tail_key=f"t{i}"))
-    assert all(full.index(w).cached_tokens + 100 > 200 for w in range(2))  # no room anywhere
-    assert full.route(["new"], [100]).worker != hot.worker
+    other = full.route(["b"], [200])  # no room next to "a": the empty worker
+    full.release(other)
+    assert other.worker != hot.worker
+    for _ in range(2):  # "a" comes back twice: hits, but each writes a new 50-token tail
+        again = full.route(["a"], [100], tail_tokens=50, tail_key="t")
+        assert again.worker == hot.worker
+        full.release(again)
+    assert full.index(hot.worker).cached_tokens == 150 < full.index(other.worker).cached_tokens == 200
+    # no room anywhere for 60 tokens; hot's model looks emptier but its cache took in 250 tokens, other's 200
+    assert full.route(["new"], [60]).worker == other.worker
 
 
 def test_home_lasts_only_while_the_engine_may_still_hold_the_segment():
