@@ -65,7 +65,7 @@ from .records import (
     SyncCompletionClient,
 )
 from .routing import AgentRouter, Route
-from .segment import Segment, Segmenter
+from .segment import Segmenter
 
 __all__ = [
     "MANAGER_TEMPLATE",
@@ -229,7 +229,7 @@ class ChainOfAgents:
                 )
                 cu = res.text.strip()
                 cus.append(cu)
-                calls.append(_stats("worker", seg.position, route, seg, res, ""))
+                calls.append(CallStats.of("worker", seg.position, route, seg, res, ""))
             prompt = manager_prompt(cu, plan.question, self.manager_template)
             mroute = None
             if self.manager is None:
@@ -255,7 +255,7 @@ class ChainOfAgents:
                 request_id=mroute.request_id if mroute is not None else None,
                 stop=self.manager_stop,
             )
-            calls.append(_stats("manager", len(plan.segments), mroute, None, res, "manager"))
+            calls.append(CallStats.of("manager", len(plan.segments), mroute, None, res, "manager"))
         except BaseException:
             if plan.dedup is not None:
                 self.conversations.rollback(plan.dedup)
@@ -380,23 +380,3 @@ class ChainOfAgents:
 def _check_concurrency(max_concurrency: int) -> None:
     if not isinstance(max_concurrency, int) or max_concurrency < 1:
         raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
-
-
-def _stats(role: Role, step: int, route: Route | None, seg: Segment | None, res: Any, manager_name: str) -> CallStats:
-    return CallStats(
-        role=role,
-        step=step,
-        worker=route.worker if route is not None else -1,
-        worker_name=route.worker_name if route is not None else manager_name,
-        route=route.reason if route is not None else "dedicated",
-        request_id=route.request_id if route is not None else str(getattr(res, "request_id", "") or ""),
-        block_ids=seg.ids if seg is not None else (),
-        segment_tokens=seg.tokens if seg is not None else 0,
-        predicted_cached_tokens=route.matched_tokens if route is not None else 0,
-        ttft_s=float(res.ttft_s),
-        total_s=float(res.total_s),
-        prompt_tokens=res.prompt_tokens,
-        cached_tokens=res.cached_tokens,
-        completion_tokens=res.completion_tokens,
-        output=res.text,
-    )

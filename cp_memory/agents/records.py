@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import DedupResult
 
+from .routes import Route
 from .segment import Segment
 
 __all__ = [
@@ -126,6 +127,29 @@ class CallStats:
     cached_tokens: int | None
     completion_tokens: int | None
     output: str
+
+    @classmethod
+    def of(
+        cls, role: Role, step: int, route: Route | None, seg: Segment | None, res: Any, manager_name: str
+    ) -> CallStats:
+        """The record of one answered call: ``route`` is None for a dedicated manager client."""
+        return cls(
+            role=role,
+            step=step,
+            worker=route.worker if route is not None else -1,
+            worker_name=route.worker_name if route is not None else manager_name,
+            route=route.reason if route is not None else "dedicated",
+            request_id=route.request_id if route is not None else str(getattr(res, "request_id", "") or ""),
+            block_ids=seg.ids if seg is not None else (),
+            segment_tokens=seg.tokens if seg is not None else 0,
+            predicted_cached_tokens=route.matched_tokens if route is not None else 0,
+            ttft_s=float(res.ttft_s),
+            total_s=float(res.total_s),
+            prompt_tokens=res.prompt_tokens,
+            cached_tokens=res.cached_tokens,
+            completion_tokens=res.completion_tokens,
+            output=res.text,
+        )
 
 
 @dataclass(frozen=True)
