@@ -25,7 +25,7 @@ from cp_memory.engine.router import SGLangRouter
 
 logger = logging.getLogger("benchmarks.coa")
 
-__all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "parse_arm", "parse_overrides", "pool"]
+__all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "entry_clients", "parse_arm", "parse_overrides", "pool"]
 
 #: ChainOfAgents options an arm may set (the rest of an agent arm's overrides go to AgentRouter)
 COA_OPTIONS = ("model_tails", "manager_affinity")
@@ -140,6 +140,14 @@ class Pool:
     sglang: SGLangRouter | None
 
 
+def entry_clients(servers: list[LlamaServer], sglang: SGLangRouter | None) -> list[EngineClient]:
+    """Where requests enter the pool: one client for the gateway when there is one (it fronts the
+    engines), else one client per worker."""
+    if sglang is not None:
+        return [EngineClient(sglang.base_url, model=servers[0].alias, timeout=600, max_retries=2)]
+    return [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
+
+
 @contextlib.contextmanager
 def pool(
     arm: Arm,
@@ -177,10 +185,10 @@ def pool(
                 log_path=None if log_dir is None else log_dir / f"{tag}-router.log",
                 **arm.router,
             ).start()
-            clients = [EngineClient(sglang.base_url, model=servers[0].alias, timeout=600, max_retries=2)]
+            clients = entry_clients(servers, sglang)
             router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")
         else:
-            clients = [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
+            clients = entry_clients(servers, None)
             router = AgentRouter(clients, capacity_tokens=capacity_tokens, **arm.agent)
         yield Pool(servers, router, clients, sglang)
     finally:

@@ -24,9 +24,8 @@ from cp_memory.agents import (
     CoAResult,
     Segmenter,
 )
-from cp_memory.engine import EngineClient
 
-from .arms import Arm, Pool, engine_metrics, pool, requests_served
+from .arms import Arm, engine_metrics, entry_clients, pool, requests_served
 from .foreign import ForeignTraffic
 from .workload import Item, f1_score
 
@@ -110,14 +109,6 @@ def _chats(coa: ChainOfAgents, items: Sequence[Item], concurrency: int) -> list[
     return [r for r in out if r is not None]
 
 
-def _foreign_targets(p: Pool) -> list[EngineClient]:
-    """Where other applications send their requests: the gateway when there is one (it fronts the engines
-    for everyone), else each worker directly (they do not go through this process's AgentRouter)."""
-    if p.sglang is not None:
-        return [EngineClient(p.sglang.base_url, model=p.workers[0].alias, timeout=600, max_retries=2)]
-    return [EngineClient(w.base_url, timeout=600, max_retries=2) for w in p.workers]
-
-
 def run_arm(
     arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSettings
 ) -> tuple[Run, list[dict[str, Any]]]:
@@ -140,7 +131,9 @@ def run_arm(
             chat=s.chat,
             **arm.coa,
         )
-        targets = _foreign_targets(p) if s.foreign_rate > 0 else []
+        # other applications enter where any client does: through the gateway when there is one, else
+        # straight to the workers (they do not go through this process's AgentRouter); own clients
+        targets = entry_clients(p.workers, p.sglang) if s.foreign_rate > 0 else []
         try:
             with ForeignTraffic(targets, rate=s.foreign_rate, words=s.foreign_words, seed=rep) as foreign:
                 t0 = time.perf_counter()
