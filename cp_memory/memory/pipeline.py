@@ -250,7 +250,10 @@ class SearchPipeline:
         if self.config.annotate and len(retrieved) >= 2:
             annotation = order_annotation(sorted(retrieved, key=rank.__getitem__), retrieved, label=labels)
         context = render_context(
-            kept, order_annotation=annotation or None, location_annotations=[s.annotation for s in sent]
+            kept,
+            order_annotation=annotation or None,
+            location_annotations=[s.annotation for s in sent],
+            special_tokens=self.config.special_tokens,
         )
         by_id = {r["id"]: r for r in window.results}
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
@@ -303,7 +306,7 @@ class SearchPipeline:
                 blocks=tuple(
                     RenderedBlock(label=doc_label(i), id=d, text=t) for i, (d, t) in enumerate(zip(ids, texts), start=1)
                 ),
-                context=render_context(texts),
+                context=render_context(texts, special_tokens=self.config.special_tokens),
                 fetched=len(raw),
                 fallback=True,
                 error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500],
