@@ -41,10 +41,15 @@ def estimate_tokens(text: str) -> int:
 
 
 def normalize_text(text: str) -> str:
-    """Case-fold, collapse runs of whitespace and strip: the form used for content-level dedup."""
+    """Collapse runs of whitespace and strip: the form used for digests and content-level dedup.
+
+    Whitespace only: the renderer folds line breaks anyway and a reader sees no difference in spacing.
+    Case is kept: ``"Bob likes Apple"`` (the company) and ``"Bob likes apple"`` are different facts, so
+    neither is hidden as a copy of the other, and a memory edited only in case is sent again.
+    """
     if not isinstance(text, str):
         raise TypeError(f"block text must be str, got {type(text).__name__}")
-    return _SPACE.sub(" ", text).strip().casefold()
+    return _SPACE.sub(" ", text).strip()
 
 
 def text_digest(text: str) -> str:

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .special_tokens import SpecialTokens
+
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 
 TailOrder = Literal["frequency", "retrieval"]
@@ -89,6 +91,14 @@ class ContextPilotConfig(BaseModel):
     # --- mem0 calls ---------------------------------------------------------------------------------
     retry_attempts: int = Field(3, ge=1, description="attempts for transient mem0 failures (network, rate limit)")
     retry_wait_s: float = Field(0.05, ge=0, description="first back-off between attempts (exponential, max 2 s)")
+
+    # --- rendering ----------------------------------------------------------------------------------
+    special_tokens: SpecialTokens = Field(
+        default_factory=SpecialTokens,
+        description="chat-template control tokens in memory texts (<|im_end|>, [INST], </s>, ...) get a space "
+        "after their first character so the engine reads them as text (cp_memory.special_tokens); "
+        '{"enabled": false} turns it off, {"extra_patterns": [...]} adds a model\'s own tokens (regexes)',
+    )
 
     @model_validator(mode="after")
     def _one_superset_kind(self) -> ContextPilotConfig:

@@ -18,7 +18,13 @@ block section is a pure function of the aligned block texts:
   ``"\nPlease refer to [Doc 1] ..."`` cannot forge a label, an annotation or the question (issue 9 §9).
   The same text always renders to the same bytes; digests and dedup use the block's own text
   (:func:`~cp_memory.blocks.normalize_text` already folds all whitespace), so they are unaffected;
-* annotations are flattened the same way, one line each;
+* **control tokens are inert**: chat-template control-token texts in a block (``<|im_end|>``,
+  ``<|im_start|>``, ``<|eot_id|>``, ``[INST]``, ``</s>``, ``<start_of_turn>``, ...) get a space after their
+  first character (``< |im_end|>``), so the engine's tokenizer reads them as text and a memory cannot close
+  the user turn and open a system turn (:mod:`cp_memory.special_tokens`: families, why a space). On by
+  default; ``special_tokens=SpecialTokens(enabled=False)`` turns it off, ``extra_patterns`` adds a model's
+  own tokens. Deterministic, so the same text still renders to the same bytes;
+* annotations are flattened and neutralised the same way, one line each;
 * everything that varies per request (annotations, then the question) comes **after** the blocks.
 
 :func:`build_prompt` wraps that in a completion prompt, :func:`build_messages` in chat messages
@@ -33,6 +39,7 @@ from typing import Any
 
 from .annotations import doc_label
 from .blocks import ContextBlock
+from .special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = [
     "PROMPT_TEMPLATE",
@@ -77,12 +84,24 @@ def one_line(text: str) -> str:
     return _LINE_BREAKS.sub(" ", text.strip()).strip()
 
 
-def render_blocks(blocks: Sequence[ContextBlock | str | Mapping[str, Any]]) -> str:
+def _check_policy(special_tokens: Any) -> SpecialTokens:
+    if not isinstance(special_tokens, SpecialTokens):
+        raise TypeError(f"special_tokens must be a SpecialTokens, got {type(special_tokens).__name__}")
+    return special_tokens
+
+
+def render_blocks(
+    blocks: Sequence[ContextBlock | str | Mapping[str, Any]],
+    *,
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
+) -> str:
     """The block section: one ``[Doc i] text`` line per block, in the given (aligned) order, no trailing
-    newline. Line breaks inside a text become spaces (module doc), so N blocks give exactly N lines."""
+    newline. Line breaks inside a text become spaces and control-token texts are made inert (module doc),
+    so N blocks give exactly N lines and no block text reaches the engine as a special token."""
     if isinstance(blocks, (str, bytes)):
         raise TypeError("blocks must be a sequence of blocks, not a single string")
-    return "\n".join(f"{doc_label(i)} {one_line(_text(b))}" for i, b in enumerate(blocks, start=1))
+    policy = _check_policy(special_tokens)
+    return "\n".join(f"{doc_label(i)} {policy.neutralise(one_line(_text(b)))}" for i, b in enumerate(blocks, start=1))
 
 
 def render_context(
@@ -90,30 +109,38 @@ def render_context(
     *,
     order_annotation: str | None = None,
     location_annotations: Sequence[str] = (),
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
 ) -> str:
     """Blocks, then a blank line, then location annotations and the order annotation (one per line).
 
     Byte-identical output for the same block texts in the same order; annotations never precede a block.
-    Returns ``""`` when there is nothing to show.
+    ``special_tokens``: which control-token texts are made inert (module doc). Returns ``""`` when there
+    is nothing to show.
     """
     if isinstance(location_annotations, str):
         location_annotations = (location_annotations,)
-    section = render_blocks(blocks)
-    notes = [one_line(a) for a in location_annotations if a and a.strip()]
+    policy = _check_policy(special_tokens)
+    section = render_blocks(blocks, special_tokens=policy)
+    notes = [policy.neutralise(one_line(a)) for a in location_annotations if a and a.strip()]
     if order_annotation and order_annotation.strip():
-        notes.append(one_line(order_annotation))
+        notes.append(policy.neutralise(one_line(order_annotation)))
     if not notes:
         return section
     tail = "\n".join(notes)
     return f"{section}\n\n{tail}" if section else tail
 
 
-def context_of(search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> str:
+def context_of(
+    search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
+) -> str:
     """The context text of a search response.
 
     A :class:`~cp_memory.memory.ContextPilotMemory` response carries it in ``context_pilot["context"]``
-    (aligned blocks + annotations). A plain mem0 response (``{"results": [...]}`` or the list) is rendered
-    in its own order with no annotations, so the helpers also work on an unwrapped Memory.
+    (aligned blocks + annotations, rendered with the wrapper's ``special_tokens`` option). A plain mem0
+    response (``{"results": [...]}`` or the list) is rendered in its own order with no annotations and
+    ``special_tokens`` applied, so the helpers also work on an unwrapped Memory.
     """
     if isinstance(search_result, Mapping):
         info = search_result.get("context_pilot")
@@ -126,20 +153,25 @@ def context_of(search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -
         results = search_result
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
         raise TypeError(f"search_result must be a mem0 search response, got {type(search_result).__name__}")
-    return render_context(list(results))
+    return render_context(list(results), special_tokens=special_tokens)
 
 
 def build_prompt(
-    query: str, search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]], template: str | None = None
+    query: str,
+    search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    template: str | None = None,
+    *,
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
 ) -> str:
     """A completion prompt: context (blocks, annotations) first, the question last.
 
     ``template`` must contain ``{context}`` and ``{query}``; default :data:`PROMPT_TEMPLATE` (and, with no
-    context at all, just the question).
+    context at all, just the question). ``special_tokens``: see :func:`context_of`; the query is the
+    caller's own text and is not changed.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be str, got {type(query).__name__}")
-    context = context_of(search_result)
+    context = context_of(search_result, special_tokens=special_tokens)
     if template is None:
         template = PROMPT_TEMPLATE if context else _NO_CONTEXT_PROMPT
     return template.format(context=context, query=query)
@@ -150,12 +182,15 @@ def build_messages(
     search_result: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     system: str | None = None,
     history: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
 ) -> list[dict[str, Any]]:
     """Chat messages: ``[system?] + history + [user: context then question]``.
 
     The system message and the history stay byte-stable across turns, so the engine reuses them as a
     prefix; the retrieved context goes into the new user message (multi-turn dedup's location
     annotations point back into ``history``). Messages in ``history`` are copied, not modified.
+    ``special_tokens``: see :func:`context_of` (system, history and query are the caller's, unchanged).
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be str, got {type(query).__name__}")
@@ -166,7 +201,7 @@ def build_messages(
         if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
             raise ValueError(f"history[{i}] must be a message dict with 'role' and 'content'")
         messages.append(dict(m))
-    context = context_of(search_result)
+    context = context_of(search_result, special_tokens=special_tokens)
     content = (USER_TEMPLATE if context else _NO_CONTEXT_USER).format(context=context, query=query)
     messages.append({"role": "user", "content": content})
     return messages

@@ -209,7 +209,9 @@ class ChainOfAgents:
         calls: list[CallStats] = []
         try:
             for seg in plan.segments:
-                prompt = worker_prompt(seg.text, cu, plan.question, self.worker_template)
+                prompt = worker_prompt(
+                    seg.text, cu, plan.question, self.worker_template, special_tokens=self.segmenter.special_tokens
+                )
                 route = self.router.route(
                     seg.keys,
                     seg.token_lens,
@@ -230,7 +232,9 @@ class ChainOfAgents:
                 cu = res.text.strip()
                 cus.append(cu)
                 calls.append(CallStats.of("worker", seg.position, route, seg, res, ""))
-            prompt = manager_prompt(cu, plan.question, self.manager_template)
+            prompt = manager_prompt(
+                cu, plan.question, self.manager_template, special_tokens=self.segmenter.special_tokens
+            )
             mroute = None
             if self.manager is None:
                 prefix = sum(self._manager_prefix_tokens)

@@ -3,9 +3,16 @@
 A worker reads its segment, the previous worker's communication unit (CU) and the question, and writes
 a CU; the manager answers from the last CU. Everything that varies between questions (previous CU,
 question) follows the segment, so a recurring segment is a shared prefix of its worker prompts.
+
+The CUs are the model's summaries of documents and may copy a document's control-token text
+(``<|im_end|>``, ...): they are made inert like the documents are (:mod:`cp_memory.special_tokens`). The
+segment comes rendered (:attr:`~cp_memory.agents.segment.Segment.text`, already neutralised); the question
+is the caller's own text and is left as given.
 """
 
 from __future__ import annotations
+
+from cp_memory.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = [
     "MANAGER_TEMPLATE",
@@ -45,11 +52,21 @@ def check_worker_template(template: str) -> None:
         raise ValueError("worker_template must start with {segment}: the segment is the reusable prefix")
 
 
-def worker_prompt(segment: str, previous_cu: str, question: str, template: str = WORKER_TEMPLATE) -> str:
-    """A worker's prompt: segment first (reusable prefix), then the previous CU, then the question."""
-    return template.format(segment=segment, previous_cu=previous_cu, question=question)
+def worker_prompt(
+    segment: str,
+    previous_cu: str,
+    question: str,
+    template: str = WORKER_TEMPLATE,
+    *,
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
+) -> str:
+    """A worker's prompt: segment first (reusable prefix), then the previous CU (control tokens made
+    inert), then the question."""
+    return template.format(segment=segment, previous_cu=special_tokens.neutralise(previous_cu), question=question)
 
 
-def manager_prompt(cu: str, question: str, template: str = MANAGER_TEMPLATE) -> str:
-    """The manager's prompt: the last CU, then the question."""
-    return template.format(cu=cu, question=question)
+def manager_prompt(
+    cu: str, question: str, template: str = MANAGER_TEMPLATE, *, special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS
+) -> str:
+    """The manager's prompt: the last CU (control tokens made inert), then the question."""
+    return template.format(cu=special_tokens.neutralise(cu), question=question)

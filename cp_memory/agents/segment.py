@@ -15,7 +15,10 @@ can serve it from its engine's prefix cache.
   (blocks more live segments contain first). Recurring document sets therefore yield byte-identical
   segments, in the same order, whatever order the retriever returned them in;
 * rendering is a pure function of the blocks: ``[Doc <id>] <text>`` lines. Labels use the block id, not
-  the position, so a segment reads the same in every question that produces it.
+  the position, so a segment reads the same in every question that produces it. Chat-template control
+  tokens in a document (``<|im_end|>``, ``[INST]``, ``</s>``, ...) are made inert
+  (:mod:`cp_memory.special_tokens`; the segmenter's ``special_tokens`` option), so a document cannot end
+  the worker's turn and open a system turn.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from cp_memory.blocks import ContextBlock, estimate_tokens
 from cp_memory.index import ContextIndex
 from cp_memory.lru import LRUMap
+from cp_memory.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "block_label", "estimate_tokens", "render_segment"]
 
@@ -47,9 +51,15 @@ def block_label(block_id: Hashable, template: str = LABEL_TEMPLATE) -> str:
     return template.format(id=block_id)
 
 
-def render_segment(blocks: Sequence[ContextBlock], template: str = LABEL_TEMPLATE) -> str:
-    """``[Doc <id>] <text>`` lines in the given order; text stripped, nothing else changed."""
-    return "\n".join(f"{block_label(b.id, template)} {b.text.strip()}" for b in blocks)
+def render_segment(
+    blocks: Sequence[ContextBlock],
+    template: str = LABEL_TEMPLATE,
+    *,
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
+) -> str:
+    """``[Doc <id>] <text>`` lines in the given order; text stripped and its control-token texts made
+    inert (``special_tokens``), nothing else changed."""
+    return "\n".join(f"{block_label(b.id, template)} {special_tokens.neutralise(b.text.strip())}" for b in blocks)
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class Segment:
     token_lens: tuple[int, ...]
     aligned_blocks: int = 0
     label_template: str = LABEL_TEMPLATE
+    special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS
 
     @property
     def ids(self) -> tuple[Hashable, ...]:
@@ -82,7 +93,7 @@ class Segment:
 
     @property
     def text(self) -> str:
-        return render_segment(self.blocks, self.label_template)
+        return render_segment(self.blocks, self.label_template, special_tokens=self.special_tokens)
 
 
 class Segmenter:
@@ -97,6 +108,9 @@ class Segmenter:
             frequency tail order). Its ids are block keys ``(id, digest)``.
         max_segments: how many built segments the index remembers (oldest forgotten first).
         label_template: see :data:`LABEL_TEMPLATE`.
+        special_tokens: which control-token texts of documents are made inert in segments and in the
+            summaries passed along the chain (:class:`~cp_memory.special_tokens.SpecialTokens`; default on,
+            ``SpecialTokens(enabled=False)`` off).
     """
 
     def __init__(
@@ -107,6 +121,7 @@ class Segmenter:
         index: ContextIndex | None = None,
         max_segments: int = 10_000,
         label_template: str = LABEL_TEMPLATE,
+        special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
     ) -> None:
         if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
             raise ValueError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
@@ -116,6 +131,8 @@ class Segmenter:
             raise TypeError("token_len must be callable (text -> token count)")
         if "{id}" not in label_template:
             raise ValueError("label_template must contain '{id}'")
+        if not isinstance(special_tokens, SpecialTokens):
+            raise TypeError(f"special_tokens must be a SpecialTokens, got {type(special_tokens).__name__}")
         self.budget_tokens = budget_tokens
         if index is not None and index.extra_budget > 0:
             raise ValueError(
@@ -126,6 +143,7 @@ class Segmenter:
         self.index = index if index is not None else ContextIndex(tail_order="frequency")
         self.max_segments = max_segments
         self.label_template = label_template
+        self.special_tokens = special_tokens
         self._built: collections.deque[str] = collections.deque()
         self._oversized: LRUMap[Hashable, bool] = LRUMap(max_segments)  # blocks already warned about
         self._lock = threading.Lock()
@@ -182,6 +200,7 @@ class Segmenter:
                         tuple(lens[k] for k in take),
                         n_aligned,
                         self.label_template,
+                        self.special_tokens,
                     )
                 )
         return tuple(segments)

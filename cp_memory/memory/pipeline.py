@@ -27,7 +27,7 @@ from typing import Any
 from ..annotations import doc_label, order_annotation
 from ..blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..config import ContextPilotConfig
-from ..dedup import Deduplicator
+from ..dedup import Deduplicator, DedupResult
 from ..index import Placement
 from ..render import render_context
 from ..scope import Scope
@@ -222,7 +222,7 @@ class SearchPipeline:
         turn_id, turn, committed, sent = None, None, False, []
         if plan.conversation is not None and scope is not None:
             key = self._conversation_key(scope, plan.conversation)
-            result = self.deduplicator.plan(key, candidates)
+            result = self._dedup_plan(key, candidates, extra_ids, rank, plan.call.top_k)
             if self.config.commit == "on_search":
                 result, committed = self.deduplicator.commit(result), True
             else:
@@ -250,7 +250,10 @@ class SearchPipeline:
         if self.config.annotate and len(retrieved) >= 2:
             annotation = order_annotation(sorted(retrieved, key=rank.__getitem__), retrieved, label=labels)
         context = render_context(
-            kept, order_annotation=annotation or None, location_annotations=[s.annotation for s in sent]
+            kept,
+            order_annotation=annotation or None,
+            location_annotations=[s.annotation for s in sent],
+            special_tokens=self.config.special_tokens,
         )
         by_id = {r["id"]: r for r in window.results}
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
@@ -285,6 +288,32 @@ class SearchPipeline:
         )
         return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
 
+    def _dedup_plan(
+        self,
+        key: Hashable,
+        candidates: list[ContextBlock],
+        extra_ids: set[Hashable],
+        rank: Mapping[Hashable, int],
+        top_k: int | None,
+    ) -> DedupResult:
+        """The conversation's dedup plan of ``candidates``, keeping at most ``top_k`` retrieved memories.
+
+        The window counted memories the conversation had sent as pointers, not as part of its ``top_k``
+        fresh ones. If the record is gone by now (``forget_conversation``, or LRU eviction by other
+        conversations, between the window and this plan), they are fresh again and the plan would keep
+        more than ``top_k``. Then the lowest-ranked kept memories are left out, as a plain ``top_k`` search
+        would leave them, and the turn is planned again (each round has fewer candidates: it ends).
+        """
+        while True:
+            result = self.deduplicator.plan(key, candidates)
+            shown = [b.id for b in result.blocks if b.id not in extra_ids]
+            if top_k is None or len(shown) <= top_k:
+                return result
+            self.deduplicator.rollback(result)
+            beyond = set(sorted(shown, key=rank.__getitem__)[top_k:])
+            logger.debug("dedup record changed during the search; left out %d memories beyond top_k", len(beyond))
+            candidates = [b for b in candidates if b.id not in beyond]
+
     def fallback(self, plan: Plan, response: Any, exc: BaseException | None) -> Any:
         """mem0's own order, plainly rendered, top_k honoured. Never raises."""
         try:
@@ -303,7 +332,7 @@ class SearchPipeline:
                 blocks=tuple(
                     RenderedBlock(label=doc_label(i), id=d, text=t) for i, (d, t) in enumerate(zip(ids, texts), start=1)
                 ),
-                context=render_context(texts),
+                context=render_context(texts, special_tokens=self.config.special_tokens),
                 fetched=len(raw),
                 fallback=True,
                 error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500],

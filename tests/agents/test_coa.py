@@ -57,6 +57,23 @@ def test_worker_template_must_start_with_the_segment():
         ChainOfAgents(router, worker_template="Question: {question}\n{segment}\n{previous_cu}")
 
 
+def test_control_tokens_in_summaries_are_made_inert_along_the_chain():
+    """A worker may copy a document's control-token text into its CU; the next worker and the manager get
+    it as text. (The fake engine's CU carries the question's first word, here a ChatML token.)"""
+    coa, engines = chain()
+    res = coa.answer("<|im_end|>x what?", [doc(i) for i in range(5)])  # 3 workers, then the manager
+    assert "<|im_end|>" in res.cus[0]
+    prompts = [p for e in engines for p in e.prompts]
+    manager = [p for p in prompts if p.startswith("The following")]
+    workers = [p for p in prompts if p not in manager]
+    later = [p.split("source text: ")[1].split("\nQuestion:")[0] for p in workers if "#1@" in p]
+    assert later and all("<|im_end|>" not in cu and "< |im_end|>x#1@" in cu for cu in later)
+    assert len(manager) == 1 and "summary: " in manager[0]
+    assert "<|im_end|>" not in manager[0].split("summary: ")[1].split("\nQuestion:")[0]
+    assert worker_prompt("S", "<|eot_id|>", "q").split("\n")[1].endswith("< |eot_id|>")
+    assert manager_prompt("[INST] cu", "q").split("summary: ")[1].startswith("[ INST] cu")
+
+
 # ---------------------------------------------------------------------------------------------- chain
 def test_chain_passes_the_cu_along_and_the_manager_answers_from_the_last_one():
     coa, engines = chain()

@@ -52,8 +52,9 @@ def test_templates_are_configurable():
 def test_context_block():
     b = ContextBlock("m1", "Hello   World")
     assert b.key == ("m1", b.digest) and len(b.digest) == 16
-    assert b.digest == ContextBlock("m2", " hello world ").digest
-    assert normalize_text(" A\n b ") == "a b"
+    assert b.digest == ContextBlock("m2", " Hello \n World ").digest
+    assert b.digest != ContextBlock("m2", "hello world").digest  # case is part of the text
+    assert normalize_text(" A\n b ") == "A b"
     with pytest.raises(TypeError):
         ContextBlock(["x"], "t")
     with pytest.raises(TypeError):

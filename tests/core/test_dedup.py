@@ -58,14 +58,16 @@ def test_edited_block_is_sent_again_not_pointed_to():
     d.dedup("c", [ContextBlock("m1", "Alice lives in Paris")])
     r = d.dedup("c", [ContextBlock("m1", "Alice lives in Berlin")])
     assert r.duplicates == () and r.blocks[0].text == "Alice lives in Berlin"
-    r = d.dedup("c", [ContextBlock("m1", "alice  lives in   BERLIN")])  # same normalized text
+    r = d.dedup("c", [ContextBlock("m1", "Alice  lives in\n  Berlin ")])  # same text up to whitespace
     assert r.duplicates == ("m1",) and r.dropped[0].location.turn == 2
+    r = d.dedup("c", [ContextBlock("m1", "Alice lives in BERLIN")])  # edited in case only: sent again
+    assert r.duplicates == () and r.blocks[0].text == "Alice lives in BERLIN"
 
 
 def test_content_level_duplicates_under_other_ids():
     d = Deduplicator()
     d.dedup("c", [ContextBlock("a", "Bob likes tea.")])
-    r = d.dedup("c", [ContextBlock("b", "  bob LIKES tea. "), ContextBlock("c", "new"), ContextBlock("d", "New")])
+    r = d.dedup("c", [ContextBlock("b", "  Bob likes\ttea. "), ContextBlock("c", "new"), ContextBlock("d", " new")])
     assert r.duplicates == ("b", "d")
     assert r.dropped[0].location.turn == 1 and r.dropped[1].location.turn == 2
     assert r.dropped[1].location.position == 1
@@ -73,6 +75,17 @@ def test_content_level_duplicates_under_other_ids():
     off = Deduplicator(content=False)
     off.dedup("c", [ContextBlock("a", "Bob likes tea.")])
     assert off.dedup("c", [ContextBlock("b", "Bob likes tea.")]).duplicates == ()
+
+
+def test_memories_differing_only_in_case_are_different_facts():
+    """Only the same text (up to whitespace) is a copy: "Apple" the company is not "apple" the fruit, so
+    content dedup shows both, in one turn and across turns."""
+    d = Deduplicator()
+    r = d.dedup("c", [ContextBlock("a", "Bob works at Apple."), ContextBlock("b", "Bob works at apple.")])
+    assert r.kept_ids == ("a", "b") and r.duplicates == ()
+    r = d.dedup("c", [ContextBlock("c", "BOB WORKS AT APPLE."), ContextBlock("d", "Bob  works at Apple.")])
+    assert r.kept_ids == ("c",) and r.duplicates == ("d",) and r.dropped[0].location == d.sent("c")["a"]
+    assert ContextBlock("x", "Apple").digest != ContextBlock("x", "apple").digest
 
 
 def test_forget_and_lru_bound():
@@ -169,7 +182,7 @@ def test_thread_safety_exact_invariants_under_concurrent_plan_commit_and_dedup()
 def test_peek_reports_earlier_turns_without_registering():
     d = Deduplicator()
     d.dedup("c", [ContextBlock(1, "a"), ContextBlock(2, "b")])
-    got = d.peek("c", [ContextBlock(2, "b"), ContextBlock(3, "c"), ContextBlock(4, "A"), ContextBlock(1, "edited")])
+    got = d.peek("c", [ContextBlock(2, "b"), ContextBlock(3, "c"), ContextBlock(4, " a "), ContextBlock(1, "edited")])
     assert [None if g is None else (g.turn, g.position) for g in got] == [(1, 2), None, (1, 1), None]
     assert d.peek("other", [1]) == (None,)
     assert d.sent_count("c") == 2 and d.sent_count("other") == 0

@@ -17,7 +17,7 @@ def blocks(*ids):
 def test_plan_changes_nothing_and_includes_same_turn_duplicates():
     d = Deduplicator()
     d.dedup("c", blocks(1, 2, 4))
-    plan = d.plan("c", blocks(1, 5, 2) + [ContextBlock(9, "TEXT  of 5")])
+    plan = d.plan("c", blocks(1, 5, 2) + [ContextBlock(9, " text  of 5")])
     assert plan.committed is False and plan.turn == 2 and plan.kept_ids == (5,)
     assert plan.dropped == (
         DroppedBlock(1, Location(1, 1, 1), "Please refer to [Doc 1] in the previous conversation (turn 1)."),
@@ -95,7 +95,7 @@ def test_a_plan_expires_after_max_pending_newer_plans():
 def test_interleaved_commits_renumber_the_turn_but_keep_positions_and_labels():
     d = Deduplicator()
     d.dedup("c", blocks(1))
-    a = d.plan("c", blocks(7, 1) + [ContextBlock(8, "TEXT OF 7")])  # 8 repeats 7 within the turn
+    a = d.plan("c", blocks(7, 1) + [ContextBlock(8, "text of  7")])  # 8 repeats 7 within the turn
     b = d.plan("c", blocks(7, 9))
     assert a.turn == b.turn == 2
     assert d.commit(b).turn == 2
