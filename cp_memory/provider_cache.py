@@ -250,16 +250,16 @@ class AnthropicPromptCache:
             last = len(blocks) - 1
             marks[last] = max(marks.get(last, automatic), automatic, key=ANTHROPIC_TTL_SECONDS.__getitem__)
         ordered = sorted(marks)
-        for a, b in zip(ordered, ordered[1:]):
-            if ANTHROPIC_TTL_SECONDS[marks[a]] < ANTHROPIC_TTL_SECONDS[marks[b]]:
+        for first, later in zip(ordered, ordered[1:]):
+            if ANTHROPIC_TTL_SECONDS[marks[first]] < ANTHROPIC_TTL_SECONDS[marks[later]]:
                 raise ValueError("a cache_control TTL of 1h must not come after one of 5m (longer TTLs first)")
         self._expire(now)
         digests: list[bytes] = []
         cum: list[int] = []
         digest, total = b"", 0
-        for b in blocks:
-            digest = _chain(digest, b.tokens)
-            total += len(b.tokens)
+        for block in blocks:
+            digest = _chain(digest, block.tokens)
+            total += len(block.tokens)
             digests.append(digest)
             cum.append(total)
         read_at = -1

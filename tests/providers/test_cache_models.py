@@ -18,7 +18,7 @@ def toks(n: int, start: int = 0) -> list[int]:
 # ============================================================== OpenAI
 class TestOpenAIRules:
     def test_caching_starts_at_1024_tokens(self):
-        """"Caching is enabled automatically for prompts that are 1024 tokens or longer."""
+        """ "Caching is enabled automatically for prompts that are 1024 tokens or longer."""
         cache = OpenAIPromptCache(machines=1)
         short = toks(1023)
         cache.serve(short, now=0)
@@ -28,7 +28,7 @@ class TestOpenAIRules:
         assert cache.serve(long, now=3).cached == 1024
 
     def test_hits_grow_in_128_token_steps_after_the_first_1024(self):
-        """"After the first 1,024 tokens, cache hits occur for every 128 additional identical tokens.\""""
+        """ "After the first 1,024 tokens, cache hits occur for every 128 additional identical tokens.\""""
         cache = OpenAIPromptCache(machines=1)
         first = toks(1500)
         cache.serve(first, now=0)
@@ -37,7 +37,7 @@ class TestOpenAIRules:
         assert cache.serve(second, now=1).cached == 1152
 
     def test_a_single_token_changed_in_the_first_1024_is_a_miss(self):
-        """"A single character difference in the first 1,024 tokens results in a cache miss.\""""
+        """ "A single character difference in the first 1,024 tokens results in a cache miss.\""""
         cache = OpenAIPromptCache(machines=1)
         prompt = toks(2000)
         cache.serve(prompt, now=0)
@@ -87,7 +87,7 @@ class TestOpenAIRules:
         assert cache.serve(prompt, key="k", now=200.0).overflow is False
 
     def test_in_memory_retention_evicts_after_idle_minutes(self):
-        """"Caches are typically cleared within 5 to 10 minutes of inactivity": the model takes 5 minutes."""
+        """ "Caches are typically cleared within 5 to 10 minutes of inactivity": the model takes 5 minutes."""
         cache = OpenAIPromptCache(machines=1)
         prompt = toks(2048)
         cache.serve(prompt, now=0)
