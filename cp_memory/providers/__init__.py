@@ -21,25 +21,31 @@ docs/hosted.md has examples, the documented rules with their sources, and the be
 
 from __future__ import annotations
 
-from ..provider_rules import PriceRatios
-from .account import Savings, SavingsAccount
-from .anthropic import AnthropicRequest, Breakpoint, anthropic_request
-from .openai import PromptCacheKeys, openai_request
-from .tokens import Counting, default_counting
-from .usage import CacheUsage, UsageStream, read_usage
+import importlib
+from typing import Any
 
-__all__ = [
-    "AnthropicRequest",
-    "Breakpoint",
-    "CacheUsage",
-    "Counting",
-    "PriceRatios",
-    "PromptCacheKeys",
-    "Savings",
-    "SavingsAccount",
-    "UsageStream",
-    "anthropic_request",
-    "default_counting",
-    "openai_request",
-    "read_usage",
-]
+# loaded on first use: the mem0 wrappers import only the account (usage + prices, standard library)
+_LAZY = {
+    "AnthropicRequest": "cp_memory.providers.anthropic",
+    "Breakpoint": "cp_memory.providers.anthropic",
+    "anthropic_request": "cp_memory.providers.anthropic",
+    "CacheUsage": "cp_memory.providers.usage",
+    "UsageStream": "cp_memory.providers.usage",
+    "read_usage": "cp_memory.providers.usage",
+    "Counting": "cp_memory.providers.tokens",
+    "default_counting": "cp_memory.providers.tokens",
+    "PriceRatios": "cp_memory.provider_rules",
+    "PromptCacheKeys": "cp_memory.providers.openai",
+    "openai_request": "cp_memory.providers.openai",
+    "Savings": "cp_memory.providers.account",
+    "SavingsAccount": "cp_memory.providers.account",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cp_memory.providers' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

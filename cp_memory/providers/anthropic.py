@@ -294,6 +294,7 @@ def anthropic_request(
         budget -= 1
 
     # the marks go onto the blocks (strings become a text block list on the marked message only)
+    plain = [m["content"] if isinstance(m["content"], str) else None for m in past]  # str contents, to restore
     flat: list[tuple[list[Any], int]] = [(tool_list, i) for i in range(len(tool_list))]
     flat += [(system_blocks, i) for i in range(len(system_blocks))]
     for m in messages:
@@ -304,9 +305,9 @@ def anthropic_request(
         holder, i = flat[at]
         holder[i] = dict(holder[i])
         holder[i]["cache_control"] = {"type": "ephemeral"} if t == "5m" else {"type": "ephemeral", "ttl": t}
-    for m, original in zip(messages, past):  # unmarked history messages keep their original shape
-        if isinstance(original["content"], str) and not any("cache_control" in b for b in m["content"]):
-            m["content"] = original["content"]
+    for m, text in zip(messages, plain):  # unmarked history messages keep their original shape
+        if text is not None and not any("cache_control" in b for b in m["content"]):
+            m["content"] = text
 
     marks = sorted(
         [Breakpoint(w, at, cum[at], t) for w, at, t in chosen]

@@ -281,3 +281,31 @@ def test_the_account_logs_at_info_on_request(caplog):
         assert "2 calls" in caplog.records[-1].message
         account.log()
     assert len(caplog.records) == 2
+
+
+# ------------------------------------------------------------------ the wrapper's account
+def test_commit_with_usage_feeds_the_wrappers_savings(caplog):
+    from tests.mem0_fixtures import require_mem0
+
+    require_mem0()
+    from cp_memory.embedded import default_memory
+    from cp_memory.memory import ContextPilotMemory
+
+    memory = default_memory()
+    try:
+        memory.add([{"role": "user", "content": "Alice has a cat named Miso."}], user_id="alice", infer=False)
+        cp = ContextPilotMemory(memory)
+        r = cp.search("pets?", filters={"user_id": "alice"}, conversation_id="c1")
+        reply = {"model": "claude-sonnet-4-5", "usage": {"input_tokens": 10, "cache_read_input_tokens": 1990,
+                                                          "cache_creation_input_tokens": 0, "output_tokens": 3}}
+        assert cp.commit(r, usage=reply) == 1
+        cp.commit(cp.search("cat?", filters={"user_id": "alice"}, conversation_id="c1"), usage={"odd": True})
+        s = cp.savings()
+        assert (s.calls, s.input_tokens, s.cache_read_tokens) == (2, 2000, 1990)
+        assert s.cost == pytest.approx(10 + 199)
+        with caplog.at_level(logging.INFO, logger="cp_memory.providers.account"):
+            cp.savings(log=True)
+        assert "1990 read" in caplog.text
+        assert cp.savings_account is cp.savings_account
+    finally:
+        memory.close()
