@@ -32,7 +32,10 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .provider_cache import AnthropicPromptCache, OpenAIPromptCache
 
 __all__ = [
     "AnthropicPromptCache",

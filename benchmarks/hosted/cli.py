@@ -40,8 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--anthropic-model", default=MODELS["anthropic"])
     p.add_argument("--base-url", help="a real provider's API (one provider at a time); default: local server")
     p.add_argument("--api-key-env", help="environment variable holding the API key")
-    p.add_argument("--key-secret-env", default="CP_MEMORY_CACHE_KEY_SECRET",
-                   help="environment variable with the prompt_cache_key secret (a fixed one for the local run)")
+    p.add_argument(
+        "--key-secret-env",
+        default="CP_MEMORY_CACHE_KEY_SECRET",
+        help="environment variable with the prompt_cache_key secret (a fixed one for the local run)",
+    )
     p.add_argument("--locomo", help="path of locomo10.json (default: $CP_MEMORY_LOCOMO or shared/data)")
     p.add_argument("--out", default="docs/results", help="folder of hosted.json / .md / .png")
     p.add_argument("--name", default="hosted", help="file name stem")
@@ -58,9 +61,19 @@ def _git_commit() -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpx2", "openai", "anthropic", "mem0", "sentence_transformers", "urllib3", "qdrant_client"):
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "openai",
+        "anthropic",
+        "mem0",
+        "sentence_transformers",
+        "urllib3",
+        "qdrant_client",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     if any(p not in MODELS for p in providers):
@@ -104,8 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not api_key:
             raise SystemExit(f"--base-url needs an API key in ${env}")
         target = f"measured on {args.base_url}"
-        recs, acc = run_provider(providers[0], models[providers[0]], work, base_url=args.base_url, api_key=api_key,
-                                 systems=systems, keys=keys, counter=counting.tokens)
+        recs, acc = run_provider(
+            providers[0],
+            models[providers[0]],
+            work,
+            base_url=args.base_url,
+            api_key=api_key,
+            systems=systems,
+            keys=keys,
+            counter=counting.tokens,
+        )
         records += recs
         accounts[providers[0]] = acc
     else:
@@ -113,8 +134,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ProviderServer(step_s=args.step_s) as server:
             for provider in providers:
                 base = server.url + ("/v1" if provider == "openai" else "")
-                recs, acc = run_provider(provider, models[provider], work, base_url=base, api_key="local",
-                                         systems=systems, keys=keys, counter=counting.tokens)
+                recs, acc = run_provider(
+                    provider,
+                    models[provider],
+                    work,
+                    base_url=base,
+                    api_key="local",
+                    systems=systems,
+                    keys=keys,
+                    counter=counting.tokens,
+                )
                 records += recs
                 accounts[provider] = acc
     rows = summarize(records)

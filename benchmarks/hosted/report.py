@@ -34,13 +34,19 @@ def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
         read = sum(r.cache_read_tokens for r in rs)
         cost = sum(r.cost for r in rs)
         row: dict[str, Any] = {
-            "provider": provider, "system": system, "workload": workload, "arm": arm, "requests": n,
+            "provider": provider,
+            "system": system,
+            "workload": workload,
+            "arm": arm,
+            "requests": n,
             "stable_tokens": rs[0].stable_tokens,
-            "input_tokens": inp, "cache_read_tokens": read,
+            "input_tokens": inp,
+            "cache_read_tokens": read,
             "cache_write_tokens": sum(r.cache_write_tokens for r in rs),
             "uncached_tokens": sum(r.uncached_tokens for r in rs),
             "cached_share": _share(read, inp),
-            "input_cost": cost, "cost_per_100": cost / n * 100 if n else None,
+            "input_cost": cost,
+            "cost_per_100": cost / n * 100 if n else None,
             "cost_vs_no_cache": _share(cost, inp),
             "memories_per_request": sum(r.memories for r in rs) / n,
             "shared_per_request": sum(r.shared for r in rs) / n,
@@ -48,15 +54,19 @@ def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
         }
         if workload == "chat":
             late = [r for r in rs if r.turn >= 3]
-            row["cached_share_from_turn_3"] = _share(sum(r.cache_read_tokens for r in late),
-                                                     sum(r.input_tokens for r in late))
+            row["cached_share_from_turn_3"] = _share(
+                sum(r.cache_read_tokens for r in late), sum(r.input_tokens for r in late)
+            )
             by_turn: dict[int, list[Record]] = defaultdict(list)
             for r in rs:
                 by_turn[r.turn].append(r)
             row["per_turn"] = [
-                {"turn": t, "input_tokens": sum(r.input_tokens for r in g) / len(g),
-                 "cached_share": _share(sum(r.cache_read_tokens for r in g), sum(r.input_tokens for r in g)),
-                 "cost": sum(r.cost for r in g) / len(g)}
+                {
+                    "turn": t,
+                    "input_tokens": sum(r.input_tokens for r in g) / len(g),
+                    "cached_share": _share(sum(r.cache_read_tokens for r in g), sum(r.input_tokens for r in g)),
+                    "cost": sum(r.cost for r in g) / len(g),
+                }
                 for t, g in sorted(by_turn.items())
             ]
             by_chat: dict[tuple[int, int], float] = defaultdict(float)
@@ -64,8 +74,11 @@ def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
                 by_chat[(r.conversation, r.chat)] += r.cost
             row["cost_per_chat"] = [round(v, 1) for _, v in sorted(by_chat.items())]
         else:
-            beyond = [r for r in rs if r.cache_read_tokens >= OPENAI_MIN_TOKENS
-                      and r.cache_read_tokens >= r.stable_tokens + INTO_MEMORIES]
+            beyond = [
+                r
+                for r in rs
+                if r.cache_read_tokens >= OPENAI_MIN_TOKENS and r.cache_read_tokens >= r.stable_tokens + INTO_MEMORIES
+            ]
             row["questions_cached_into_memories"] = _share(len(beyond), n)
         rows.append(row)
     return rows
@@ -87,22 +100,40 @@ def aims(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             cp = _find(rows, provider="anthropic", system=system, workload="chat", arm=arm)
             if cp and base and base["input_cost"]:
                 ratio = cp["input_cost"] / base["input_cost"]
-                out.append({"aim": f"Anthropic 8-turn chats: {arm} input cost <= 0.5x mem0's documented pattern",
-                            "system": system, "value": ratio, "met": ratio <= 0.5})
+                out.append(
+                    {
+                        "aim": f"Anthropic 8-turn chats: {arm} input cost <= 0.5x mem0's documented pattern",
+                        "system": system,
+                        "value": ratio,
+                        "met": ratio <= 0.5,
+                    }
+                )
         for arm in ("cp-append", "cp-late"):
             cp = _find(rows, provider="openai", system=system, workload="chat", arm=arm)
             if cp and cp.get("cached_share_from_turn_3") is not None:
                 share = cp["cached_share_from_turn_3"]
-                out.append({"aim": f"OpenAI 8-turn chats: >= 70% of input tokens cached from turn 3 on ({arm})",
-                            "system": system, "value": share, "met": share >= 0.70})
+                out.append(
+                    {
+                        "aim": f"OpenAI 8-turn chats: >= 70% of input tokens cached from turn 3 on ({arm})",
+                        "system": system,
+                        "value": share,
+                        "met": share >= 0.70,
+                    }
+                )
         for provider in ("openai", "anthropic"):
             for arm in ("cp", "cp-swap"):
                 cp = _find(rows, provider=provider, system=system, workload="qa100", arm=arm)
                 if cp and cp.get("questions_cached_into_memories") is not None:
                     share = cp["questions_cached_into_memories"]
-                    out.append({"aim": f"{provider} one-shot QA k=100: >= 40% of questions cached past 1,024 "
-                                       f"tokens and into the memory lines ({arm})",
-                                "system": system, "value": share, "met": share >= 0.40})
+                    out.append(
+                        {
+                            "aim": f"{provider} one-shot QA k=100: >= 40% of questions cached past 1,024 "
+                            f"tokens and into the memory lines ({arm})",
+                            "system": system,
+                            "value": share,
+                            "met": share >= 0.40,
+                        }
+                    )
     return out
 
 
@@ -156,8 +187,13 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     ax = axes[0]
     chat = [r for r in rows if r["provider"] == "anthropic" and r["workload"] == "chat"]
     labels = [f"{r['system']}\n{r['arm']}" for r in chat]
-    ax.bar(range(len(chat)), [r["cost_per_100"] for r in chat],
-           color=["#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in chat])
+    ax.bar(
+        range(len(chat)),
+        [r["cost_per_100"] for r in chat],
+        color=[
+            "#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in chat
+        ],
+    )
     ax.set_xticks(range(len(chat)), labels, fontsize=8)
     ax.set_ylabel("input cost per 100 questions (input-token units)")
     ax.set_title("Anthropic, 8-turn chats")
@@ -165,8 +201,13 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     for r in rows:
         if r["provider"] == "openai" and r["workload"] == "chat":
             turns = [p["turn"] for p in r["per_turn"]]
-            ax.plot(turns, [p["cached_share"] or 0 for p in r["per_turn"]], marker="o",
-                    linestyle="-" if r["arm"].startswith("cp") else "--", label=f"{r['arm']} ({r['system']})")
+            ax.plot(
+                turns,
+                [p["cached_share"] or 0 for p in r["per_turn"]],
+                marker="o",
+                linestyle="-" if r["arm"].startswith("cp") else "--",
+                label=f"{r['arm']} ({r['system']})",
+            )
     ax.axhline(0.7, color="grey", linewidth=0.8, linestyle=":")
     ax.set_ylim(0, 1)
     ax.set_xlabel("turn")
@@ -175,10 +216,17 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     ax.legend(fontsize=8)
     ax = axes[2]
     qa = [r for r in rows if r["workload"].startswith("qa")]
-    ax.bar(range(len(qa)), [r["cached_share"] or 0 for r in qa],
-           color=["#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in qa])
-    ax.set_xticks(range(len(qa)), [f"{r['provider'][:4]} {r['system'][:5]}\n{r['workload']} {r['arm']}" for r in qa],
-                  fontsize=6, rotation=90)
+    ax.bar(
+        range(len(qa)),
+        [r["cached_share"] or 0 for r in qa],
+        color=["#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in qa],
+    )
+    ax.set_xticks(
+        range(len(qa)),
+        [f"{r['provider'][:4]} {r['system'][:5]}\n{r['workload']} {r['arm']}" for r in qa],
+        fontsize=6,
+        rotation=90,
+    )
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of input tokens cached")
     ax.set_title("one-shot QA")

@@ -43,8 +43,10 @@ __all__ = ["ARMS", "Record", "run_provider"]
 
 logger = logging.getLogger(__name__)
 
-ARMS = {"openai": ("mem0", "cp-append", "cp-late", "cp", "cp-swap"),
-        "anthropic": ("mem0", "mem0+auto", "cp-append", "cp-late", "cp", "cp-swap")}
+ARMS = {
+    "openai": ("mem0", "cp-append", "cp-late", "cp", "cp-swap"),
+    "anthropic": ("mem0", "mem0+auto", "cp-append", "cp-late", "cp", "cp-swap"),
+}
 CHAT_ONLY = ("cp-append", "cp-late")
 QA_ONLY = ("cp", "cp-swap")
 MAX_TOKENS = 16
@@ -97,8 +99,12 @@ class Caller:
         if self.provider == "openai":
             if stream:
                 events = self.client.chat.completions.create(
-                    model=self.model, max_completion_tokens=MAX_TOKENS, stream=True,
-                    stream_options={"include_usage": True}, extra_headers=headers, **kwargs,
+                    model=self.model,
+                    max_completion_tokens=MAX_TOKENS,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_headers=headers,
+                    **kwargs,
                 )
                 usage = UsageStream(provider="openai")
                 for _ in usage.wrap(events):
@@ -116,8 +122,9 @@ class Caller:
                 for _ in usage.wrap(events):
                     pass
             return usage.usage
-        return read_usage(self.client.messages.create(model=self.model, max_tokens=MAX_TOKENS,
-                                                      extra_headers=headers, **kwargs))
+        return read_usage(
+            self.client.messages.create(model=self.model, max_tokens=MAX_TOKENS, extra_headers=headers, **kwargs)
+        )
 
 
 def _shown(response: Any) -> tuple[int, int]:
@@ -130,8 +137,7 @@ def _shown(response: Any) -> tuple[int, int]:
 class Arm:
     """Builds each request of one (provider, arm, system) combination; keeps a chat's history."""
 
-    def __init__(self, provider: str, arm: str, variant: str, model: str, keys: PromptCacheKeys,
-                 counter: Any) -> None:
+    def __init__(self, provider: str, arm: str, variant: str, model: str, keys: PromptCacheKeys, counter: Any) -> None:
         self.provider, self.arm, self.variant, self.model = provider, arm, variant, model
         self.system = SYSTEMS[variant]
         self.tools = tools_for(variant, provider)
@@ -151,12 +157,20 @@ class Arm:
         if self.arm.startswith("cp"):
             r = s.cp[self.arm]
             if self.provider == "openai":
-                kw = openai_request(s.question, r, system=self.system, history=self.history, tools=self.tools,
-                                    keys=self.keys)
+                kw = openai_request(
+                    s.question, r, system=self.system, history=self.history, tools=self.tools, keys=self.keys
+                )
                 return kw, 0
             layout = "oneshot" if not chat else ("late" if self.arm == "cp-late" else "append")
-            req = anthropic_request(s.question, r, model=self.model, system=self.system, history=self.history,
-                                    tools=self.tools, layout=layout)
+            req = anthropic_request(
+                s.question,
+                r,
+                model=self.model,
+                system=self.system,
+                history=self.history,
+                tools=self.tools,
+                layout=layout,
+            )
             return req.kwargs(), len(req.breakpoints)
         system = mem0_system(self.system, s.mem0)
         messages = self.history + [{"role": "user", "content": s.question}]
@@ -219,9 +233,15 @@ def run_provider(
                 for t, s in enumerate(rows, 1):
                     kwargs, breakpoints = arm.request(s, chat=chat)
                     usage = caller.send(kwargs, run, stream=chat)
-                    usage = CacheUsage(provider, usage.input_tokens, usage.cache_read_tokens,
-                                       usage.cache_write_tokens, usage.output_tokens, usage.cache_write_1h_tokens,
-                                       model)
+                    usage = CacheUsage(
+                        provider,
+                        usage.input_tokens,
+                        usage.cache_read_tokens,
+                        usage.cache_write_tokens,
+                        usage.output_tokens,
+                        usage.cache_write_1h_tokens,
+                        model,
+                    )
                     account.add(usage)
                     if chat:
                         arm.sent(s, kwargs)
@@ -229,12 +249,30 @@ def run_provider(
                     memories, pointers = _shown(shown)
                     info = shown.get("context_pilot") if isinstance(shown, dict) else None
                     shared = int(info.get("prefix_len") or 0) if isinstance(info, dict) else 0
-                    records.append(Record(
-                        provider, model, variant, workload, arm_name, conv, c, t, s.digest, usage.input_tokens,
-                        usage.cache_read_tokens, usage.cache_write_tokens, usage.cache_write_1h_tokens,
-                        usage.uncached_tokens, call_cost(usage, prices) if prices else float("nan"), stable,
-                        memories, pointers, breakpoints, shared,
-                    ))
+                    records.append(
+                        Record(
+                            provider,
+                            model,
+                            variant,
+                            workload,
+                            arm_name,
+                            conv,
+                            c,
+                            t,
+                            s.digest,
+                            usage.input_tokens,
+                            usage.cache_read_tokens,
+                            usage.cache_write_tokens,
+                            usage.cache_write_1h_tokens,
+                            usage.uncached_tokens,
+                            call_cost(usage, prices) if prices else float("nan"),
+                            stable,
+                            memories,
+                            pointers,
+                            breakpoints,
+                            shared,
+                        )
+                    )
             if account.summary().calls:
                 accounts[f"{variant}/{arm_name}"] = asdict(account.summary())
             logger.info("%s %s %s: %s", provider, variant, arm_name, account.summary().line())

@@ -147,10 +147,20 @@ class ProviderServer:
             now = self._tick()
             cache = self.openai.setdefault(run, OpenAIPromptCache(machines=self.machines))
             tokens = self.openai_tokens(body)
-            served = cache.serve(tokens, key=body.get("prompt_cache_key"), retention=body.get("prompt_cache_retention"),
-                                 now=now)
-            self.log.append({"api": "openai", "run": run, "prompt": served.prompt, "cached": served.cached,
-                             "machine": served.machine, "overflow": served.overflow, "now": now})
+            served = cache.serve(
+                tokens, key=body.get("prompt_cache_key"), retention=body.get("prompt_cache_retention"), now=now
+            )
+            self.log.append(
+                {
+                    "api": "openai",
+                    "run": run,
+                    "prompt": served.prompt,
+                    "cached": served.cached,
+                    "machine": served.machine,
+                    "overflow": served.overflow,
+                    "now": now,
+                }
+            )
         out = len(self.tokenize(ANSWER))
         usage = {
             "prompt_tokens": served.prompt,
@@ -199,8 +209,16 @@ class ProviderServer:
             now = self._tick()
             cache = self.anthropic.setdefault((run, model), AnthropicPromptCache(anthropic_min_tokens(model)[0]))
             served = cache.serve(self.anthropic_blocks(body), automatic=automatic, now=now)
-            self.log.append({"api": "anthropic", "run": run, "prompt": served.prompt, "read": served.read,
-                             "written": served.written, "now": now})
+            self.log.append(
+                {
+                    "api": "anthropic",
+                    "run": run,
+                    "prompt": served.prompt,
+                    "read": served.read,
+                    "written": served.written,
+                    "now": now,
+                }
+            )
         out = len(self.tokenize(ANSWER))
         usage = {
             "input_tokens": served.uncached,
@@ -213,19 +231,45 @@ class ProviderServer:
             "output_tokens": out,
         }
         message = {"id": f"msg_{len(self.log)}", "type": "message", "role": "assistant", "model": model}
-        payload = {**message, "content": [{"type": "text", "text": ANSWER}], "stop_reason": "end_turn",
-                   "stop_sequence": None, "usage": usage}
+        payload = {
+            **message,
+            "content": [{"type": "text", "text": ANSWER}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
         start_usage = {**usage, "output_tokens": 1}
         events: list[tuple[str | None, Any]] = [
-            ("message_start", {"type": "message_start", "message": {**message, "content": [], "stop_reason": None,
-                                                                    "stop_sequence": None, "usage": start_usage}}),
-            ("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": {"type": "text", "text": ""}}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": {"type": "text_delta", "text": ANSWER}}),
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        **message,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": start_usage,
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ANSWER}},
+            ),
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                               "usage": {"output_tokens": out}}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": out},
+                },
+            ),
             ("message_stop", {"type": "message_stop"}),
         ]
         return events, payload

@@ -108,8 +108,10 @@ def build_workload(
             rows = []
             for q in qs[:questions]:
                 plain = memory.search(q, filters=filters, top_k=k)
-                ours = {"cp": aligned.search(q, filters=filters, top_k=k),
-                        "cp-swap": swap.search(q, filters=filters, top_k=k)}
+                ours = {
+                    "cp": aligned.search(q, filters=filters, top_k=k),
+                    "cp-swap": swap.search(q, filters=filters, top_k=k),
+                }
                 rows.append(Searched(q, text_digest(q), plain, ours))
             out.qa.setdefault(k, {})[index] = rows
     return out

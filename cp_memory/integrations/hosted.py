@@ -121,7 +121,8 @@ def anthropic_messages(
         raise ValueError("the newest user message is not the layout's text for this response (user_content)")
     out: list[Any] = []
     if req.system:
-        out.append(SystemMessage(content=req.system))
+        system_blocks: list[str | dict[Any, Any]] = list(req.system)
+        out.append(SystemMessage(content=system_blocks))
     kinds = {"user": HumanMessage, "assistant": AIMessage}
     for original, m in zip(rest, req.messages):
         out.append(kinds[m["role"]](content=m["content"], id=getattr(original, "id", None)))

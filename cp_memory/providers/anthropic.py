@@ -305,9 +305,9 @@ def anthropic_request(
         holder, i = flat[at]
         holder[i] = dict(holder[i])
         holder[i]["cache_control"] = {"type": "ephemeral"} if t == "5m" else {"type": "ephemeral", "ttl": t}
-    for m, text in zip(messages, plain):  # unmarked history messages keep their original shape
-        if text is not None and not any("cache_control" in b for b in m["content"]):
-            m["content"] = text
+    for m, original in zip(messages, plain):  # unmarked history messages keep their original shape
+        if original is not None and not any("cache_control" in b for b in m["content"]):
+            m["content"] = original
 
     marks = sorted(
         [Breakpoint(w, at, cum[at], t) for w, at, t in chosen]

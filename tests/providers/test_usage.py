@@ -296,8 +296,15 @@ def test_commit_with_usage_feeds_the_wrappers_savings(caplog):
         memory.add([{"role": "user", "content": "Alice has a cat named Miso."}], user_id="alice", infer=False)
         cp = ContextPilotMemory(memory)
         r = cp.search("pets?", filters={"user_id": "alice"}, conversation_id="c1")
-        reply = {"model": "claude-sonnet-4-5", "usage": {"input_tokens": 10, "cache_read_input_tokens": 1990,
-                                                          "cache_creation_input_tokens": 0, "output_tokens": 3}}
+        reply = {
+            "model": "claude-sonnet-4-5",
+            "usage": {
+                "input_tokens": 10,
+                "cache_read_input_tokens": 1990,
+                "cache_creation_input_tokens": 0,
+                "output_tokens": 3,
+            },
+        }
         assert cp.commit(r, usage=reply) == 1
         cp.commit(cp.search("cat?", filters={"user_id": "alice"}, conversation_id="c1"), usage={"odd": True})
         s = cp.savings()
