@@ -21,6 +21,9 @@ policies, both fed token ids (from the engine's ``/tokenize``) or text (split by
 
 Both leave at least one prompt token to compute (an engine needs the last position's logits), and
 ``generated`` tokens appended after a prompt (unique, they never match a later prompt) are cached with it.
+
+The hosted providers' caches (:class:`OpenAIPromptCache`, :class:`AnthropicPromptCache`, after their
+documented rules) live in :mod:`cp_memory.provider_cache` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -29,17 +32,35 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .provider_cache import AnthropicPromptCache, OpenAIPromptCache
 
 __all__ = [
+    "AnthropicPromptCache",
     "BlockPrefixCache",
     "CacheStats",
     "LlamaServerCache",
+    "OpenAIPromptCache",
     "PrefixCacheModel",
     "Served",
     "char_tokens",
     "common_prefix",
     "regex_tokens",
 ]
+
+_HOSTED = ("AnthropicPromptCache", "OpenAIPromptCache")
+
+
+def __getattr__(name: str) -> Any:
+    """The hosted providers' cache models, from :mod:`cp_memory.provider_cache` (imported on first use)."""
+    if name in _HOSTED:
+        from . import provider_cache
+
+        return getattr(provider_cache, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 

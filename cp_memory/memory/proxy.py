@@ -32,6 +32,8 @@ OWN_NAMES = frozenset(
         "delete_all",
         "reset",
         "forget_conversation",
+        "savings",
+        "savings_account",
         "scopes",
         "wrapped",
         "cp_config",

@@ -28,6 +28,7 @@ from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 from ..config import ContextPilotConfig
 from ..dedup import Deduplicator
 from ..index import ContextIndex
+from ..providers.account import Savings, SavingsAccount
 from ..scope import ENTITY_KEYS, entity_ids, scope_of
 from .calls import SearchCall, hosted_call, local_call
 from .flow import adrive, drive, search_flow
@@ -102,6 +103,7 @@ class _Wrapper(ForwardingProxy):
         self._cp_pipeline = SearchPipeline(self._cp_config)
         self._cp_retry_on = retry_on if retry_on is not None else transient_errors()
         self._cp_default_top_k = _default_top_k(search)
+        self._cp_savings = SavingsAccount()
 
     # ------------------------------------------------------------------ internals
     def _cp_retrying(self, fn: Any) -> Any:
@@ -162,13 +164,28 @@ class _Wrapper(ForwardingProxy):
             raise ValueError("filters must contain at least one of user_id, agent_id, run_id")
         return self._cp_pipeline.scopes.get(scope).index
 
-    def commit(self, response: Any) -> int | None:
+    def commit(self, response: Any, usage: Any = None, *, model: str | None = None) -> int | None:
         """The turn of ``response`` was sent to the model: register its memories as sent.
 
         Returns the committed turn number (None when the search had no conversation). Raises
-        ``ValueError`` for a turn committed or rolled back before.
+        ``ValueError`` for a turn committed or rolled back before. ``usage``: the model's reply (or its
+        ``usage``, a stream's :class:`~cp_memory.providers.CacheUsage`): added to :meth:`savings`; odd usage
+        counts as zeros, never raises.
         """
-        return self._cp_pipeline.turns.commit(response)
+        turn = self._cp_pipeline.turns.commit(response)
+        if usage is not None:
+            self._cp_savings.add(usage, model=model)
+        return turn
+
+    @property
+    def savings_account(self) -> SavingsAccount:
+        """This wrapper's running prompt-cache account (``set_prices(model, PriceRatios(...))``, ``log_every``)."""
+        return self._cp_savings
+
+    def savings(self, *, log: bool = False) -> Savings:
+        """Prompt-cache totals of the usage passed to :meth:`commit`: tokens read, written, uncached, and the
+        input cost at list-price ratios; ``log=True`` also logs them at INFO."""
+        return self._cp_savings.log() if log else self._cp_savings.summary()
 
     def rollback(self, response: Any) -> None:
         """The turn of ``response`` was not sent (the model call failed): forget it. Idempotent."""

@@ -1,0 +1,3 @@
+from benchmarks.hosted.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,280 @@
+"""A local stand-in for the OpenAI and Anthropic APIs (127.0.0.1 only) that applies the providers' documented
+cache rules (:mod:`cp_memory.provider_cache`) and answers in their shapes, streamed or not.
+
+``POST /v1/chat/completions`` (OpenAI Chat Completions, ``stream`` + ``stream_options.include_usage``) and
+``POST /v1/messages`` (Anthropic Messages, SSE ``message_start`` ... ``message_delta`` ... ``message_stop``).
+The official SDKs talk to it unchanged (``base_url=server.url``), so their request building, streaming and
+usage types are the real ones. Prompts are tokenized with ``o200k_base`` (``bpe-openai``; a word/punctuation
+split without it): OpenAI's prompt is every tool definition then every message (a role token + its text);
+Anthropic's blocks are the tools, the system blocks and each message's content blocks, in that order.
+
+Time is simulated: each request advances the clock by ``step_s`` seconds, so TTLs and request rates are
+deterministic. Each value of the ``x-bench-run`` header gets its own caches (arms never share a cache). The
+answer is a fixed short text: the benchmark measures prompts, not answers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from cp_memory.cache_model import regex_tokens
+from cp_memory.provider_cache import AnthropicPromptCache, CacheBlock, OpenAIPromptCache
+from cp_memory.provider_rules import anthropic_min_tokens
+from cp_memory.providers.anthropic import block_texts
+
+__all__ = ["ANSWER", "ProviderServer", "default_tokenizer"]
+
+ANSWER = "Noted."
+
+
+def default_tokenizer() -> Callable[[str], Sequence[Hashable]]:
+    try:
+        import bpe_openai
+
+        enc = bpe_openai.get_encoding("o200k_base")
+        return lambda text: enc.encode_ordinary(text)
+    except ImportError:
+        return regex_tokens
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else "" for p in content)
+    return ""
+
+
+class ProviderServer:
+    """``with ProviderServer() as s: OpenAI(base_url=s.url + "/v1")``; ``s.log`` lists every request."""
+
+    def __init__(self, *, step_s: float = 15.0, machines: int = 8, tokenizer: Any = None) -> None:
+        self.step_s = step_s
+        self.machines = machines
+        self.tokenize = tokenizer or default_tokenizer()
+        self.now = 0.0
+        self.lock = threading.Lock()
+        self.openai: dict[str, OpenAIPromptCache] = {}
+        self.anthropic: dict[tuple[str, str], AnthropicPromptCache] = {}
+        self.log: list[dict[str, Any]] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> ProviderServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                return
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                run = self.headers.get("x-bench-run") or "default"
+                try:
+                    if self.path.rstrip("/").endswith("/chat/completions"):
+                        events, payload = server.chat(body, run)
+                    elif self.path.rstrip("/").endswith("/messages"):
+                        events, payload = server.messages(body, run)
+                    else:
+                        self.send_error(404)
+                        return
+                except ValueError as exc:  # what the real API rejects with a 400
+                    data = json.dumps({"error": {"type": "invalid_request_error", "message": str(exc)}}).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    for name, event in events:
+                        line = (f"event: {name}\n" if name else "") + f"data: {json.dumps(event)}\n\n"
+                        self.wfile.write(line.encode())
+                    if self.path.rstrip("/").endswith("/chat/completions"):
+                        self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    return
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _tick(self) -> float:
+        self.now += self.step_s
+        return self.now
+
+    # ------------------------------------------------------------------ OpenAI
+    def openai_tokens(self, body: dict[str, Any]) -> list[Hashable]:
+        tokens: list[Hashable] = []
+        for tool in body.get("tools") or []:
+            tokens += list(self.tokenize(json.dumps(tool, sort_keys=True)))
+        for m in body.get("messages") or body.get("input") or []:
+            tokens.append(f"<|{m.get('role')}|>")
+            tokens += list(self.tokenize(_text_of(m.get("content"))))
+        return tokens
+
+    def chat(self, body: dict[str, Any], run: str) -> tuple[list[tuple[str | None, Any]], dict[str, Any]]:
+        with self.lock:
+            now = self._tick()
+            cache = self.openai.setdefault(run, OpenAIPromptCache(machines=self.machines))
+            tokens = self.openai_tokens(body)
+            served = cache.serve(
+                tokens, key=body.get("prompt_cache_key"), retention=body.get("prompt_cache_retention"), now=now
+            )
+            self.log.append(
+                {
+                    "api": "openai",
+                    "run": run,
+                    "prompt": served.prompt,
+                    "cached": served.cached,
+                    "machine": served.machine,
+                    "overflow": served.overflow,
+                    "now": now,
+                }
+            )
+        out = len(self.tokenize(ANSWER))
+        usage = {
+            "prompt_tokens": served.prompt,
+            "completion_tokens": out,
+            "total_tokens": served.prompt + out,
+            "prompt_tokens_details": {"cached_tokens": served.cached, "audio_tokens": 0},
+        }
+        model = body.get("model", "model")
+        head = {"id": f"chatcmpl-{len(self.log)}", "created": int(now), "model": model}
+        payload = {
+            **head,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ANSWER}}],
+            "usage": usage,
+        }
+        chunk = {**head, "object": "chat.completion.chunk"}
+        events: list[tuple[str | None, Any]] = [
+            (None, {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ANSWER}}]}),
+            (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append((None, {**chunk, "choices": [], "usage": usage}))
+        return events, payload
+
+    # ------------------------------------------------------------------ Anthropic
+    def anthropic_blocks(self, body: dict[str, Any]) -> list[CacheBlock]:
+        system = body.get("system") or []
+        if isinstance(system, str):
+            system = [{"type": "text", "text": system}]
+        messages = body.get("messages") or []
+        texts = block_texts(body.get("tools") or [], system, messages)
+        roles: list[str | None] = [None] * (len(texts) - sum(len(_blocks(m)) for m in messages))
+        for m in messages:
+            roles += [m.get("role")] + [None] * (len(_blocks(m)) - 1)
+        out = []
+        for (text, ttl), role in zip(texts, roles):
+            tokens = ([f"<|{role}|>"] if role else []) + list(self.tokenize(text))
+            out.append(CacheBlock(tokens, ttl))
+        return out
+
+    def messages(self, body: dict[str, Any], run: str) -> tuple[list[tuple[str | None, Any]], dict[str, Any]]:
+        model = str(body.get("model", "claude"))
+        auto = body.get("cache_control")
+        automatic = (auto.get("ttl", "5m") if isinstance(auto, dict) else None) or None
+        with self.lock:
+            now = self._tick()
+            cache = self.anthropic.setdefault((run, model), AnthropicPromptCache(anthropic_min_tokens(model)[0]))
+            served = cache.serve(self.anthropic_blocks(body), automatic=automatic, now=now)
+            self.log.append(
+                {
+                    "api": "anthropic",
+                    "run": run,
+                    "prompt": served.prompt,
+                    "read": served.read,
+                    "written": served.written,
+                    "now": now,
+                }
+            )
+        out = len(self.tokenize(ANSWER))
+        usage = {
+            "input_tokens": served.uncached,
+            "cache_read_input_tokens": served.read,
+            "cache_creation_input_tokens": served.written,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": served.written - served.written_1h,
+                "ephemeral_1h_input_tokens": served.written_1h,
+            },
+            "output_tokens": out,
+        }
+        message = {"id": f"msg_{len(self.log)}", "type": "message", "role": "assistant", "model": model}
+        payload = {
+            **message,
+            "content": [{"type": "text", "text": ANSWER}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        start_usage = {**usage, "output_tokens": 1}
+        events: list[tuple[str | None, Any]] = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        **message,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": start_usage,
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ANSWER}},
+            ),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": out},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return events, payload
+
+
+def _blocks(message: dict[str, Any]) -> list[Any]:
+    content = message.get("content", "")
+    return content if isinstance(content, list) else [content]

@@ -1,0 +1,323 @@
+"""Anthropic Messages requests from cp_memory's layout, with ``cache_control`` breakpoints where the cached
+prefix ends.
+
+:func:`anthropic_request` builds ``system``/``tools``/``messages`` for ``client.messages.create(**req.kwargs())``
+from a ``ContextPilotMemory.search`` response and places at most 4 breakpoints *in total* (the caller's own
+marks on system, tools or history are counted and kept, never removed):
+
+* ``stable`` — the last block of tools + system: shared by every request of the application;
+* ``turn`` — the moving one: the end of the new user message in a conversation whose messages stay in the
+  history as sent (the ``"append"`` layout), so the next turn reads everything; in a one-shot question the
+  end of the memory lines (the question itself is never shared);
+* ``history`` — the end of the history, when the ``turn`` breakpoint cannot see the previous request's end
+  within Anthropic's 20-block lookback (a long tool-using turn, a new message cut into many blocks) or when
+  the new message will not stay in the history (the ``"late"`` layout);
+* ``aligned`` — one-shot questions: the end of the aligned memory prefix this question shares with an
+  earlier prompt of the scope (``context_pilot["prefix_len"]``), so that prefix is read and re-written where
+  the next aligned question will look for it;
+* ``anchor`` — one-shot questions, with breakpoints to spare: every 20 memory lines above the aligned prefix.
+  A later question aligned with this one reads an entry only where some request wrote one, and only within
+  20 blocks before one of its own breakpoints; anchors 20 lines apart make that reach contiguous. They add no
+  write cost (a write is billed once, from the read point to the last breakpoint).
+
+The memory lines of a one-shot question are sent as one text block each (their concatenation is the
+layout's text byte for byte), so that their boundaries are block boundaries Anthropic can cache at.
+
+A breakpoint whose prefix does not reach the model's minimum cacheable length is not placed (it would cache
+nothing, silently). Tokens are counted by :func:`~cp_memory.providers.tokens.default_counting`; an unknown
+model gets the largest documented minimum and a warning. Prefix order is the API's: tools, system, messages.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..provider_rules import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, anthropic_min_tokens
+from .layout import context_pieces, info_of
+from .tokens import Counting, default_counting
+
+__all__ = ["AnthropicRequest", "Breakpoint", "anthropic_request", "block_texts", "count_breakpoints"]
+
+logger = logging.getLogger(__name__)
+
+Where = Literal["stable", "turn", "history", "aligned", "anchor", "caller"]
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    """A ``cache_control`` mark: which block (index over tools, system, messages' blocks), why, the tokens of
+    the prefix it closes and its TTL."""
+
+    where: Where
+    block: int
+    prefix_tokens: int
+    ttl: str
+
+
+@dataclass(frozen=True)
+class AnthropicRequest:
+    """What to send: :meth:`kwargs` for ``client.messages.create``; ``breakpoints`` all marks in the request
+    (the caller's included, ``where="caller"``); ``min_tokens`` the minimum applied."""
+
+    system: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    breakpoints: tuple[Breakpoint, ...]
+    min_tokens: int
+    skipped: tuple[str, ...] = field(default=())  # breakpoints left out: "turn: below minimum", ...
+
+    def kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"messages": self.messages}
+        if self.system:
+            out["system"] = self.system
+        if self.tools:
+            out["tools"] = self.tools
+        return out
+
+
+def _block_text(block: Any) -> str:
+    """The text a content block (or tool definition) contributes, for counting tokens."""
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, Mapping):
+        return ""
+    kind = block.get("type")
+    if kind == "text" or (kind is None and isinstance(block.get("text"), str)):
+        return str(block.get("text") or "")
+    if kind == "tool_result":
+        content = block.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "".join(_block_text(c) for c in content)
+        return ""
+    if kind in ("image", "document") or kind is None and "source" in block:
+        return ""  # unknown token count: counted as 0, the conservative side
+    body = {k: v for k, v in block.items() if k != "cache_control"}
+    return json.dumps(body, sort_keys=True, ensure_ascii=False)
+
+
+def _as_blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        return content
+    raise TypeError(f"message content must be a str or a list of content blocks, got {type(content).__name__}")
+
+
+def block_texts(
+    tools: Sequence[Mapping[str, Any]], system: Sequence[Any], messages: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, str | None]]:
+    """Every block of a request in the API's prefix order (tools, system, messages' content blocks) as
+    ``(text, breakpoint TTL or None)``."""
+    out: list[tuple[str, str | None]] = []
+
+    def mark(block: Any) -> str | None:
+        cc = block.get("cache_control") if isinstance(block, Mapping) else None
+        if isinstance(cc, Mapping):
+            ttl = cc.get("ttl", "5m")
+            return ttl if ttl in ANTHROPIC_TTLS else "5m"
+        return None
+
+    for t in tools:
+        out.append((_block_text(t), mark(t)))
+    for b in system:
+        out.append((_block_text(b), mark(b)))
+    for m in messages:
+        for b in _as_blocks(m.get("content", "")):
+            out.append((_block_text(b), mark(b)))
+    return out
+
+
+def count_breakpoints(
+    tools: Sequence[Mapping[str, Any]], system: Sequence[Any], messages: Sequence[Mapping[str, Any]]
+) -> int:
+    return sum(1 for _, ttl in block_texts(tools, system, messages) if ttl is not None)
+
+
+def _system_blocks(system: str | Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}] if system else []
+    out = []
+    for i, b in enumerate(system):
+        if not isinstance(b, Mapping) or b.get("type") != "text":
+            raise ValueError(f"system[{i}] must be a text block {{'type': 'text', 'text': ...}}")
+        out.append(copy.deepcopy(dict(b)))
+    return out
+
+
+def _history(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, m in enumerate(history):
+        if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant") or "content" not in m:
+            raise ValueError(f"history[{i}] must be a message {{'role': 'user'|'assistant', 'content': ...}}")
+        _as_blocks(m["content"])
+        out.append(copy.deepcopy(dict(m)))
+    return out
+
+
+def anthropic_request(
+    query: str,
+    response: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    model: str | None,
+    system: str | Sequence[Mapping[str, Any]] | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    tools: Sequence[Mapping[str, Any]] = (),
+    layout: Literal["append", "late", "oneshot"] | None = None,
+    ttl: str = "5m",
+    stable_ttl: str | None = None,
+    max_breakpoints: int = ANTHROPIC_MAX_BREAKPOINTS,
+    min_tokens: int | None = None,
+    counting: Counting | None = None,
+) -> AnthropicRequest:
+    """An Anthropic request for ``query`` with the memories of ``response`` late in the conversation.
+
+    ``history``: earlier messages in Anthropic's format (copied, never changed); ``layout``: ``"append"``
+    (the new message stays in the history as sent; default when the response belongs to a dedup
+    conversation), ``"late"`` (it will be replaced by the plain question; default with a history and no
+    conversation), ``"oneshot"`` (default without history). ``ttl``/``stable_ttl``: ``"5m"`` or ``"1h"`` for
+    the moving and the stable breakpoints (a 1 h one must precede 5 min ones). ``min_tokens`` overrides the
+    model's documented minimum.
+
+    Raises ``ValueError`` for ``max_breakpoints`` above 4, a caller with more marks than that, a bad TTL.
+    """
+    if not isinstance(max_breakpoints, int) or isinstance(max_breakpoints, bool) or max_breakpoints < 0:
+        raise ValueError(f"max_breakpoints must be an int >= 0, got {max_breakpoints!r}")
+    if max_breakpoints > ANTHROPIC_MAX_BREAKPOINTS:
+        raise ValueError(
+            f"max_breakpoints={max_breakpoints}: Anthropic accepts at most {ANTHROPIC_MAX_BREAKPOINTS} "
+            "cache_control breakpoints per request"
+        )
+    stable_ttl = ttl if stable_ttl is None else stable_ttl
+    for name, value in (("ttl", ttl), ("stable_ttl", stable_ttl)):
+        if value not in ANTHROPIC_TTLS:
+            raise ValueError(f"{name} must be one of {ANTHROPIC_TTLS}, got {value!r}")
+    if stable_ttl == "5m" and ttl == "1h":
+        raise ValueError("ttl='1h' after stable_ttl='5m': Anthropic needs longer TTLs before shorter ones")
+    counting = counting or default_counting()
+    if min_tokens is None:
+        min_tokens, known = anthropic_min_tokens(model)
+        if not known:
+            logger.warning(
+                "unknown Anthropic model %r: assuming the largest documented minimum cacheable prefix (%d "
+                "tokens); pass min_tokens= for the model's own",
+                model,
+                min_tokens,
+            )
+    elif not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 1:
+        raise ValueError(f"min_tokens must be an int >= 1, got {min_tokens!r}")
+
+    tool_list = [copy.deepcopy(dict(t)) for t in tools]
+    system_blocks = _system_blocks(system)
+    past = _history(history)
+    info = info_of(response)
+    if layout is None:
+        conversation = info is not None and isinstance(info.get("conversation_id"), str)
+        layout = "append" if conversation else ("late" if past else "oneshot")
+    if layout not in ("append", "late", "oneshot"):
+        raise ValueError(f"layout must be 'append', 'late' or 'oneshot', got {layout!r}")
+    cut = context_pieces(query, response)
+    if layout == "oneshot" and cut.docs:
+        new_blocks: list[dict[str, Any]] = [{"type": "text", "text": p} for p in cut.pieces]
+    else:
+        new_blocks = [{"type": "text", "text": cut.text}]
+    messages = past + [{"role": "user", "content": new_blocks}]
+
+    blocks = block_texts(tool_list, system_blocks, messages)
+    caller = sum(1 for _, t in blocks if t is not None)
+    if caller > max_breakpoints:
+        raise ValueError(
+            f"the request already carries {caller} cache_control breakpoints; at most {max_breakpoints} allowed"
+        )
+    cum: list[int] = []
+    total = 0
+    for text, _ in blocks:
+        total += counting.tokens(text)
+        cum.append(total)
+    n_stable = len(tool_list) + len(system_blocks)
+    n_past = sum(len(_as_blocks(m["content"])) for m in past)
+    first_new = n_stable + n_past
+    last_user = None  # last block of the last user message in the history: the previous request's end
+    pos = n_stable
+    for m in past:
+        size = len(_as_blocks(m["content"]))
+        if m["role"] == "user":
+            last_user = pos + size - 1
+        pos += size
+
+    wanted: list[tuple[Where, int, str]] = []
+    if layout == "append":
+        wanted.append(("turn", len(blocks) - 1, ttl))
+    elif layout == "oneshot" and cut.docs:
+        wanted.append(("turn", first_new + cut.docs - 1, ttl))
+    if n_past:
+        turn_at = wanted[0][1] if wanted else None
+        far = last_user is not None and (turn_at is None or turn_at - last_user > ANTHROPIC_LOOKBACK_BLOCKS)
+        if layout == "late" or far:
+            end = first_new - 1
+            if last_user is not None and end - last_user > ANTHROPIC_LOOKBACK_BLOCKS:
+                end = last_user + ANTHROPIC_LOOKBACK_BLOCKS  # a long assistant turn: stay in reach
+            wanted.append(("history", end, ttl))
+    stable = ("stable", n_stable - 1, stable_ttl) if n_stable else None
+    if stable is not None:
+        wanted.insert(0 if layout == "oneshot" else len(wanted), stable)  # type: ignore[arg-type]
+    if layout == "oneshot" and 0 < cut.shared < cut.docs:
+        wanted.append(("aligned", first_new + cut.shared - 1, ttl))
+
+    if layout == "oneshot" and cut.docs:  # lookback anchors: contiguous reach above the aligned prefix
+        start = cut.shared if 0 < cut.shared < cut.docs else 0
+        for at in range(start + ANTHROPIC_LOOKBACK_BLOCKS, cut.docs, ANTHROPIC_LOOKBACK_BLOCKS):
+            wanted.append(("anchor", first_new + at - 1, ttl))
+
+    marked = {i for i, (_, t) in enumerate(blocks) if t is not None}
+    budget = max_breakpoints - caller
+    chosen: list[tuple[Where, int, str]] = []
+    skipped: list[str] = []
+    for where, at, t in wanted:
+        if at in marked or any(at == c[1] for c in chosen):
+            continue
+        if not counting.reaches(cum[at], min_tokens):
+            skipped.append(f"{where}: {cum[at]} tokens, below the minimum {min_tokens}")
+            continue
+        if budget <= 0:
+            skipped.append(f"{where}: no breakpoint left (4 at most, the caller's counted)")
+            continue
+        chosen.append((where, at, t))
+        budget -= 1
+
+    # the marks go onto the blocks (strings become a text block list on the marked message only)
+    plain = [m["content"] if isinstance(m["content"], str) else None for m in past]  # str contents, to restore
+    flat: list[tuple[list[Any], int]] = [(tool_list, i) for i in range(len(tool_list))]
+    flat += [(system_blocks, i) for i in range(len(system_blocks))]
+    for m in messages:
+        if isinstance(m["content"], str):
+            m["content"] = [{"type": "text", "text": m["content"]}]
+        flat += [(m["content"], i) for i in range(len(m["content"]))]
+    for _, at, t in chosen:
+        holder, i = flat[at]
+        holder[i] = dict(holder[i])
+        holder[i]["cache_control"] = {"type": "ephemeral"} if t == "5m" else {"type": "ephemeral", "ttl": t}
+    for m, original in zip(messages, plain):  # unmarked history messages keep their original shape
+        if original is not None and not any("cache_control" in b for b in m["content"]):
+            m["content"] = original
+
+    marks = sorted(
+        [Breakpoint(w, at, cum[at], t) for w, at, t in chosen]
+        + [Breakpoint("caller", i, cum[i], str(blocks[i][1])) for i in marked],
+        key=lambda b: b.block,
+    )
+    for a, b in zip(marks, marks[1:]):
+        if a.ttl == "5m" and b.ttl == "1h":
+            raise ValueError(
+                f"a 1h cache_control breakpoint (block {b.block}, {b.where}) after a 5m one (block {a.block}, "
+                f"{a.where}): Anthropic needs longer TTLs first; use ttl='5m' or set the earlier mark to 1h"
+            )
+    return AnthropicRequest(system_blocks, messages, tool_list, tuple(marks), min_tokens, tuple(skipped))
