@@ -204,9 +204,11 @@ def test_dedup_records_are_per_agent_and_run(store):
         ({"user_id": "a", "n": {"gt": 3}}, {"user_id": "a", "metadata": {"n": "3"}}, False),  # type mismatch: no
         ({"user_id": "a", "t": {"in": ["x", "y"]}}, {"user_id": "a", "metadata": {"t": "y"}}, True),
         ({"user_id": "a", "t": {"nin": ["x"]}}, {"user_id": "a", "metadata": {"t": "x"}}, False),
-        ({"user_id": "a", "t": {"icontains": "AB"}}, {"user_id": "a", "metadata": {"t": "xaby"}}, True),
+        ({"user_id": "a", "t": {"contains": "ab"}}, {"user_id": "a", "metadata": {"t": "x ab y"}}, True),
+        # Qdrant's MatchText (mem0's contains/icontains) matches whole words: "xaby" holds no word "ab"
+        ({"user_id": "a", "t": {"icontains": "AB"}}, {"user_id": "a", "metadata": {"t": "xaby"}}, False),
         ({"user_id": "a", "t": "*"}, {"user_id": "a", "metadata": {"t": 1}}, True),
-        ({"user_id": "a", "t": "*"}, {"user_id": "a"}, False),
+        ({"user_id": "a", "t": "*"}, {"user_id": "a"}, True),  # mem0's Qdrant store adds no condition for "*"
         ({"AND": [{"user_id": "a"}, {"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, True),
         ({"OR": [{"user_id": "b"}, {"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, True),
         ({"user_id": "a", "NOT": [{"t": "x"}]}, {"user_id": "a", "metadata": {"t": "x"}}, False),
@@ -215,4 +217,4 @@ def test_dedup_records_are_per_agent_and_run(store):
     ],
 )
 def test_filter_evaluator_admits_only_what_it_can_prove(filters, item, expected):
-    assert admits(filters, item) is expected
+    assert admits(filters, {"memory": "a memory", **item}) is expected
