@@ -3,8 +3,9 @@
 Superset alignment (``extra_budget``) shows memories the query did not retrieve, taken from cached
 prefixes. Each case below first caches prefixes that hold memories *outside* a narrower scope, then
 searches the narrower scope with a large superset budget, and checks that every memory shown is one mem0
-itself returns for those very filters. The second line of defence (every extra re-read and checked
-against the caller's whole filter set) is tested by planting foreign blocks in a scope's own index.
+itself returns for those very filters. The second line of defence (every extra checked by the store and
+against the caller's whole filter set, tests/test_memory_filters.py) is tested here by planting foreign
+blocks in a scope's own index.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def test_extras_still_come_where_the_scope_allows_them(store):
 
 
 def test_a_planted_foreign_block_in_a_scopes_own_index_is_refused(store, caplog):
-    """Second line of defence: an extra is re-read and must pass the caller's whole filter set."""
+    """Second line of defence: the store checks every extra against the caller's whole filter set."""
     cp = ContextPilotMemory(store, extra_budget=1.0)
     narrow = {"user_id": "alice", "agent_id": "bot1"}
     foreign = store.cp_ids["alice/bot2"][:1] + store.cp_ids["eve/bot1/r1"][:1]  # within the budget of 3
