@@ -10,11 +10,12 @@ Used by :func:`cp_memory.embedded.default_memory`; nothing here is needed with a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .scope import ENTITY_KEYS, entity_partition
@@ -77,6 +78,12 @@ class SerialisedStore:
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._store, name, value)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[Any]:
+        """The wrapped store itself, while holding its collection's lock (for calls below mem0's interface)."""
+        with self._lock:
+            yield self._store
 
 
 def serialise_local(memory: Any, locks: CollectionLocks | None = None) -> None:
@@ -148,6 +155,10 @@ class UserPartitionedQdrant:
             collections = self.client.get_collections().collections
         names = [c.name for c in collections if c.name.startswith(self._prefix)]
         return [self._part(n) for n in sorted(names)]
+
+    def partitions_for(self, filters: Mapping[str, Any] | None) -> list[Any]:
+        """The partitions (each a :class:`SerialisedStore` of a mem0 ``Qdrant``) a search with ``filters`` reads."""
+        return self._targets(filters)
 
     def _targets(self, filters: Mapping[str, Any] | None) -> list[Any]:
         if isinstance(filters, Mapping) and partition_of({"user_id": filters.get("user_id")}) is not None:

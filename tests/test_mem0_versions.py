@@ -1,6 +1,7 @@
 """The supported mem0ai range (pyproject: ``mem0ai>=2.1.0,<3``): the newest is what the venv has; the
-oldest is installed beside it by scripts/setup.sh (``.venv/mem0-oldest``) and the wrapper's contract and
-scope tests run against it in a subprocess. 2.0.x is out: its ``update`` takes ``data=``, not ``text=``.
+oldest is installed beside it by scripts/setup.sh (``.venv/mem0-oldest``) and the wrapper's contract,
+scope and extras-filter tests run against it in a subprocess. 2.0.x is out: its ``update`` takes
+``data=``, not ``text=``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def test_the_oldest_supported_mem0_passes_the_contract_and_scope_tests():
             "no:cacheprovider",
             "tests/test_memory_contract.py",
             "tests/test_memory_scope.py",
+            "tests/test_memory_filters.py",
             "tests/test_memory_turns.py",
         ],
         env=env,

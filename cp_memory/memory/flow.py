@@ -1,7 +1,8 @@
 """One search flow for sync and async mem0: a generator that yields the I/O it needs.
 
 :func:`search_flow` is the whole search, written once. It never calls mem0: it yields a request
-(:class:`Mem0Search` or :class:`Mem0Get`) and receives the answer (or the exception, thrown back in).
+(:class:`Mem0Search`, :class:`Mem0Admit` or :class:`Mem0Get`) and receives the answer (or the exception,
+thrown back in).
 :func:`drive` runs it against a sync mem0 and :func:`adrive` against an async one — the two drivers are the
 only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMemory`` (httpx's way).
 """
@@ -9,14 +10,15 @@ only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMem
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .calls import SearchCall
-from .pipeline import SearchPipeline
+from .filters import StoredCopy
+from .pipeline import Aligned, SearchPipeline
 
-__all__ = ["Mem0Get", "Mem0Search", "adrive", "drive", "search_flow"]
+__all__ = ["Mem0Admit", "Mem0Get", "Mem0Search", "adrive", "drive", "search_flow"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +34,62 @@ class Mem0Get:
     memory_id: Any
 
 
-Request = Mem0Search | Mem0Get
+@dataclass(frozen=True)
+class Mem0Admit:
+    """Which of ``memory_ids`` does the store match for ``filters`` now? Answer: id -> current payload of
+    each admitted one (:func:`.admission.admitted_payloads`), or None when the store cannot decide."""
+
+    memory_ids: tuple[str, ...]
+    filters: Mapping[str, Any]
+
+
+Request = Mem0Search | Mem0Admit | Mem0Get
 Flow = Generator[Request, Any, Any]
+Key = tuple[Hashable, str]
+
+
+def _current_copies(pipeline: SearchPipeline, aligned: Aligned) -> Generator[Request, Any, dict[Key, StoredCopy]]:
+    """The current stored copy of each proposed extra the store admits for the caller's filters (one store
+    call per search); where the store cannot decide, mem0 ``get`` for each, if the scope allows it."""
+    keys = aligned.extra_keys
+    if not keys:
+        return {}
+    call = aligned.window.plan.call
+    ids = tuple(dict.fromkeys(str(k[0]) for k in keys))
+    try:
+        admitted = yield Mem0Admit(ids, dict(call.filters or {}))
+    except Exception:
+        logger.warning("the store could not check extras %s against the caller's filters; left out", ids, exc_info=True)
+        return {}
+    if admitted is not None:  # the store decided: what it left out is outside the caller's filters now
+        refused = [i for i in ids if i not in admitted]
+        if refused:
+            logger.warning(
+                "superset/swap alignment proposed memories %s outside the caller's filters (%s) or deleted; left out",
+                refused,
+                call.scope,
+            )
+        return {k: StoredCopy.of_payload(k[0], admitted[str(k[0])]) for k in keys if str(k[0]) in admitted}
+    if not pipeline.reads_extras(aligned):
+        logger.debug("superset/swap extras refused: the store cannot check filters beyond entity ids")
+        return {}
+    copies: dict[Key, StoredCopy] = {}
+    for key in keys:
+        try:
+            item = yield Mem0Get(key[0])
+        except Exception:
+            logger.warning("could not read extra memory %s; left out", key[0], exc_info=True)
+            continue
+        copy = StoredCopy.of_item(item)
+        if copy is not None:
+            copies[key] = copy
+    return copies
 
 
 def search_flow(pipeline: SearchPipeline, call: SearchCall, conversation_id: Any) -> Flow:
     """The search: mem0 ``search`` (errors propagate: they are the caller's), then alignment, extras
-    verification, dedup and rendering (errors fall back to mem0's order)."""
+    verification (the store, then :func:`.filters.admits`), dedup and rendering (errors fall back to
+    mem0's order)."""
     plan = pipeline.plan(call, conversation_id)
     args, kwargs = call.with_top_k(plan.fetch_k)
     response = yield Mem0Search(args, kwargs)
@@ -57,14 +108,10 @@ def search_flow(pipeline: SearchPipeline, call: SearchCall, conversation_id: Any
                 plan = type(plan)(plan.call, plan.conversation, refetch)
                 window = pipeline.window(plan, response) or window
         aligned = pipeline.align(window)
+        copies = yield from _current_copies(pipeline, aligned)
         extras = {}
         for key in aligned.extra_keys:
-            try:
-                item = yield Mem0Get(key[0])
-            except Exception:
-                logger.warning("could not read extra memory %s; left out", key[0], exc_info=True)
-                continue
-            block = pipeline.check_extra(aligned, key, item)
+            block = pipeline.check_extra(aligned, key, copies.get(key))
             if block is not None:
                 extras[key] = block
         return pipeline.finish(aligned, extras)
@@ -73,17 +120,27 @@ def search_flow(pipeline: SearchPipeline, call: SearchCall, conversation_id: Any
         return pipeline.fallback(plan, response, exc)
 
 
-def drive(flow: Flow, search: Callable[..., Any], get: Callable[[Any], Any]) -> Any:
-    """Run ``flow`` with sync mem0 calls (already wrapped in retries by the caller)."""
+def _answer(request: Request, search: Callable[..., Any], get: Callable[[Any], Any], admit: Any) -> Any:
+    if isinstance(request, Mem0Search):
+        return search(*request.args, **request.kwargs)
+    if isinstance(request, Mem0Admit):
+        return None if admit is None else admit(request.memory_ids, request.filters)
+    return get(request.memory_id)
+
+
+def drive(
+    flow: Flow,
+    search: Callable[..., Any],
+    get: Callable[[Any], Any],
+    admit: Callable[[Sequence[str], Mapping[str, Any]], Any] | None = None,
+) -> Any:
+    """Run ``flow`` with sync mem0 calls (already wrapped in retries by the caller); ``admit``: the store
+    check (:func:`.admission.store_admission`), None where the store cannot be asked."""
     try:
         request = next(flow)
         while True:
             try:
-                answer = (
-                    search(*request.args, **request.kwargs)
-                    if isinstance(request, Mem0Search)
-                    else get(request.memory_id)
-                )
+                answer = _answer(request, search, get, admit)
             except Exception as exc:
                 request = flow.throw(exc)
             else:
@@ -92,17 +149,19 @@ def drive(flow: Flow, search: Callable[..., Any], get: Callable[[Any], Any]) -> 
         return stop.value
 
 
-async def adrive(flow: Flow, search: Callable[..., Awaitable[Any]], get: Callable[[Any], Awaitable[Any]]) -> Any:
+async def adrive(
+    flow: Flow,
+    search: Callable[..., Awaitable[Any]],
+    get: Callable[[Any], Awaitable[Any]],
+    admit: Callable[[Sequence[str], Mapping[str, Any]], Awaitable[Any]] | None = None,
+) -> Any:
     """Run ``flow`` with async mem0 calls: :func:`drive` with ``await``."""
     try:
         request = next(flow)
         while True:
             try:
-                answer = await (
-                    search(*request.args, **request.kwargs)
-                    if isinstance(request, Mem0Search)
-                    else get(request.memory_id)
-                )
+                pending = _answer(request, search, get, admit)
+                answer = None if pending is None else await pending
             except Exception as exc:
                 request = flow.throw(exc)
             else:

@@ -32,7 +32,7 @@ from ..index import Placement
 from ..render import render_context
 from ..scope import Scope
 from .calls import SearchCall
-from .filters import admits
+from .filters import StoredCopy, admits
 from .state import ScopeState, ScopeStore
 from .turns import Turns
 from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
@@ -182,17 +182,29 @@ class SearchPipeline:
             extra = ()
         return Aligned(window, state, placement, extra)
 
-    def check_extra(self, aligned: Aligned, key: tuple[Hashable, str], item: Any) -> ContextBlock | None:
-        """An extra, if mem0's current copy has the same text and passes the caller's whole filter set."""
+    @staticmethod
+    def reads_extras(aligned: Aligned) -> bool:
+        """Where the store cannot decide (:mod:`.admission`: not mem0's Qdrant, or the hosted platform), may
+        extras be read with ``get`` and checked here alone? Only for a scope of entity ids: entity ids never
+        change, and their equality means the same on every store; other conditions (metadata, categories,
+        operators) are left to stores, whose semantics differ."""
+        scope = aligned.window.plan.call.scope
+        return scope is not None and scope.pure
+
+    def check_extra(self, aligned: Aligned, key: tuple[Hashable, str], copy: StoredCopy | None) -> ContextBlock | None:
+        """An extra, if its current stored copy has the same text and passes the caller's whole filter set
+        (:func:`.filters.admits`; the store already admitted it where it can decide)."""
         call = aligned.window.plan.call
-        if not isinstance(item, Mapping) or str(item.get("id", key[0])) != str(key[0]):
+        if copy is None or copy.id != str(key[0]):
             return None
-        block = ContextBlock(id=key[0], text="" if item.get("memory") is None else str(item["memory"]))
+        block = ContextBlock(id=key[0], text=copy.text)
         if block.key != key:
             return None  # edited since it was cached: its text would not hit the prefix anyway
-        if not admits(call.filters, item, show_expired=call.show_expired):
+        if not admits(call.filters, copy, show_expired=call.show_expired):
             logger.warning(
-                "superset alignment proposed memory %s outside the caller's filters (%s); left out", key[0], call.scope
+                "superset/swap alignment proposed memory %s outside the caller's filters (%s); left out",
+                key[0],
+                call.scope,
             )
             return None
         return block

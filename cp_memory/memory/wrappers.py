@@ -30,6 +30,7 @@ from ..dedup import Deduplicator
 from ..index import ContextIndex
 from ..providers.account import Savings, SavingsAccount
 from ..scope import ENTITY_KEYS, entity_ids, scope_of
+from .admission import store_admission
 from .calls import SearchCall, hosted_call, local_call
 from .flow import adrive, drive, search_flow
 from .pipeline import SearchPipeline
@@ -124,7 +125,8 @@ class _Wrapper(ForwardingProxy):
         flow = search_flow(self._cp_pipeline, self._cp_call(query, args, kwargs), conversation_id)
         wrapped = self._cp_wrapped
         run = adrive if self._cp_async else drive
-        return run(flow, self._cp_retrying(wrapped.search), self._cp_retrying(wrapped.get))
+        admit = None if self._cp_hosted else self._cp_retrying(store_admission(wrapped, asynchronous=self._cp_async))
+        return run(flow, self._cp_retrying(wrapped.search), self._cp_retrying(wrapped.get), admit)
 
     def _cp_forget_entities(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         named: dict[str, Any] = {}
