@@ -213,6 +213,14 @@ def _mem0_like(cls: type, *names: str) -> None:
     """Give the wrapper's side-effect methods mem0's signature and docstring (``help()``, ``inspect``)."""
 
     def dress(ours: Any, theirs: Any) -> Any:
+        if inspect.iscoroutinefunction(theirs):  # async def stays async def (code checks iscoroutinefunction)
+
+            @functools.wraps(theirs)
+            async def amethod(self: Any, *args: Any, **kwargs: Any) -> Any:
+                return await ours(self, *args, **kwargs)
+
+            return amethod
+
         @functools.wraps(theirs)
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             return ours(self, *args, **kwargs)
