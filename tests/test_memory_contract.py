@@ -133,6 +133,17 @@ async def test_async_delete_all_and_reset_are_coroutine_functions_that_delete() 
         cp.close()
 
 
+@pytest.mark.parametrize("filters", ["alice", 5, ["user_id"]])
+def test_filters_that_are_not_a_dict_fail_as_mem0_fails(mem, filters):
+    """mem0 raises AttributeError ('str' object has no attribute 'copy') or TypeError (a list); the wrapper
+    raised TypeError only, which code catching mem0's AttributeError missed. Its error is both now."""
+    with pytest.raises(Exception) as theirs:
+        mem.search("Where does Alice live?", filters=filters)
+    with pytest.raises(type(theirs.value), match="filters must be a dict") as ours:
+        ContextPilotMemory(mem).search("Where does Alice live?", filters=filters)
+    assert isinstance(ours.value, TypeError) and isinstance(ours.value, AttributeError)
+
+
 def test_attribute_reads_writes_and_deletes_reach_the_wrapped_memory(mem):
     cp = ContextPilotMemory(mem)
     original = mem.embedding_model

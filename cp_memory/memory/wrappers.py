@@ -45,9 +45,16 @@ __all__ = [
     "AsyncContextPilotMemoryClient",
     "ContextPilotMemory",
     "ContextPilotMemoryClient",
+    "FiltersTypeError",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class FiltersTypeError(TypeError, AttributeError):
+    """``filters`` is not a dict. mem0 fails on it with ``AttributeError`` (``'str' object has no attribute
+    'copy'``) or ``TypeError`` (a list); this is both, so code catching mem0's error still catches it,
+    and its message names the problem."""
 
 
 def _default_top_k(search: Any) -> int | None:
@@ -110,7 +117,7 @@ class _Wrapper(ForwardingProxy):
 
     def _cp_call(self, query: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SearchCall:
         if not isinstance(kwargs.get("filters", {}), (Mapping, type(None))):
-            raise TypeError(
+            raise FiltersTypeError(
                 f"filters must be a dict such as {{'user_id': 'alice'}}, got "
                 f"{type(kwargs['filters']).__name__} {kwargs['filters']!r:.80}"
             )
