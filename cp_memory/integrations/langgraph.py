@@ -30,10 +30,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
-
+from ..extras import requires
 from .chat import DEFAULT_LAYOUT, ChatMemory, Layout, MemoryTurn, user_content
+
+with requires("langgraph", "cp_memory.integrations.langgraph"):
+    from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 __all__ = ["SENT_KEY", "MemoryPrompt", "PreparedTurn", "cache_stable_messages", "memory_node", "model_messages"]
 

@@ -37,15 +37,7 @@ from typing import Any
 # default (as cp_memory.memory does) unless the application chose otherwise
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, model_serializer
-from llama_index.core.memory import Memory as LlamaIndexMemory
-from llama_index.memory.mem0 import Mem0Memory
-from llama_index.memory.mem0.utils import (
-    convert_chat_history_to_dict,
-    convert_messages_to_string,
-)
-
+from ..extras import requires
 from .chat import (
     DEFAULT_LAYOUT,
     LAYOUTS,
@@ -54,6 +46,16 @@ from .chat import (
     as_wrapper,
     question_of,
 )
+
+with requires("llamaindex", "cp_memory.integrations.llamaindex"):
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole
+    from llama_index.core.bridge.pydantic import Field, PrivateAttr, model_serializer
+    from llama_index.core.memory import Memory as LlamaIndexMemory
+    from llama_index.memory.mem0 import Mem0Memory
+    from llama_index.memory.mem0.utils import (
+        convert_chat_history_to_dict,
+        convert_messages_to_string,
+    )
 
 __all__ = ["ContextPilotMem0Memory"]
 

@@ -35,19 +35,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    RunContextWrapper,
-    RunHooks,
-    Runner,
-    function_tool,
-)
-from agents.tool_context import ToolContext
-
+from ..extras import requires
 from ..lru import LRUMap
 from ..render import context_of
 from .chat import ChatMemory, MemoryTurn
+
+with requires("openai-agents", "cp_memory.integrations.openai_agents"):
+    from agents import (
+        Agent,
+        FunctionTool,
+        RunContextWrapper,
+        RunHooks,
+        Runner,
+        function_tool,
+    )
+    from agents.tool_context import ToolContext
 
 __all__ = ["EMPTY_OUTPUT", "MemoryContext", "MemoryHooks", "MemoryTools", "scope_of_context"]
 
