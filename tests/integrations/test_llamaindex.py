@@ -139,6 +139,35 @@ def test_a_second_get_before_the_answer_returns_the_turn_the_model_saw(store: An
     assert "Question: " + QUESTIONS[2] in second and "trimmed" not in second
 
 
+def test_write_back_of_repeated_answers_keeps_dedup_on(store: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: write-back stores the raw chat, so a question asked twice and its repeated answer become
+    same-text memories; in the next chat one search found both copies, the copy's in-turn pointer was taken
+    for a trimmed history and dedup went off for that chat."""
+
+    def chat(questions: int) -> ContextPilotMem0Memory:
+        memory = ContextPilotMem0Memory.from_memory(
+            store, context={"user_id": "erin"}, top_k=4, add_kwargs={"infer": False}
+        )
+        for _ in range(questions):
+            memory.put(ChatMessage(role=MessageRole.USER, content="Where does Erin live?"))
+            memory.get()
+            memory.put(ChatMessage(role=MessageRole.ASSISTANT, content="Erin lives in Porto."))
+        return memory
+
+    try:
+        chat(2)  # yesterday's chat, written back to mem0
+        texts = [r["memory"] for r in store.get_all(filters={"user_id": "erin"})["results"]]
+        assert texts.count("Erin lives in Porto.") == 2  # the same-text memories
+        caplog.set_level(logging.WARNING, logger="cp_memory")
+        today = chat(1)
+        assert "trimmed or restored" not in caplog.text
+        sent = today.get_all()[0].content or ""
+        assert sent.count("Erin lives in Porto.") == 1 and "above has the same content" in sent
+        assert today._chat._conversation({"user_id": "erin"}, today.conversation_id) is not None  # dedup on
+    finally:
+        store.delete_all(user_id="erin")
+
+
 def test_model_dump_keeps_this_classs_fields(store: Any) -> None:
     """Regression: Mem0Memory's serializer dropped layout, top_k, conversation_id, write_back, add_kwargs."""
     memory = ContextPilotMem0Memory.from_memory(
