@@ -21,10 +21,11 @@ Two layouts (:data:`Layout`):
 
 This module is I/O-free except :meth:`ChatMemory.turn` / :meth:`ChatMemory.aturn`, two thin drivers of
 the same steps. Before a de-duplicated turn is used, its pointers are checked against the history the
-caller passes (:func:`pointers_resolve`); if the history does not hold the turns the pointers name (a
-trimmed history, a restarted process with a persisted history), the turn is rolled back and searched again
-without dedup, and the conversation stays without dedup: memories are never pointed at text the model
-cannot see.
+caller passes (:func:`pointers_resolve`); if the history does not hold the turns the pointers name, or the
+``[Doc i]`` line a pointer names does not show the memory it stands for (a trimmed history, a restarted
+process with a persisted history, two submits of one turn kept in another order), the turn is rolled back
+and searched again without dedup, and the conversation stays without dedup: a pointer always names the
+memory the model's history shows there.
 """
 
 from __future__ import annotations
