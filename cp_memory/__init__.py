@@ -18,7 +18,7 @@ from .scheduling import schedule
 
 __version__ = "0.1.0"
 
-_LAZY = {
+_LAZY = {  # name -> its module (each behind the mem0 extra)
     "ContextPilotMemory": "cp_memory.memory",
     "AsyncContextPilotMemory": "cp_memory.memory",
     "ContextPilotMemoryClient": "cp_memory.memory",
@@ -46,4 +46,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cp_memory' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    from .extras import requires
+
+    with requires("mem0", f"cp_memory.{name}"):
+        return getattr(importlib.import_module(module), name)

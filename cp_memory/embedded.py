@@ -223,7 +223,10 @@ def default_memory(
         if torch.get_num_threads() != torch_threads:
             torch.set_num_threads(torch_threads)
     config = default_config(path, **kwargs)
-    from mem0 import AsyncMemory, Memory
+    from .extras import requires
+
+    with requires("mem0", "cp_memory.embedded.default_memory"):
+        from mem0 import AsyncMemory, Memory
 
     store_cfg = config["vector_store"]["config"]
     local = "path" in store_cfg and not any(k in store_cfg for k in ("url", "host", "client"))

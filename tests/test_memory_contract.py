@@ -77,6 +77,73 @@ async def test_an_async_wrapper_is_a_mem0_async_memory():
         amem.close()
 
 
+def _coroutine_kinds(ours: Any, theirs: Any) -> dict[str, tuple[bool, bool]]:
+    """For every public method of mem0's ``theirs`` and every own method of the wrapper ``ours``:
+    (is ours a coroutine function, is theirs). Own methods mem0 lacks must be sync (theirs: False)."""
+    names = {n for n in dir(theirs) if not n.startswith("_") and callable(getattr(theirs, n, None))}
+    names |= {n for n in dir(type(ours) if not isinstance(ours, type) else ours) if not n.startswith("_")}
+    out = {}
+    for name in sorted(names):
+        mine = getattr(ours, name, None)
+        if not callable(mine):
+            continue  # a property (cp_config, scopes, ...)
+        out[name] = (inspect.iscoroutinefunction(mine), inspect.iscoroutinefunction(getattr(theirs, name, None)))
+    return out
+
+
+def assert_same_coroutine_kinds(ours: Any, theirs: Any) -> None:
+    """``async def`` stays ``async def`` and sync stays sync, method by method: code that awaits only when
+    ``inspect.iscoroutinefunction`` says so must never get a coroutine it does not await."""
+    kinds = _coroutine_kinds(ours, theirs)
+    wrong = {n: k for n, k in kinds.items() if k[0] != k[1]}
+    assert not wrong, f"(wrapper is async, mem0 is async) differ for {wrong}"
+    assert {"search", "delete_all", "reset", "commit", "rollback"} <= set(kinds)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_method_is_async_exactly_where_mem0s_is(kind: str) -> None:
+    theirs_cls, ours_cls = (Memory, ContextPilotMemory) if kind == "sync" else (AsyncMemory, AsyncContextPilotMemory)
+    assert_same_coroutine_kinds(ours_cls, theirs_cls)  # the classes (help(), static checks)
+    memory = default_memory(async_=kind == "async")
+    try:
+        assert_same_coroutine_kinds(ours_cls(memory), memory)  # and the instances (forwarded methods)
+    finally:
+        memory.close()
+
+
+async def test_async_delete_all_and_reset_are_coroutine_functions_that_delete() -> None:
+    """Regression: they were plain functions returning a coroutine, so ``await fn() if
+    iscoroutinefunction(fn) else fn()`` never awaited them and nothing was deleted."""
+    from tests.mem0_fixtures import aingest
+
+    amem = default_memory(async_=True)
+    cp = AsyncContextPilotMemory(amem)
+    try:
+        await aingest(amem, "del-a", FACTS)
+
+        async def call(fn: Any, **kwargs: Any) -> Any:
+            return await fn(**kwargs) if inspect.iscoroutinefunction(fn) else fn(**kwargs)
+
+        await call(cp.delete_all, user_id="del-a")
+        assert (await amem.get_all(filters={"user_id": "del-a"}))["results"] == []
+        await aingest(amem, "del-b", FACTS)
+        await call(cp.reset)
+        assert (await amem.get_all(filters={"user_id": "del-b"}))["results"] == []
+    finally:
+        cp.close()
+
+
+@pytest.mark.parametrize("filters", ["alice", 5, ["user_id"]])
+def test_filters_that_are_not_a_dict_fail_as_mem0_fails(mem, filters):
+    """mem0 raises AttributeError ('str' object has no attribute 'copy') or TypeError (a list); the wrapper
+    raised TypeError only, which code catching mem0's AttributeError missed. Its error is both now."""
+    with pytest.raises(Exception) as theirs:
+        mem.search("Where does Alice live?", filters=filters)
+    with pytest.raises(type(theirs.value), match="filters must be a dict") as ours:
+        ContextPilotMemory(mem).search("Where does Alice live?", filters=filters)
+    assert isinstance(ours.value, TypeError) and isinstance(ours.value, AttributeError)
+
+
 def test_attribute_reads_writes_and_deletes_reach_the_wrapped_memory(mem):
     cp = ContextPilotMemory(mem)
     original = mem.embedding_model

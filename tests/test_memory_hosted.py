@@ -238,3 +238,26 @@ async def test_async_client_wrapper():
     assert searches(fake)[-1] == {"query": "Alice", "filters": {"user_id": "alice"}, "top_k": 3}
     with pytest.raises(TypeError, match="ContextPilotMemory"):
         AsyncContextPilotMemory(client(FakePlatform()))
+
+
+def test_every_method_is_async_exactly_where_the_clients_is():
+    """``async def`` stays ``async def`` (delete_all and reset were plain functions returning a coroutine)."""
+    from tests.test_memory_contract import assert_same_coroutine_kinds
+
+    assert_same_coroutine_kinds(ContextPilotMemoryClient, MemoryClient)
+    assert_same_coroutine_kinds(AsyncContextPilotMemoryClient, AsyncMemoryClient)
+    direct = async_client(FakePlatform())
+    assert_same_coroutine_kinds(AsyncContextPilotMemory(direct), direct)
+    plain = client(FakePlatform())
+    assert_same_coroutine_kinds(ContextPilotMemory(plain), plain)
+
+
+async def test_async_delete_all_is_awaited_and_reaches_the_platform():
+    import inspect
+
+    fake = FakePlatform()
+    cp = AsyncContextPilotMemory(async_client(fake))
+    fn = cp.delete_all
+    out = await fn(user_id="alice") if inspect.iscoroutinefunction(fn) else fn(user_id="alice")
+    assert out == {"message": "deleted"}
+    assert [(m, p) for m, p, _, _ in fake.requests if m == "DELETE"] == [("DELETE", "/v1/memories/")]

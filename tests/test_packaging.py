@@ -73,6 +73,7 @@ def test_wheel_installs_only_cp_memory(wheel: Path) -> None:
     assert "cp_memory/agents/__init__.py" in names
     assert "cp_memory/agents/coa.py" in names
     assert "cp_memory/py.typed" in names  # PEP 561 marker: type checkers use our annotations
+    assert "cp_memory/engine/build_llama_server.sh" in names  # python -m cp_memory.engine.build runs it
     for forbidden in ("agents/", "tests/", "benchmarks/"):
         assert not any(n.startswith(forbidden) for n in names), forbidden
 
@@ -114,3 +115,33 @@ def test_openai_agents_sdk_and_chain_of_agents_import_in_one_process(wheel: Path
     assert Path(seen["our_dist"]).resolve() == target.resolve()
     assert not [f for f in seen["our_files"] if f.split("/", 1)[0] in ("agents", "tests", "benchmarks")]
     assert seen["ChainOfAgents"] == "cp_memory.agents.coa"
+
+
+def test_the_wheel_builds_llama_server_with_a_command_it_ships(wheel: Path, tmp_path: Path) -> None:
+    """The error messages send wheel users to ``python -m cp_memory.engine.build`` (scripts/ is not in the
+    wheel): from an installed wheel it runs the packaged build script, which reuses a built binary at once."""
+    pytest.importorskip("httpx", reason="the engine extra: pip install 'cp-memory[engine]'")
+    from cp_memory.engine import find_llama_server
+
+    try:
+        built = find_llama_server()
+    except FileNotFoundError:
+        pytest.skip("llama-server is not built here: the command would build it (5-10 minutes)")
+    target = tmp_path / "site"
+    _pip("install", "--no-deps", "--no-index", "--target", str(target), str(wheel), cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CP_MEMORY_LLAMA_SERVER")}
+    env["PYTHONPATH"] = str(target)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "cp_memory.engine.build"],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert Path(out.stdout.strip().splitlines()[-1]).resolve() == built.resolve()
+    assert "already built" in out.stderr

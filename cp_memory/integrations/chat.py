@@ -21,10 +21,11 @@ Two layouts (:data:`Layout`):
 
 This module is I/O-free except :meth:`ChatMemory.turn` / :meth:`ChatMemory.aturn`, two thin drivers of
 the same steps. Before a de-duplicated turn is used, its pointers are checked against the history the
-caller passes (:func:`pointers_resolve`); if the history does not hold the turns the pointers name (a
-trimmed history, a restarted process with a persisted history), the turn is rolled back and searched again
-without dedup, and the conversation stays without dedup: memories are never pointed at text the model
-cannot see.
+caller passes (:func:`pointers_resolve`); if the history does not hold the turns the pointers name, or the
+``[Doc i]`` line a pointer names does not show the memory it stands for (a trimmed history, a restarted
+process with a persisted history, two submits of one turn kept in another order), the turn is rolled back
+and searched again without dedup, and the conversation stays without dedup: a pointer always names the
+memory the model's history shows there.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..blocks import normalize_text
 from ..lru import LRUMap
-from ..render import USER_TEMPLATE, context_of
+from ..render import USER_TEMPLATE, context_of, one_line
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -50,6 +52,7 @@ __all__ = [
     "is_context_message",
     "pointers_resolve",
     "question_of",
+    "shows_block",
     "shows_memories",
     "user_content",
 ]
@@ -98,24 +101,50 @@ def context_messages(user_texts: Sequence[Any]) -> list[str]:
 
 def pointers_resolve(response: Mapping[str, Any] | Sequence[Any], contexts: Sequence[str]) -> bool:
     """Whether a de-duplicated turn fits the history: the history holds exactly the earlier turns (one
-    context per committed turn) and each pointer's ``[Doc i]`` line is in the turn it names.
+    context per committed turn) and each pointer names a ``[Doc i]`` line that shows the memory it stands
+    for (same text), in the earlier turn it names or, for a same-text copy within this search, in this
+    turn's own blocks.
 
     ``contexts``: the texts that carried earlier turns' memories, oldest first (user messages for the chat
     layouts, tool outputs for tools). A response without a dedup turn always fits.
     """
     info = _info(response)
     turn = info.get("turn") if info is not None else None
-    if not isinstance(turn, int):
+    if info is None or not isinstance(turn, int):
         return True
     if len(contexts) != turn - 1:
         return False
-    for sent in info.get("sent") or ():  # type: ignore[union-attr]
-        t, label = sent.get("turn"), sent.get("label")
-        if not isinstance(t, int) or not 1 <= t <= len(contexts) or not isinstance(label, str):
+    own = info.get("context")
+    for sent in info.get("sent") or ():
+        if not isinstance(sent, Mapping):
             return False
-        if not any(line.startswith(f"{label} ") for line in contexts[t - 1].splitlines()):
+        t, label, text = sent.get("turn"), sent.get("label"), sent.get("text")
+        if not isinstance(t, int) or not isinstance(label, str) or not isinstance(text, str):
+            return False
+        if t == turn:  # a same-text copy of a block this very search shows
+            shown = own if isinstance(own, str) else ""
+        elif 1 <= t < turn:
+            shown = contexts[t - 1]
+        else:
+            return False
+        if not shows_block(shown, label, text):
             return False
     return True
+
+
+def shows_block(text: str, label: str, memory: str) -> bool:
+    """Whether ``text`` (a context, or a user message carrying one) has the block line ``label memory``.
+
+    Only the block section counts (the lines before the first blank line of the context; never the
+    annotations or the question); texts are compared as content dedup compares them (case and whitespace
+    folded)."""
+    if not isinstance(text, str):
+        return False
+    if text.startswith(_CONTEXT_HEAD):
+        text = text[len(_CONTEXT_HEAD) :]
+    section = text.split("\n\n", 1)[0]
+    head, want = f"{label} ", normalize_text(one_line(memory))
+    return any(line.startswith(head) and normalize_text(line[len(head) :]) == want for line in section.splitlines())
 
 
 def _info(response: Any) -> Mapping[str, Any] | None:

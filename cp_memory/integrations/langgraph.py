@@ -16,9 +16,11 @@ is fixed and the memories travel in the newest user message (see :mod:`cp_memory
 
 Or by hand, in your own node: ``turn = prompt.prepare(state["messages"], filters=..., conversation_id=...)``,
 ``reply = llm.invoke(turn.messages)``, ``prompt.commit(turn)`` (only after the model answered), and return
-``{"messages": turn.state_update(reply)}``. In the ``"append"`` layout the update *replaces* the plain
-question in the graph state (same message id) by the message as sent, so the next turn's history is
-exactly what the engine saw and its pointers resolve.
+``{"messages": turn.state_update(reply)}``. The graph state (and its checkpointer) keeps every question as
+the user typed it, so a chat UI shows the user's own words; in the ``"append"`` layout the update stores the
+message as sent beside it, in ``additional_kwargs[SENT_KEY]`` of the question (same message id), and
+:func:`model_messages` gives the model each earlier question as sent: the model's input stays append-only
+and the next turn's pointers resolve.
 """
 
 from __future__ import annotations
@@ -28,12 +30,27 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
-
+from ..extras import requires
 from .chat import DEFAULT_LAYOUT, ChatMemory, Layout, MemoryTurn, user_content
 
-__all__ = ["MemoryPrompt", "PreparedTurn", "cache_stable_messages", "memory_node"]
+with requires("langgraph", "cp_memory.integrations.langgraph"):
+    from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+__all__ = ["SENT_KEY", "MemoryPrompt", "PreparedTurn", "cache_stable_messages", "memory_node", "model_messages"]
+
+#: ``HumanMessage.additional_kwargs`` key holding the question's user message as sent (``"append"`` layout)
+SENT_KEY = "cp_memory_sent"
+
+
+def model_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The graph's messages as the model saw them: each question answered in the ``"append"`` layout becomes
+    its user message as sent (``additional_kwargs[SENT_KEY]``, same id); everything else is unchanged."""
+    out: list[BaseMessage] = []
+    for m in messages:
+        sent = m.additional_kwargs.get(SENT_KEY) if isinstance(m, HumanMessage) else None
+        out.append(HumanMessage(content=sent, id=m.id, name=m.name) if isinstance(sent, str) else m)
+    return out
 
 
 def cache_stable_messages(
@@ -69,16 +86,24 @@ def _text(message: BaseMessage) -> str:
 class PreparedTurn:
     """What to send this turn, and how to record it in the graph state."""
 
-    messages: list[BaseMessage]  # system + history + the user message carrying the memories
+    messages: list[BaseMessage]  # system + history (as sent) + the user message carrying the memories
     question: HumanMessage  # the user's message as it came in
-    sent_message: HumanMessage  # the user message as sent (same id as ``question``)
+    sent_message: HumanMessage  # the user message as sent to the model
     memory: MemoryTurn
 
+    @property
+    def state_message(self) -> HumanMessage:
+        """The question for the graph state: as typed (same id), with the message as sent in
+        ``additional_kwargs[SENT_KEY]``."""
+        q = self.question
+        extra = {**q.additional_kwargs, SENT_KEY: self.sent_message.content}
+        return HumanMessage(content=q.content, id=q.id, name=q.name, additional_kwargs=extra)
+
     def state_update(self, reply: BaseMessage) -> list[BaseMessage]:
-        """Messages for the ``add_messages`` reducer: ``"append"`` replaces the question (same id) by the
-        message as sent, then adds the reply; ``"late"`` only adds the reply."""
+        """Messages for the ``add_messages`` reducer: ``"append"`` updates the question (same id, its text as
+        typed) with the message as sent beside it, then adds the reply; ``"late"`` only adds the reply."""
         if self.memory.layout == "append":
-            return [self.sent_message, reply]
+            return [self.state_message, reply]
         return [reply]
 
 
@@ -111,10 +136,10 @@ class MemoryPrompt:
         question = messages[-1]
         if self.chat.layout == "append" and question.id is None:
             raise ValueError(
-                "the 'append' layout replaces the question in the graph state by its id: pass "
-                "state['messages'] of a graph using add_messages (which gives every message an id)"
+                "the 'append' layout records the message as sent on the question in the graph state, by its "
+                "id: pass state['messages'] of a graph using add_messages (which gives every message an id)"
             )
-        history = list(messages[:-1])
+        history = model_messages(messages[:-1])  # the model sees earlier questions as they were sent
         return (
             question,
             history,
@@ -123,7 +148,7 @@ class MemoryPrompt:
 
     def _prepared(self, question: HumanMessage, history: list[BaseMessage], turn: MemoryTurn) -> PreparedTurn:
         messages = cache_stable_messages(turn.query, turn.response, system=self.system, history=history)
-        sent = HumanMessage(content=messages[-1].content, id=question.id)
+        sent = HumanMessage(content=messages[-1].content, id=question.id, name=question.name)
         return PreparedTurn(messages=messages[:-1] + [sent], question=question, sent_message=sent, memory=turn)
 
     def prepare(

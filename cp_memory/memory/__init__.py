@@ -31,15 +31,19 @@ import os
 # mem0's classes): keep cp_memory's offline default unless the application chose otherwise.
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
-from ..config import ContextPilotConfig
+from ..extras import requires
 from ..scope import ENTITY_KEYS, Scope, scope_of
-from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
-from .wrappers import (
-    AsyncContextPilotMemory,
-    AsyncContextPilotMemoryClient,
-    ContextPilotMemory,
-    ContextPilotMemoryClient,
-)
+
+with requires("mem0", "cp_memory.memory"):  # mem0ai (and pydantic, tenacity with it)
+    from ..config import ContextPilotConfig
+    from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
+    from .wrappers import (
+        AsyncContextPilotMemory,
+        AsyncContextPilotMemoryClient,
+        ContextPilotMemory,
+        ContextPilotMemoryClient,
+        FiltersTypeError,
+    )
 
 __all__ = [
     "ENTITY_KEYS",
@@ -49,6 +53,7 @@ __all__ = [
     "ContextPilotInfo",
     "ContextPilotMemory",
     "ContextPilotMemoryClient",
+    "FiltersTypeError",
     "RenderedBlock",
     "Scope",
     "SearchResults",

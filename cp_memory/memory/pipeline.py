@@ -240,6 +240,7 @@ class SearchPipeline:
             else:
                 turn_id = self.turns.open(result, aligned.state, None if placement is None else placement.request_id)
             turn, kept = result.turn, list(result.blocks)
+            texts = {b.id: b.text for b in candidates}
             for d in result.dropped:
                 if d.block_id in extra_ids:
                     continue  # an extra sent before: not retrieved, nothing to point to
@@ -252,6 +253,7 @@ class SearchPipeline:
                         label=loc.label,
                         annotation=d.annotation,
                         rank=rank[d.block_id],
+                        text=texts.get(d.block_id, ""),
                     )
                 )
         else:

@@ -36,6 +36,9 @@ class SentMemory(_Frozen):
     label: str = Field(description="the label it had there")
     annotation: str = Field(description="the location annotation put into the prompt instead")
     rank: int = Field(description="its 0-based rank in mem0's results for this query")
+    text: str = Field(
+        "", description="its text: the [Doc i] line it points to shows the same text (integrations check it)"
+    )
 
 
 class ContextPilotInfo(_Frozen):

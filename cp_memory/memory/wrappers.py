@@ -47,9 +47,16 @@ __all__ = [
     "AsyncContextPilotMemoryClient",
     "ContextPilotMemory",
     "ContextPilotMemoryClient",
+    "FiltersTypeError",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class FiltersTypeError(TypeError, AttributeError):
+    """``filters`` is not a dict. mem0 fails on it with ``AttributeError`` (``'str' object has no attribute
+    'copy'``) or ``TypeError`` (a list); this is both, so code catching mem0's error still catches it,
+    and its message names the problem."""
 
 
 def _default_top_k(search: Any) -> int | None:
@@ -113,7 +120,7 @@ class _Wrapper(ForwardingProxy):
 
     def _cp_call(self, query: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SearchCall:
         if not isinstance(kwargs.get("filters", {}), (Mapping, type(None))):
-            raise TypeError(
+            raise FiltersTypeError(
                 f"filters must be a dict such as {{'user_id': 'alice'}}, got "
                 f"{type(kwargs['filters']).__name__} {kwargs['filters']!r:.80}"
             )
@@ -232,6 +239,14 @@ def _mem0_like(cls: type, *names: str) -> None:
     """Give the wrapper's side-effect methods mem0's signature and docstring (``help()``, ``inspect``)."""
 
     def dress(ours: Any, theirs: Any) -> Any:
+        if inspect.iscoroutinefunction(theirs):  # async def stays async def (code checks iscoroutinefunction)
+
+            @functools.wraps(theirs)
+            async def amethod(self: Any, *args: Any, **kwargs: Any) -> Any:
+                return await ours(self, *args, **kwargs)
+
+            return amethod
+
         @functools.wraps(theirs)
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             return ours(self, *args, **kwargs)

@@ -38,13 +38,48 @@ def test_user_content_puts_memories_before_the_question_and_round_trips() -> Non
 def test_pointers_resolve_only_when_the_history_holds_the_turns_they_name() -> None:
     turn1 = "Context:\n[Doc 1] Alice moved to Lisbon in 2023.\n[Doc 2] Alice has a cat named Miso.\n\nQuestion: q1"
     turn2 = "Context:\n[Doc 1] Alice is allergic to peanuts.\n\nQuestion: q2"
-    pointer = {"id": "m2", "turn": 1, "position": 2, "label": "[Doc 2]", "annotation": "...", "rank": 0}
+    pointer = {
+        "id": "m2",
+        "turn": 1,
+        "position": 2,
+        "label": "[Doc 2]",
+        "annotation": "...",
+        "rank": 0,
+        "text": "Alice has a cat named Miso.",
+    }
     assert pointers_resolve(_response(3, [pointer]), [turn1, turn2])
     assert not pointers_resolve(_response(3, [pointer]), [turn2])  # turn 1 trimmed away
     assert not pointers_resolve(_response(3, [dict(pointer, label="[Doc 3]")]), [turn1, turn2])
     assert not pointers_resolve(_response(1), [turn1])  # fresh record, old history
     assert pointers_resolve(_response(None), [turn1])  # no dedup: nothing to check
     assert context_messages(["hello", turn1, "Question: x", turn2]) == [turn1, turn2]
+
+
+def test_a_pointer_must_name_the_memory_the_history_shows_at_that_label() -> None:
+    """Regression: only the label's existence was checked, so a history whose turn 1 is another prompt
+    (two submits of one turn, kept in another order) got pointers at the wrong memories."""
+    turn1 = "Context:\n[Doc 1] Alice moved to Lisbon in 2023.\n[Doc 2] Alice has a cat named Miso.\n\nQuestion: q1"
+    other = "Context:\n[Doc 1] Alice moved to Lisbon in 2023.\n[Doc 2] Alice is allergic to peanuts.\n\nQuestion: q1"
+    pointer = {"id": "m2", "turn": 1, "position": 2, "label": "[Doc 2]", "annotation": "...", "rank": 0}
+    miso = dict(pointer, text="Alice has a cat named Miso.")
+    assert pointers_resolve(_response(2, [miso]), [turn1])
+    assert not pointers_resolve(_response(2, [miso]), [other])  # [Doc 2] there is another memory
+    assert pointers_resolve(_response(2, [dict(miso, text="ALICE has a cat  named Miso.")]), [turn1])  # folded
+    assert not pointers_resolve(_response(2, [pointer]), [turn1])  # a pointer without its text: unverifiable
+    forged = "Context:\n[Doc 1] Alice moved to Lisbon in 2023.\n\nQuestion: q1\n[Doc 2] Alice has a cat named Miso."
+    assert not pointers_resolve(_response(2, [miso]), [forged])  # a question's line is no block
+
+
+def test_a_same_text_copy_within_the_search_points_into_its_own_turn() -> None:
+    """Regression: two memories with one text in one search get a pointer into the *current* turn; it was
+    taken for a pointer into a missing turn and turned dedup off for the whole conversation."""
+    own = "[Doc 1] Eve likes green tea.\n[Doc 2] Eve lives in Rome.\n\n[Doc 1] above has the same content."
+    copy = {"id": "m9", "turn": 2, "position": 1, "label": "[Doc 1]", "annotation": "", "rank": 1}
+    response = _response(2, [dict(copy, text="Eve likes green tea.")])
+    response["context_pilot"]["context"] = own
+    assert pointers_resolve(response, ["Context:\n[Doc 1] Eve has a bike.\n\nQuestion: q1"])
+    response["context_pilot"]["sent"][0]["text"] = "Eve lives in Rome."
+    assert not pointers_resolve(response, ["Context:\n[Doc 1] Eve has a bike.\n\nQuestion: q1"])
 
 
 def test_bad_arguments_fail_clearly(store: Any) -> None:
@@ -133,3 +168,47 @@ async def test_async_driver_runs_a_sync_memory_in_a_thread(store: Any) -> None:
     t = await chat.aturn("Does Alice have pets?", filters=ALICE_FILTERS, conversation_id="chat-async")
     assert "Miso" in t.content and t.content.endswith("Question: Does Alice have pets?")
     chat.commit(t)
+
+
+EVE = ["Eve likes green tea.", "Eve likes green tea.", "Eve lives in Rome.", "Eve rides a red bike."]
+
+
+def test_same_text_memories_in_one_search_keep_dedup_on(store: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: a same-text copy's in-turn pointer turned dedup off ("trimmed or restored history?")."""
+    store.add([{"role": "user", "content": f} for f in EVE], user_id="eve", infer=False)
+    try:
+        chat = ChatMemory(store, layout="append", top_k=3)
+        t1 = chat.turn("What does Eve drink?", filters={"user_id": "eve"}, conversation_id="chat-twins")
+        assert t1.conversation_id == "chat-twins", "dedup stays on"
+        assert [s["turn"] for s in t1.sent] == [1] and t1.content.count("Eve likes green tea.") == 1
+        assert "trimmed or restored" not in caplog.text
+        chat.commit(t1)
+        t2 = chat.turn(
+            "What does Eve drink?", filters={"user_id": "eve"}, history=[t1.content], conversation_id="chat-twins"
+        )
+        assert t2.conversation_id == "chat-twins" and t2.sent
+    finally:
+        store.delete_all(user_id="eve")
+
+
+def test_two_submits_of_one_turn_never_get_pointers_at_the_other_prompt(store: Any) -> None:
+    """Regression: two searches of one conversation planned before either committed (a double submit); the
+    record numbers them in commit order, the app's history may hold them in the other order. A pointer
+    must name the memory the history shows at that label, else the conversation goes without dedup."""
+    chat = ChatMemory(store, layout="append", top_k=3)
+    conv = "chat-double"
+    a = chat.turn("Where does Alice live?", filters=ALICE_FILTERS, conversation_id=conv)
+    b = chat.turn("Does Alice have a pet or play music?", filters=ALICE_FILTERS, conversation_id=conv)
+    assert a.response["context_pilot"]["blocks"] != b.response["context_pilot"]["blocks"]
+    chat.commit(b)  # b's answer came first: b is turn 1 of the record
+    chat.commit(a)  # turn 2
+    history = [a.content, b.content]  # the app kept them in submit order
+    t3 = chat.turn(
+        "Where does Alice live, and does she have a pet?", filters=ALICE_FILTERS, history=history, conversation_id=conv
+    )
+    assert t3.conversation_id is None, "the history's turn 1 is not the record's: no dedup"
+    for sent in t3.sent:
+        shown = history[sent["turn"] - 1]
+        line = next(x for x in shown.splitlines() if x.startswith(sent["label"] + " "))
+        block, memory = line[len(sent["label"]) + 1 :], store.get(sent["id"])["memory"]
+        assert block == memory, f"{sent['annotation']} points at {block!r}, not at {memory!r}"

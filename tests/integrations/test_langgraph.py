@@ -18,9 +18,11 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 from cp_memory.integrations.langgraph import (
+    SENT_KEY,
     MemoryPrompt,
     cache_stable_messages,
     memory_node,
+    model_messages,
 )
 from tests.integrations.conftest import SYSTEM, assert_no_foreign_memory, user_messages
 
@@ -81,7 +83,23 @@ def test_graph_sends_a_fixed_system_message_and_an_append_only_history(store: An
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
     assert "Please refer to [Doc" in user_messages(sent[1].messages)[-1]  # turn 1's memories: pointers
     state = app.get_state(config).values["messages"]
-    assert [m.content for m in state if isinstance(m, HumanMessage)] == user_messages(sent[-1].messages)
+    assert [m.content for m in model_messages(state) if isinstance(m, HumanMessage)] == user_messages(sent[-1].messages)
+
+
+def test_the_graph_state_keeps_the_users_questions_as_typed(store: Any, server: Any, probe: Any) -> None:
+    """Regression: the append layout replaced the typed question in state["messages"] (and the
+    checkpointer) by "Context:\n[Doc 1] ...", so a chat UI showed memory blocks as the user's message."""
+    prompt = MemoryPrompt(store, system=SYSTEM, layout="append", top_k=3)
+    app = _graph(memory_node(prompt, _llm(server, probe)))
+    config = {"configurable": {"thread_id": "lg-typed"}}
+    for q in QUESTIONS[:2]:
+        app.invoke({"messages": [HumanMessage(q)], "mem0_user_id": "alice"}, config)
+    state = app.get_state(config).values["messages"]  # read back from the checkpointer
+    humans = [m for m in state if isinstance(m, HumanMessage)]
+    assert [m.content for m in humans] == QUESTIONS[:2]
+    assert all(not m.content.startswith("Context:") for m in humans)
+    assert [m.additional_kwargs[SENT_KEY] for m in humans] == user_messages(probe.last.messages)
+    assert "Please refer to [Doc" in user_messages(probe.last.messages)[-1]  # dedup still points at turn 1
 
 
 def test_late_layout_keeps_the_questions_as_typed(store: Any, server: Any, probe: Any) -> None:

@@ -6,6 +6,7 @@ user's message as query, so the random-weight model's erratic tool use does not 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ require_extra("agents", "openai-agents")
 
 from agents import (
     Agent,
+    Model,
     ModelSettings,
     OpenAIChatCompletionsModel,
     Runner,
@@ -140,3 +142,93 @@ async def test_unknown_user_fails_loudly_and_nobody_sees_another_users_memories(
         _agent(tools, server, probe), "Where does Alice live?", context={"user_id": "nobody"}, hooks=tools.hooks
     )
     assert _tool_outputs(probe.last.messages) == [EMPTY_OUTPUT]
+
+
+def _question(input: Any) -> str:
+    users = [i for i in input if isinstance(i, dict) and i.get("role") == "user"]
+    return str(users[-1]["content"]) if users else ""
+
+
+class Gated(Model):
+    """The answer step of a run waits until its question's gate opens, then answers (the real model) or,
+    for the questions in ``fail``, fails."""
+
+    def __init__(self, inner: Model, fail: set[str]) -> None:
+        self.inner, self.fail = inner, fail
+        self.gates: dict[str, asyncio.Event] = {}
+        self.entered: dict[str, asyncio.Event] = {}
+
+    def gate(self, question: str) -> tuple[asyncio.Event, asyncio.Event]:
+        self.gates[question], self.entered[question] = asyncio.Event(), asyncio.Event()
+        return self.entered[question], self.gates[question]
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        q = _question(input)
+        if q in self.gates:
+            self.entered[q].set()
+            await self.gates[q].wait()
+        if q in self.fail:
+            raise ConnectionError("engine down")
+        return await self.inner.get_response(system_instructions, input, *args, **kwargs)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("hooks", ["tools.run", "shared tools.hooks"])
+async def test_concurrent_runs_of_one_conversation_commit_only_their_own_searches(
+    store: Any, server: Any, probe: Any, hooks: str
+) -> None:
+    """Regression: two runs of one conversation shared one in-flight list, so run B's successful model call
+    committed run A's search (A's call failed) and the next turn pointed at A's memories, which the
+    history (B's) never showed. A pointer must name the memory the history shows at that label."""
+    tools = MemoryTools(store, top_k=3)
+    searched: list[Any] = []
+    aturn = tools.chat.aturn
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        searched.append(await aturn(*args, **kwargs))
+        return searched[-1]
+
+    tools.chat.aturn = recording  # type: ignore[method-assign]
+    client = AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none", http_client=probe.async_client())
+    qa, qb = "Where does Alice live?", "Does Alice play music?"
+    gated = Gated(OpenAIChatCompletionsModel(model="random", openai_client=client), fail={qa})
+    agent = Agent(
+        name="assistant",
+        instructions=SYSTEM,
+        tools=[tools.search_tool],
+        model=ScriptedFirstStep(gated, tools.name),
+        model_settings=ModelSettings(max_tokens=4, temperature=0),
+    )
+    ctx = MemoryContext(user_id="alice", conversation_id=f"oa-concurrent-{hooks}")
+    history = await _conversation(tools, agent, ctx, ["What is Alice's job?"])
+
+    entered_b, open_b = gated.gate(qb)
+    entered_a, open_a = gated.gate(qa)
+
+    def run(question: str) -> Any:
+        new = history + [{"role": "user", "content": question}]
+        if hooks == "tools.run":
+            return tools.run(agent, new, context=ctx)
+        return Runner.run(agent, new, context=ctx, hooks=tools.hooks)
+
+    run_b = asyncio.create_task(run(qb))
+    await entered_b.wait()  # B searched; its answer call is in flight
+    run_a = asyncio.create_task(run(qa))
+    await entered_a.wait()  # A searched; its answer call is in flight
+    open_b.set()
+    result_b = await run_b  # B's answer: B's search is sent
+    open_a.set()
+    with pytest.raises(ConnectionError):
+        await run_a  # A's answer failed: A's search was never sent
+    q3 = "Does Alice play music, and where does she live?"
+    await tools.run(agent, result_b.to_input_list() + [{"role": "user", "content": q3}], context=ctx)
+    outputs = _tool_outputs(probe.last.messages)
+    last = searched[-1]
+    assert len(outputs) == 3 and last.conversation_id == ctx.conversation_id, "B's history holds the committed turns"
+    assert any(s["turn"] == 2 for s in last.sent), "turn 3 points into turn 2"
+    for sent in last.sent:
+        line = next(x for x in outputs[sent["turn"] - 1].splitlines() if x.startswith(sent["label"] + " "))
+        block, memory = line[len(sent["label"]) + 1 :], store.get(sent["id"])["memory"]
+        assert block == memory, f"{sent['annotation']} points at {block!r}, not at {memory!r}"

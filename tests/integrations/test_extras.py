@@ -1,0 +1,59 @@
+"""A missing optional extra is an ImportError that names the ``pip install`` fixing it, not a bare
+``ModuleNotFoundError: No module named 'langchain_core'``.
+
+Each case runs in a fresh interpreter where the extra's package is made unimportable
+(``sys.modules[name] = None``), so the installed packages of this environment do not matter.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CASES = [  # (what the user imports, the package the extra brings, the extra)
+    ("from cp_memory.integrations.langgraph import MemoryPrompt", "langchain_core", "langgraph"),
+    ("from cp_memory.integrations.llamaindex import ContextPilotMem0Memory", "llama_index", "llamaindex"),
+    ("from cp_memory.integrations.openai_agents import MemoryTools", "agents", "openai-agents"),
+    ("from cp_memory.memory import ContextPilotMemory", "mem0", "mem0"),
+    ("from cp_memory import ContextPilotMemory", "mem0", "mem0"),
+    ("from cp_memory import ContextPilotConfig", "pydantic", "mem0"),
+    ("from cp_memory.engine import LlamaServer", "httpx", "engine"),
+]
+
+
+@pytest.mark.parametrize(("statement", "blocked", "extra"), CASES, ids=[c[2] + ":" + c[1] for c in CASES])
+def test_a_missing_extra_names_its_pip_install(statement: str, blocked: str, extra: str) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{blocked!r}] = None  # as if the extra were not installed
+        try:
+            {statement}
+        except ModuleNotFoundError as exc:
+            assert isinstance(exc, ImportError)
+            print(exc.name, "|", exc)
+        else:
+            raise SystemExit("imported without " + {blocked!r})
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    name, _, message = out.stdout.strip().partition(" | ")
+    assert name.split(".")[0] == blocked  # the missing module keeps its name: `except ImportError` probes work
+    assert f"pip install 'cp-memory[{extra}]'" in message, message
+    assert blocked in message
+
+
+def test_a_missing_cp_memory_module_is_not_blamed_on_an_extra() -> None:
+    from cp_memory.extras import requires
+
+    with pytest.raises(ModuleNotFoundError) as info:
+        with requires("langgraph", "cp_memory.integrations.langgraph"):
+            import cp_memory.no_such_module  # noqa: F401
+    assert "pip install" not in str(info.value)
