@@ -40,6 +40,7 @@ from typing import Any, Literal
 from ..blocks import normalize_text
 from ..lru import LRUMap
 from ..render import USER_TEMPLATE, context_of, one_line
+from ..special_tokens import DEFAULT_SPECIAL_TOKENS
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -136,15 +137,23 @@ def shows_block(text: str, label: str, memory: str) -> bool:
     """Whether ``text`` (a context, or a user message carrying one) has the block line ``label memory``.
 
     Only the block section counts (the lines before the first blank line of the context; never the
-    annotations or the question); texts are compared as content dedup compares them (case and whitespace
-    folded)."""
+    annotations or the question); texts are compared as content dedup compares them (whitespace folded,
+    case kept), with control tokens made inert on both sides."""
     if not isinstance(text, str):
         return False
     if text.startswith(_CONTEXT_HEAD):
         text = text[len(_CONTEXT_HEAD) :]
     section = text.split("\n\n", 1)[0]
-    head, want = f"{label} ", normalize_text(one_line(memory))
-    return any(line.startswith(head) and normalize_text(line[len(head) :]) == want for line in section.splitlines())
+    head, want = f"{label} ", _shown_form(memory)
+    return any(line.startswith(head) and _shown_form(line[len(head) :]) == want for line in section.splitlines())
+
+
+def _shown_form(text: str) -> str:
+    """A block text as the prompt shows it, for comparison: one line, control tokens made inert (idempotent,
+    so a line already rendered with the default policy, or rendered with the policy off, compares equal to
+    the raw memory), whitespace folded as content dedup folds it (case kept: case-only variants are other
+    facts)."""
+    return normalize_text(DEFAULT_SPECIAL_TOKENS.neutralise(one_line(text)))
 
 
 def _info(response: Any) -> Mapping[str, Any] | None:
