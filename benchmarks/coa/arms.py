@@ -27,7 +27,7 @@ logger = logging.getLogger("benchmarks.coa")
 
 __all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "entry_clients", "parse_arm", "parse_overrides", "pool"]
 
-#: ChainOfAgents options an arm may set (the rest of an agent arm's overrides go to AgentRouter)
+#: ChainConfig settings an arm may set (the rest of an agent arm's overrides go to AgentRouter)
 COA_OPTIONS = ("model_tails", "manager_affinity")
 
 

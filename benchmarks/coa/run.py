@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from cp_memory.agents import (
+    ChainConfig,
     ChainOfAgents,
     ChainOfAgentsError,
     CoAQuery,
     CoAResult,
-    Segmenter,
 )
 
 from .arms import Arm, engine_metrics, entry_clients, pool, requests_served
@@ -125,11 +125,13 @@ def run_arm(
     ) as p:
         coa = ChainOfAgents(
             p.router,
-            segmenter=Segmenter(s.segment_tokens),
-            worker_max_tokens=s.worker_max_tokens,
-            manager_max_tokens=s.manager_max_tokens,
-            chat=s.chat,
-            **arm.coa,
+            config=ChainConfig(
+                segment_tokens=s.segment_tokens,
+                worker_max_tokens=s.worker_max_tokens,
+                manager_max_tokens=s.manager_max_tokens,
+                chat=s.chat,
+                **arm.coa,
+            ),
         )
         # other applications enter where any client does: through the gateway when there is one, else
         # straight to the workers (they do not go through this process's AgentRouter); own clients
@@ -188,7 +190,7 @@ def run_arm(
         mean_f1=statistics.fmean(f1s) if f1s else 0.0,
         calls_per_worker=tuple(served) if arm.kind == "sglang" else tuple(w.routed for w in stats.workers),
         prefilled_per_worker=tuple(int(m.get("prompt_tokens_total", 0)) for m in metrics),
-        reasons=dict(Counter(c.route for c in calls)) if arm.kind == "agent" else {},
+        reasons=dict(Counter(c.route.value for c in calls)) if arm.kind == "agent" else {},
         foreign_requests=other.requests,
         foreign_prefilled_tokens=other.prefilled_tokens,
     )

@@ -116,7 +116,7 @@ class Affinity:
 
     def dispatch(self, user: str, prompt_tokens: int) -> Dispatch:
         route = self.router.route((("user", user),), (max(1, prompt_tokens),))
-        d = Dispatch(self.router.client(route.worker), route.worker, route.reason)
+        d = Dispatch(self.router.client(route.worker), route.worker, route.reason.value)
         with self._lock:
             self._routes[id(d)] = route
         return d

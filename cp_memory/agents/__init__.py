@@ -1,8 +1,8 @@
 """Agent workloads (Chain-of-Agents) with agent-aware routing on top of cp_memory.
 
-    from cp_memory.agents import AgentRouter, ChainOfAgents
+    from cp_memory.agents import AgentRouter, ChainConfig, ChainOfAgents
     router = AgentRouter([EngineClient(url) for url in urls], capacity_tokens=100_000)
-    coa = ChainOfAgents(router, segment_tokens=1024)
+    coa = ChainOfAgents(router, config=ChainConfig(segment_tokens=1024))
     result = coa.answer("Who ...?", blocks)          # blocks: cp_memory.ContextBlock (id + text)
 
 See docs/coa.md.
@@ -15,6 +15,7 @@ from .coa import (
     PRIOR_TURN_TEMPLATE,
     WORKER_TEMPLATE,
     CallStats,
+    ChainConfig,
     ChainOfAgents,
     ChainOfAgentsError,
     CoAPlan,
@@ -25,7 +26,16 @@ from .coa import (
 )
 from .flow import adrive, drive
 from .records import EngineCall
-from .routing import AgentRouter, Route, RouterStats, RoutingPolicy, WorkerStats
+from .routing import (
+    AgentRouter,
+    BalanceScope,
+    Placement,
+    Route,
+    RouteReason,
+    RouterStats,
+    RoutingPolicy,
+    WorkerStats,
+)
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
 
 __all__ = [
@@ -33,14 +43,18 @@ __all__ = [
     "PRIOR_TURN_TEMPLATE",
     "WORKER_TEMPLATE",
     "AgentRouter",
+    "BalanceScope",
     "CallStats",
+    "ChainConfig",
     "ChainOfAgents",
     "ChainOfAgentsError",
     "CoAPlan",
     "CoAQuery",
     "CoAResult",
     "EngineCall",
+    "Placement",
     "Route",
+    "RouteReason",
     "RouterStats",
     "RoutingPolicy",
     "Segment",

@@ -33,8 +33,10 @@ clients) send the requests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+import warnings
 from collections.abc import Generator, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -42,13 +44,13 @@ from typing import Any
 from cp_memory.blocks import ContextBlock, text_digest
 from cp_memory.dedup import Deduplicator
 
+from .config import ChainConfig, config_fields
 from .conversation import Conversations
 from .flow import adrive, drive
 from .prompts import (
     MANAGER_TEMPLATE,
     PRIOR_TURN_TEMPLATE,
     WORKER_TEMPLATE,
-    check_worker_template,
     manager_prompt,
     worker_prompt,
 )
@@ -73,6 +75,7 @@ __all__ = [
     "WORKER_TEMPLATE",
     "AsyncCompletionClient",
     "CallStats",
+    "ChainConfig",
     "ChainOfAgents",
     "ChainOfAgentsError",
     "CoAPlan",
@@ -92,66 +95,50 @@ class ChainOfAgents:
 
     Args:
         router: the worker pool; its clients are sync (:meth:`answer`) or async (:meth:`aanswer`).
-        segment_tokens: token budget of one worker's segment (ignored when ``segmenter`` is given).
-        segmenter: a shared :class:`Segmenter` (default: a new one with ``segment_tokens``).
+        config: the chain's settings (:class:`ChainConfig`; default ``ChainConfig()``).
+        segmenter: a shared :class:`Segmenter` (default: a new one with ``config.segment_tokens``).
         manager: client for the manager call; None routes it through ``router`` like a request with
             nothing to reuse (least-loaded worker).
-        worker_max_tokens, manager_max_tokens: generation limits (CU length, answer length).
-        manager_stop: stop sequences of the manager's answer (None: stop at ``manager_max_tokens``).
-        chat: send each prompt as one user message (``client.chat``) instead of a raw completion, for
-            instruct models; the chat template's fixed header keeps the segment a shared prefix.
-        temperature: sampling temperature of every call.
-        dedup: a shared :class:`Deduplicator` for conversations (default: a new one).
-        max_conversations: conversations whose CUs are remembered (least recently used dropped).
-        model_tails: tell the router how many tokens each prompt adds after its segment (previous CU,
-            question, instructions, generated tokens: the segmenter's ``token_len`` estimate), so its
-            per-worker cache models fill up as the engines' caches do (an engine caches whole prompts).
-        manager_affinity: route manager calls by their recurring prefix (the manager template's fixed
-            text) like any other reusable block: they then share one worker's cache while it is not
-            overloaded, instead of spreading their one-off prompts over every worker's cache.
+        dedup: a shared :class:`Deduplicator` for conversations (default: a new one remembering
+            ``config.max_conversations`` conversations).
+        **options: deprecated: :class:`ChainConfig` fields given one by one (``worker_max_tokens=48``,
+            ...), applied over ``config`` with a ``DeprecationWarning``; they will be removed in the next
+            release.
     """
 
     def __init__(
         self,
         router: AgentRouter[Any],
         *,
-        segment_tokens: int = 1024,
+        config: ChainConfig | None = None,
         segmenter: Segmenter | None = None,
         manager: Any | None = None,
-        worker_max_tokens: int = 128,
-        manager_max_tokens: int = 32,
-        manager_stop: Sequence[str] | None = None,
-        temperature: float = 0.0,
-        chat: bool = False,
         dedup: Deduplicator | None = None,
-        max_conversations: int = 10_000,
-        worker_template: str = WORKER_TEMPLATE,
-        manager_template: str = MANAGER_TEMPLATE,
-        model_tails: bool = True,
-        manager_affinity: bool = True,
+        **options: Any,
     ) -> None:
         if not isinstance(router, AgentRouter):
             raise TypeError(f"router must be an AgentRouter, got {type(router).__name__}")
-        for name, v in (("worker_max_tokens", worker_max_tokens), ("manager_max_tokens", manager_max_tokens)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        check_worker_template(worker_template)
+        if config is not None and not isinstance(config, ChainConfig):
+            raise TypeError(f"config must be a ChainConfig, got {type(config).__name__}")
+        cfg = config if config is not None else ChainConfig()
+        if options:
+            unknown = sorted(set(options) - config_fields())
+            if unknown:
+                raise TypeError(f"ChainOfAgents() got unexpected keyword argument(s): {', '.join(unknown)}")
+            warnings.warn(
+                f"ChainOfAgents({', '.join(f'{k}=...' for k in options)}) is deprecated and will be removed in "
+                "the next release: pass config=ChainConfig(...) instead",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cfg = dataclasses.replace(cfg, **options)
         self.router = router
-        self.segmenter = segmenter if segmenter is not None else Segmenter(segment_tokens)
+        self.config = cfg
+        self.segmenter = segmenter if segmenter is not None else Segmenter(cfg.segment_tokens)
         self.manager = manager
-        self.worker_max_tokens = worker_max_tokens
-        self.manager_max_tokens = manager_max_tokens
-        self.manager_stop = list(manager_stop) if manager_stop else None
-        self.temperature = temperature
-        self.chat = chat
-        self.conversations = Conversations(dedup, max_conversations=max_conversations)
-        self.max_conversations = max_conversations
-        self.worker_template = worker_template
-        self.manager_template = manager_template
-        self.model_tails = model_tails
-        self.manager_affinity = manager_affinity
-        prefix = manager_template.split("{", 1)[0]
-        self._manager_prefix = (("manager-prefix", text_digest(prefix)),) if prefix and manager_affinity else ()
+        self.conversations = Conversations(dedup, max_conversations=cfg.max_conversations)
+        prefix = cfg.manager_template.split("{", 1)[0]
+        self._manager_prefix = (("manager-prefix", text_digest(prefix)),) if prefix and cfg.manager_affinity else ()
         self._manager_prefix_tokens = tuple(self.segmenter.token_len(prefix) for _ in self._manager_prefix)
 
     # ------------------------------------------------------------------ planning (no I/O)
@@ -176,7 +163,16 @@ class ChainOfAgents:
             raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
         blocks = list(blocks)
         if conversation_id is None:
-            return CoAPlan(question, self.segmenter.split(blocks), "", None, None, (), (), tag)
+            return CoAPlan(
+                question=question,
+                segments=self.segmenter.split(blocks),
+                first_cu="",
+                conversation_id=None,
+                turn=None,
+                duplicates=(),
+                annotations=(),
+                tag=tag,
+            )
         t = self.conversations.plan(conversation_id, blocks, label_template=self.segmenter.label_template)
         try:
             segments = self.segmenter.split(list(t.blocks))
@@ -184,7 +180,15 @@ class ChainOfAgents:
             self.conversations.rollback(t.pending)
             raise
         return CoAPlan(
-            question, segments, t.first_cu, conversation_id, t.turn, t.duplicates, t.annotations, tag, t.pending
+            question=question,
+            segments=segments,
+            first_cu=t.first_cu,
+            conversation_id=conversation_id,
+            turn=t.turn,
+            duplicates=t.duplicates,
+            annotations=t.annotations,
+            tag=tag,
+            dedup=t.pending,
         )
 
     @property
@@ -204,20 +208,21 @@ class ChainOfAgents:
         worker is released and the conversation's turn is rolled back. Run it with
         :func:`~cp_memory.agents.flow.drive` / :func:`~cp_memory.agents.flow.adrive`."""
         t0 = time.perf_counter()
+        cfg = self.config
         cu = plan.first_cu
         cus: list[str] = []
         calls: list[CallStats] = []
         try:
             for seg in plan.segments:
                 prompt = worker_prompt(
-                    seg.text, cu, plan.question, self.worker_template, special_tokens=self.segmenter.special_tokens
+                    seg.text, cu, plan.question, cfg.worker_template, special_tokens=self.segmenter.special_tokens
                 )
                 route = self.router.route(
                     seg.keys,
                     seg.token_lens,
                     tail_key="worker",
                     home_key=seg.ids[0],
-                    tail_tokens=self._tail(prompt[len(seg.text) :], self.worker_max_tokens),
+                    tail_tokens=self._tail(prompt[len(seg.text) :], cfg.worker_max_tokens),
                 )
                 res = yield from self._call(
                     plan,
@@ -226,19 +231,21 @@ class ChainOfAgents:
                     route,
                     self.router.client(route.worker),
                     prompt,
-                    max_tokens=self.worker_max_tokens,
+                    max_tokens=cfg.worker_max_tokens,
                     request_id=route.request_id,
                 )
                 cu = res.text.strip()
                 cus.append(cu)
-                calls.append(CallStats.of("worker", seg.position, route, seg, res, ""))
+                calls.append(
+                    CallStats.of(role="worker", step=seg.position, route=route, seg=seg, res=res, manager_name="")
+                )
             prompt = manager_prompt(
-                cu, plan.question, self.manager_template, special_tokens=self.segmenter.special_tokens
+                cu, plan.question, cfg.manager_template, special_tokens=self.segmenter.special_tokens
             )
             mroute = None
             if self.manager is None:
                 prefix = sum(self._manager_prefix_tokens)
-                tail = self._tail(prompt, self.manager_max_tokens)
+                tail = self._tail(prompt, cfg.manager_max_tokens)
                 # one tail per prefix, as for workers: llama.cpp's prompt cache takes the cached manager
                 # prompt out to reuse its prefix and saves the new one in its place
                 mroute = self.router.route(
@@ -255,11 +262,15 @@ class ChainOfAgents:
                 mroute,
                 client,
                 prompt,
-                max_tokens=self.manager_max_tokens,
+                max_tokens=cfg.manager_max_tokens,
                 request_id=mroute.request_id if mroute is not None else None,
-                stop=self.manager_stop,
+                stop=list(cfg.manager_stop) if cfg.manager_stop else None,
             )
-            calls.append(CallStats.of("manager", len(plan.segments), mroute, None, res, "manager"))
+            calls.append(
+                CallStats.of(
+                    role="manager", step=len(plan.segments), route=mroute, seg=None, res=res, manager_name="manager"
+                )
+            )
         except BaseException:
             if plan.dedup is not None:
                 self.conversations.rollback(plan.dedup)
@@ -268,31 +279,35 @@ class ChainOfAgents:
         if plan.dedup is not None:
             turn = self.conversations.commit(plan.dedup, cus[-1] if cus else plan.first_cu)
         return CoAResult(
-            plan.question,
-            res.text.strip(),
-            tuple(cus),
-            tuple(calls),
-            plan.segments,
-            time.perf_counter() - t0,
-            plan.conversation_id,
-            turn,
-            plan.duplicates,
-            plan.annotations,
-            plan.tag,
+            question=plan.question,
+            answer=res.text.strip(),
+            cus=tuple(cus),
+            calls=tuple(calls),
+            segments=plan.segments,
+            wall_s=time.perf_counter() - t0,
+            conversation_id=plan.conversation_id,
+            turn=turn,
+            duplicates=plan.duplicates,
+            annotations=plan.annotations,
+            tag=plan.tag,
         )
 
     def _tail(self, text: str, max_tokens: int) -> int:
         """Tokens a prompt's non-reusable part and its generation take in the engine cache (0: not modelled)."""
-        return self.segmenter.token_len(text) + max_tokens if self.model_tails else 0
+        return self.segmenter.token_len(text) + max_tokens if self.config.model_tails else 0
 
     def _call(
         self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str, **kwargs: Any
     ) -> Generator[EngineCall, Any, Any]:
         """One engine call: yield it, release the worker (failed on error), map errors."""
         name = route.worker_name if route is not None else "manager"
-        payload: Any = [{"role": "user", "content": prompt}] if self.chat else prompt
+        chat = self.config.chat
         call = EngineCall(
-            client, "chat" if self.chat else "complete", payload, {"temperature": self.temperature, **kwargs}, name
+            client=client,
+            method="chat" if chat else "complete",
+            payload=[{"role": "user", "content": prompt}] if chat else prompt,
+            kwargs={"temperature": self.config.temperature, **kwargs},
+            worker_name=name,
         )
         try:
             res = yield call

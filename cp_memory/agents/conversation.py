@@ -36,7 +36,7 @@ __all__ = ["Conversations", "PlannedTurn"]
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlannedTurn:
     """A pending turn: the blocks still to send, the duplicates, and the first worker's previous summary."""
 
@@ -57,7 +57,7 @@ class PlannedTurn:
 class Conversations:
     """The dedup record of every conversation and the CU each committed turn ended with. Thread-safe."""
 
-    def __init__(self, dedup: Deduplicator | None = None, *, max_conversations: int = 10_000) -> None:
+    def __init__(self, dedup: Deduplicator | None = None, *, max_conversations: int) -> None:
         self.dedup = dedup if dedup is not None else Deduplicator(max_conversations=max_conversations)
         # per conversation: turn -> the CU it ended with (the dicts are guarded by _lock)
         self._cus: LRUMap[Hashable, dict[int, str]] = LRUMap(max_conversations)
@@ -81,7 +81,10 @@ class Conversations:
         with self._lock:
             prior = [PRIOR_TURN_TEMPLATE.format(turn=t, cu=cus[t]) for t in earlier if cus.get(t)]
         return PlannedTurn(
-            pending, "\n".join([*prior, *annotations]), tuple(d.block_id for d in pending.dropped), annotations
+            pending=pending,
+            first_cu="\n".join([*prior, *annotations]),
+            duplicates=tuple(d.block_id for d in pending.dropped),
+            annotations=annotations,
         )
 
     def commit(self, pending: DedupResult, final_cu: str) -> int:

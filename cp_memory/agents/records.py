@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from cp_memory.blocks import ContextBlock
 from cp_memory.dedup import DedupResult
 
-from .routes import Route
+from .routes import Route, RouteReason
 from .segment import Segment
 
 __all__ = [
@@ -71,7 +71,7 @@ class AsyncCompletionClient(Protocol):
     ) -> CompletionLike: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineCall:
     """One request the I/O-free chain asks its driver to send: ``client.<method>(payload, **kwargs)``.
 
@@ -104,9 +104,12 @@ class EngineCall:
         return fn
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallStats:
     """One engine call of a chain: a worker (``role="worker"``, ``step`` = segment position) or the manager.
+
+    ``route`` is the router's :class:`~cp_memory.agents.RouteReason`, or ``RouteReason.DEDICATED`` for a call
+    to the chain's dedicated manager client (``worker`` is then -1).
 
     ``predicted_cached_tokens`` is what the router's cache model expected the engine to reuse (segment
     tokens only, estimated); ``cached_tokens``/``prompt_tokens`` are what the engine reported.
@@ -116,7 +119,7 @@ class CallStats:
     step: int
     worker: int
     worker_name: str
-    route: str
+    route: RouteReason
     request_id: str
     block_ids: tuple[Hashable, ...]
     segment_tokens: int
@@ -130,7 +133,7 @@ class CallStats:
 
     @classmethod
     def of(
-        cls, role: Role, step: int, route: Route | None, seg: Segment | None, res: Any, manager_name: str
+        cls, *, role: Role, step: int, route: Route | None, seg: Segment | None, res: Any, manager_name: str
     ) -> CallStats:
         """The record of one answered call: ``route`` is None for a dedicated manager client."""
         return cls(
@@ -138,7 +141,7 @@ class CallStats:
             step=step,
             worker=route.worker if route is not None else -1,
             worker_name=route.worker_name if route is not None else manager_name,
-            route=route.reason if route is not None else "dedicated",
+            route=route.reason if route is not None else RouteReason.DEDICATED,
             request_id=route.request_id if route is not None else str(getattr(res, "request_id", "") or ""),
             block_ids=seg.ids if seg is not None else (),
             segment_tokens=seg.tokens if seg is not None else 0,
@@ -152,7 +155,7 @@ class CallStats:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CoAResult:
     """A question's answer, its CU trace (one CU per worker, chain order) and every engine call."""
 
@@ -187,10 +190,12 @@ class CoAResult:
 
 @dataclass(frozen=True)
 class CoAQuery:
-    """One question for :meth:`ChainOfAgents.answer_many`; ``tag`` is copied to the result or error."""
+    """One question for :meth:`ChainOfAgents.answer_many`: ``CoAQuery(question, blocks, conversation_id=...,
+    tag=...)``; ``tag`` is copied to the result or error."""
 
     question: str
     blocks: tuple[ContextBlock, ...]
+    _: KW_ONLY
     conversation_id: Hashable | None = None
     tag: Hashable | None = None
 
@@ -214,7 +219,7 @@ class ChainOfAgentsError(RuntimeError):
         self.tag = tag
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CoAPlan:
     """What a chain will run: segments in chain order and the text the first worker gets as its
     "previous" summary (in a conversation: earlier turns' CUs and location annotations).

@@ -1,40 +1,100 @@
-"""Records of agent-aware routing: the policy, one route, per-worker and pool statistics."""
+"""Records and vocabularies of agent-aware routing: the policy, route reasons, placement modes, one route,
+per-worker and pool statistics.
+
+The vocabularies are str-valued enums: a member *is* its string (``RouteReason.AFFINITY == "affinity"``,
+``str()``/``format()``/JSON give ``"affinity"``), so results and benchmark outputs read as before and a
+caller may still pass the plain string.
+"""
 
 from __future__ import annotations
 
+import collections
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-__all__ = ["Route", "RouterStats", "RoutingPolicy", "WorkerStats"]
+__all__ = [
+    "BalanceScope",
+    "Placement",
+    "Route",
+    "RouteReason",
+    "RouterStats",
+    "RoutingPolicy",
+    "WorkerStats",
+]
 
 
-class RoutingPolicy(str, enum.Enum):
+class _StrEnum(str, enum.Enum):
+    """``enum.StrEnum`` for Python 3.10: ``str()`` and ``format()`` give the value, not ``Class.MEMBER``."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(str(self.value), format_spec)
+
+
+class RoutingPolicy(_StrEnum):
+    """``affinity``: ContextPilot's agent-aware routing; ``round_robin``: the cache-blind baseline."""
+
     AFFINITY = "affinity"
     ROUND_ROBIN = "round_robin"
 
 
-@dataclass(frozen=True)
-class Route:
-    """Where one request goes, and why.
+class RouteReason(_StrEnum):
+    """Why a request went where it went (:attr:`Route.reason`, :attr:`~cp_memory.agents.CallStats.route`)."""
 
-    ``reason`` is ``"affinity"`` (cache hit in the model), ``"home"`` (no worker's model holds it any
-    more: back to the worker that held it last), ``"least_loaded"`` (new content),
-    ``"balance"`` (load safeguard overrode affinity) or ``"round_robin"``. ``matched_tokens`` is the
-    prefix the chosen worker's cache model holds (the prediction to compare with the engine's
-    ``cached_tokens``); ``segment_tokens`` the segment's size as estimated by the caller.
+    #: the worker's cache model holds the longest prefix of the segment
+    AFFINITY = "affinity"
+    #: no worker's model holds it any more: back to the worker that held it last
+    HOME = "home"
+    #: new content (placed by :class:`Placement`) or a request with nothing reusable
+    LEAST_LOADED = "least_loaded"
+    #: the load safeguard overrode affinity
+    BALANCE = "balance"
+    #: the cache-blind baseline
+    ROUND_ROBIN = "round_robin"
+    #: not routed: the chain's dedicated manager client (:class:`~cp_memory.agents.CallStats` only)
+    DEDICATED = "dedicated"
+
+
+class Placement(_StrEnum):
+    """Where new content goes: ``cache`` (room in a cache model, else the cache that took in the fewest
+    tokens) or ``load`` (the least-loaded worker)."""
+
+    CACHE = "cache"
+    LOAD = "load"
+
+
+class BalanceScope(_StrEnum):
+    """What the load safeguard tests: ``target`` (the worker affinity picked) or ``global`` (the pool's max
+    load, as SGLang's router does)."""
+
+    TARGET = "target"
+    GLOBAL = "global"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """Where one request goes, and why (:class:`RouteReason`).
+
+    ``matched_tokens`` is the prefix the chosen worker's cache model holds (the prediction to compare with
+    the engine's ``cached_tokens``); ``segment_tokens`` the segment's size as estimated by the caller.
     """
 
     worker: int
     worker_name: str
-    reason: str
+    reason: RouteReason
     request_id: str
     matched_blocks: int
     matched_tokens: int
     segment_tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerStats:
+    """One worker's counters: requests routed there by reason, failed, in flight, and its cache model."""
+
     name: str
     routed: int
     affinity: int
@@ -47,10 +107,21 @@ class WorkerStats:
     modelled_cache_tokens: int
     home: int = 0
 
+    @property
+    def reasons(self) -> Mapping[RouteReason, int]:
+        """Requests routed here, by reason."""
+        return {
+            RouteReason.AFFINITY: self.affinity,
+            RouteReason.HOME: self.home,
+            RouteReason.LEAST_LOADED: self.least_loaded,
+            RouteReason.BALANCE: self.balance,
+            RouteReason.ROUND_ROBIN: self.round_robin,
+        }
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class RouterStats:
-    policy: str
+    policy: RoutingPolicy
     workers: tuple[WorkerStats, ...]
 
     @property
@@ -60,10 +131,30 @@ class RouterStats:
 
 @dataclass(slots=True)
 class _Counters:
-    routed: int = 0
-    affinity: int = 0
-    home: int = 0
-    least_loaded: int = 0
-    balance: int = 0
-    round_robin: int = 0
+    """A worker's mutable counters (guarded by the router's lock)."""
+
+    reasons: collections.Counter[RouteReason] = field(default_factory=collections.Counter)
     failed: int = 0
+
+    @property
+    def routed(self) -> int:
+        return sum(self.reasons.values())
+
+    def count(self, reason: RouteReason) -> None:
+        self.reasons[reason] += 1
+
+    def snapshot(self, *, name: str, in_flight: int, live_requests: int, modelled_cache_tokens: int) -> WorkerStats:
+        r = self.reasons
+        return WorkerStats(
+            name=name,
+            routed=self.routed,
+            affinity=r[RouteReason.AFFINITY],
+            least_loaded=r[RouteReason.LEAST_LOADED],
+            balance=r[RouteReason.BALANCE],
+            round_robin=r[RouteReason.ROUND_ROBIN],
+            failed=self.failed,
+            in_flight=in_flight,
+            live_requests=live_requests,
+            modelled_cache_tokens=modelled_cache_tokens,
+            home=r[RouteReason.HOME],
+        )

@@ -55,15 +55,44 @@ from typing import Generic, TypeVar
 from cp_memory.index import ContextIndex
 from cp_memory.lru import LRUMap
 
-from .routes import Route, RouterStats, RoutingPolicy, WorkerStats, _Counters
+from .routes import (
+    BalanceScope,
+    Placement,
+    Route,
+    RouteReason,
+    RouterStats,
+    RoutingPolicy,
+    WorkerStats,
+    _Counters,
+    _StrEnum,
+)
 
-__all__ = ["AgentRouter", "Route", "RouterStats", "RoutingPolicy", "WorkerStats"]
+__all__ = [
+    "AgentRouter",
+    "BalanceScope",
+    "Placement",
+    "Route",
+    "RouteReason",
+    "RouterStats",
+    "RoutingPolicy",
+    "WorkerStats",
+]
 
 logger = logging.getLogger(__name__)
 
 ClientT = TypeVar("ClientT")
+E = TypeVar("E", bound=_StrEnum)
 
 _UNBOUNDED = 2**62
+
+
+def _member(vocabulary: type[E], value: object, what: str) -> E:
+    """``value`` (a member or its string) as a member of ``vocabulary``; ValueError naming ``what``."""
+    try:
+        return vocabulary(value)
+    except ValueError:
+        allowed = " or ".join(repr(m.value) for m in vocabulary)
+        raise ValueError(f"{what} must be {allowed}, got {value!r}") from None
 
 
 class AgentRouter(Generic[ClientT]):
@@ -75,15 +104,16 @@ class AgentRouter(Generic[ClientT]):
         clients: one engine client per worker (anything the caller can send prompts to; the router
             never calls it).
         names: worker names for results and logs (default ``worker-0`` ...).
-        policy: ``"affinity"`` or ``"round_robin"``.
+        policy: :class:`RoutingPolicy` (or its string): ``"affinity"`` or ``"round_robin"``.
         capacity_tokens: per-worker prefix-cache size to model, in tokens (None = unbounded).
         balance_abs_threshold, balance_rel_threshold: the load safeguard (see module doc).
-        balance_scope: ``"target"`` (default) applies the safeguard to the worker affinity picked (its
-            load against the least-loaded worker); ``"global"`` checks the pool's max and min load before
-            anything else, exactly as SGLang's router does.
+        balance_scope: :class:`BalanceScope` (or its string): ``"target"`` (default) applies the
+            safeguard to the worker affinity picked (its load against the least-loaded worker);
+            ``"global"`` checks the pool's max and min load before anything else, exactly as SGLang's
+            router does.
         min_match_tokens: shortest cached prefix worth following.
-        placement: where new content goes: ``"cache"`` (room in the cache model, else the cache that took
-            in the fewest tokens) or ``"load"`` (least loaded).
+        placement: where new content goes (:class:`Placement` or its string): ``"cache"`` (room in the
+            cache model, else the cache that took in the fewest tokens) or ``"load"`` (least loaded).
         max_homes: segments whose last worker is remembered (least recently used forgotten).
     """
 
@@ -96,9 +126,9 @@ class AgentRouter(Generic[ClientT]):
         capacity_tokens: int | None = None,
         balance_abs_threshold: int = 8,
         balance_rel_threshold: float = 1.5,
-        balance_scope: str = "target",
+        balance_scope: BalanceScope | str = BalanceScope.TARGET,
         min_match_tokens: int = 1,
-        placement: str = "cache",
+        placement: Placement | str = Placement.CACHE,
         max_homes: int = 100_000,
     ) -> None:
         clients = list(clients)
@@ -111,18 +141,13 @@ class AgentRouter(Generic[ClientT]):
             raise ValueError(f"got {len(names)} names for {len(clients)} workers")
         if len(set(names)) != len(names):
             raise ValueError("worker names must be distinct")
-        try:
-            self.policy = RoutingPolicy(policy)
-        except ValueError:
-            raise ValueError(f"policy must be one of {[p.value for p in RoutingPolicy]}, got {policy!r}") from None
+        self.policy = _member(RoutingPolicy, policy, "policy")
+        self.balance_scope = _member(BalanceScope, balance_scope, "balance_scope")
+        self.placement = _member(Placement, placement, "placement")
         if not isinstance(balance_abs_threshold, int) or balance_abs_threshold < 0:
             raise ValueError(f"balance_abs_threshold must be a non-negative int, got {balance_abs_threshold!r}")
         if not isinstance(balance_rel_threshold, (int, float)) or balance_rel_threshold < 1:
             raise ValueError(f"balance_rel_threshold must be >= 1, got {balance_rel_threshold!r}")
-        if balance_scope not in ("target", "global"):
-            raise ValueError(f"balance_scope must be 'target' or 'global', got {balance_scope!r}")
-        if placement not in ("cache", "load"):
-            raise ValueError(f"placement must be 'cache' or 'load', got {placement!r}")
         if not isinstance(min_match_tokens, int) or min_match_tokens < 1:
             raise ValueError(f"min_match_tokens must be a positive int, got {min_match_tokens!r}")
         self._clients = tuple(clients)
@@ -130,9 +155,7 @@ class AgentRouter(Generic[ClientT]):
         self.capacity_tokens = capacity_tokens
         self.balance_abs_threshold = balance_abs_threshold
         self.balance_rel_threshold = float(balance_rel_threshold)
-        self.balance_scope = balance_scope
         self.min_match_tokens = min_match_tokens
-        self.placement = placement
         # first block of a segment -> (the worker that cached it last, that worker's intake then), kept
         # after the model evicts it
         self._homes: LRUMap[Hashable, tuple[int, int]] = LRUMap(max_homes)
@@ -170,25 +193,16 @@ class AgentRouter(Generic[ClientT]):
 
     def stats(self) -> RouterStats:
         with self._lock:
-            out = []
-            for i, c in enumerate(self._counters):
-                idx = self._indexes[i]
-                out.append(
-                    WorkerStats(
-                        self.names[i],
-                        c.routed,
-                        c.affinity,
-                        c.least_loaded,
-                        c.balance,
-                        c.round_robin,
-                        c.failed,
-                        self._load[i],
-                        len(idx),
-                        idx.cached_tokens,
-                        c.home,
-                    )
+            workers = tuple(
+                c.snapshot(
+                    name=self.names[i],
+                    in_flight=self._load[i],
+                    live_requests=len(self._indexes[i]),
+                    modelled_cache_tokens=self._indexes[i].cached_tokens,
                 )
-            return RouterStats(self.policy.value, tuple(out))
+                for i, c in enumerate(self._counters)
+            )
+            return RouterStats(policy=self.policy, workers=workers)
 
     # ------------------------------------------------------------------ routing
     def route(
@@ -241,13 +255,19 @@ class AgentRouter(Generic[ClientT]):
             self._intake[worker] += seg_tokens - sum(lens[:matched]) + tail_tokens
             if head is not None:
                 self._heads[rid] = head
-                if reason != "balance":
+                if reason is not RouteReason.BALANCE:
                     self._homes.set(head, (worker, self._intake[worker]))
             self._load[worker] += 1
-            c = self._counters[worker]
-            c.routed += 1
-            setattr(c, reason, getattr(c, reason) + 1)
-        route = Route(worker, self.names[worker], reason, rid, matched, sum(lens[:matched]), seg_tokens)
+            self._counters[worker].count(reason)
+        route = Route(
+            worker=worker,
+            worker_name=self.names[worker],
+            reason=reason,
+            request_id=rid,
+            matched_blocks=matched,
+            matched_tokens=sum(lens[:matched]),
+            segment_tokens=seg_tokens,
+        )
         logger.debug(
             "route %s -> %s (%s, %d/%d tokens cached in model)",
             rid,
@@ -260,13 +280,13 @@ class AgentRouter(Generic[ClientT]):
 
     def _choose(
         self, tagged: list[tuple[int, Hashable]], lens: list[int], head: Hashable | None, need: int
-    ) -> tuple[int, str]:
+    ) -> tuple[int, RouteReason]:
         n = len(self._clients)
         load = self._load
         if self.policy is RoutingPolicy.ROUND_ROBIN:
-            return next(self._rr) % n, "round_robin"
-        if self.balance_scope == "global" and self._imbalanced(max(load)):
-            return self._least_loaded(), "balance"
+            return next(self._rr) % n, RouteReason.ROUND_ROBIN
+        if self.balance_scope is BalanceScope.GLOBAL and self._imbalanced(max(load)):
+            return self._least_loaded(), RouteReason.BALANCE
         if tagged:
             best_w, best_tokens = -1, 0
             for w in range(n):
@@ -275,14 +295,14 @@ class AgentRouter(Generic[ClientT]):
                     best_w, best_tokens = w, got
             if best_w >= 0 and best_tokens >= self.min_match_tokens:
                 if self._imbalanced(load[best_w]):
-                    return self._least_loaded(), "balance"
-                return best_w, "affinity"
+                    return self._least_loaded(), RouteReason.BALANCE
+                return best_w, RouteReason.AFFINITY
             home = self._home(head)
             if home is not None and not self._imbalanced(load[home]):
-                return home, "home"
-            if self.placement == "cache":
-                return self._most_room(need), "least_loaded"
-        return self._least_loaded(), "least_loaded"
+                return home, RouteReason.HOME
+            if self.placement is Placement.CACHE:
+                return self._most_room(need), RouteReason.LEAST_LOADED
+        return self._least_loaded(), RouteReason.LEAST_LOADED
 
     def _home(self, head: Hashable | None) -> int | None:
         """The worker that held segment ``head`` last, while its engine may still hold it: fewer than

@@ -62,7 +62,7 @@ def render_segment(
     return "\n".join(f"{block_label(b.id, template)} {special_tokens.neutralise(b.text.strip())}" for b in blocks)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Segment:
     """One worker's share of the source text.
 
@@ -195,12 +195,12 @@ class Segmenter:
                     )
                 segments.append(
                     Segment(
-                        len(segments),
-                        tuple(by_key[k] for k in take),
-                        tuple(lens[k] for k in take),
-                        n_aligned,
-                        self.label_template,
-                        self.special_tokens,
+                        position=len(segments),
+                        blocks=tuple(by_key[k] for k in take),
+                        token_lens=tuple(lens[k] for k in take),
+                        aligned_blocks=n_aligned,
+                        label_template=self.label_template,
+                        special_tokens=self.special_tokens,
                     )
                 )
         return tuple(segments)

@@ -1,14 +1,21 @@
 import asyncio
+import json
 import re
+from dataclasses import asdict
 
 import pytest
 
 from cp_memory.agents import (
     AgentRouter,
+    CallStats,
+    ChainConfig,
     ChainOfAgents,
     ChainOfAgentsError,
     CoAQuery,
     CoAResult,
+    Route,
+    RouteReason,
+    Segmenter,
     manager_prompt,
     worker_prompt,
 )
@@ -26,12 +33,13 @@ def words(text):
     return len(text.split())
 
 
-def chain(n_workers=3, budget=60, policy="affinity", engine=FakeEngine, **kw):
+def chain(n_workers=3, budget=60, policy="affinity", engine=FakeEngine, manager=None, **config):
+    """A chain over ``n_workers`` fake engines; ``config``: :class:`ChainConfig` settings."""
     engines = [engine(f"w{i}") for i in range(n_workers)]
     router = AgentRouter(engines, policy=policy)
-    from cp_memory.agents import Segmenter
-
-    coa = ChainOfAgents(router, segmenter=Segmenter(budget, token_len=words), **kw)
+    coa = ChainOfAgents(
+        router, config=ChainConfig(**config), segmenter=Segmenter(budget, token_len=words), manager=manager
+    )
     return coa, engines
 
 
@@ -52,9 +60,74 @@ def test_manager_prompt_is_the_papers():
 
 
 def test_worker_template_must_start_with_the_segment():
-    router = AgentRouter([FakeEngine()])
     with pytest.raises(ValueError, match="reusable prefix"):
-        ChainOfAgents(router, worker_template="Question: {question}\n{segment}\n{previous_cu}")
+        ChainConfig(worker_template="Question: {question}\n{segment}\n{previous_cu}")
+
+
+# ---------------------------------------------------------------------------------------------- config
+def test_a_chain_config_holds_every_setting_with_one_default_each():
+    cfg = ChainConfig()
+    coa = ChainOfAgents(AgentRouter([FakeEngine()]))
+    assert coa.config == cfg and coa.segmenter.budget_tokens == cfg.segment_tokens
+    assert (cfg.worker_max_tokens, cfg.manager_max_tokens, cfg.manager_stop) == (128, 32, None)
+    assert (cfg.chat, cfg.model_tails, cfg.manager_affinity) == (False, True, True)
+    assert ChainConfig(manager_stop=["\n", "Q:"]).manager_stop == ("\n", "Q:")
+    assert ChainConfig(manager_stop="\n").manager_stop == ("\n",)  # one stop sequence, not characters
+    assert ChainConfig(manager_stop=[]).manager_stop is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"worker_max_tokens": 0},
+        {"manager_max_tokens": -1},
+        {"segment_tokens": 1.5},
+        {"max_conversations": 0},
+        {"worker_max_tokens": True},
+    ],
+)
+def test_a_chain_config_rejects_bad_values_naming_the_setting(bad):
+    (name,) = bad
+    with pytest.raises(ValueError, match=name):
+        ChainConfig(**bad)
+
+
+def test_a_chain_config_rejects_a_non_config():
+    with pytest.raises(TypeError, match="ChainConfig"):
+        ChainOfAgents(AgentRouter([FakeEngine()]), config={"worker_max_tokens": 4})
+
+
+def test_the_old_keyword_arguments_still_work_with_a_deprecation_warning():
+    router = AgentRouter([FakeEngine("w0")])
+    with pytest.warns(DeprecationWarning, match=r"worker_max_tokens=.*config=ChainConfig"):
+        old = ChainOfAgents(router, segment_tokens=500, worker_max_tokens=4, chat=True)
+    assert old.config == ChainConfig(segment_tokens=500, worker_max_tokens=4, chat=True)
+    assert old.segmenter.budget_tokens == 500
+    base = ChainConfig(manager_max_tokens=8)
+    with pytest.warns(DeprecationWarning):  # applied over the given config
+        assert ChainOfAgents(router, config=base, chat=True).config == ChainConfig(manager_max_tokens=8, chat=True)
+    with pytest.raises(TypeError, match="segment_budget"):
+        ChainOfAgents(router, segment_budget=500)
+
+
+def test_records_are_built_by_keyword():
+    with pytest.raises(TypeError):
+        Route(0, "w0", RouteReason.AFFINITY, "r", 1, 10, 10)
+    with pytest.raises(TypeError):
+        ChainConfig(1024)
+    q = CoAQuery("q?", (doc(0),), tag=1)  # question and blocks by position, the rest by keyword
+    assert (q.conversation_id, q.tag) == (None, 1)
+
+
+def test_route_reasons_read_as_their_strings_in_results_and_json():
+    coa, _ = chain(n_workers=2)
+    coa.answer("q1 a?", [doc(0)])
+    res = coa.answer("q2 b?", [doc(0)])
+    call = res.worker_calls[0]
+    assert call.route is RouteReason.AFFINITY and call.route == "affinity"
+    assert (str(call.route), f"{call.route}") == ("affinity", "affinity")
+    assert json.loads(json.dumps(asdict(call)))["route"] == "affinity"
+    assert isinstance(call, CallStats) and res.manager_call.route in set(RouteReason)
 
 
 def test_control_tokens_in_summaries_are_made_inert_along_the_chain():
@@ -102,7 +175,7 @@ def test_recurring_documents_return_to_their_worker_and_hit_its_cache():
     second = coa.answer("q2 second?", list(reversed(docs)))
     seg_worker = {c.block_ids: c.worker for c in first.worker_calls}
     for c in second.worker_calls:
-        assert c.route == "affinity"
+        assert c.route is RouteReason.AFFINITY
         assert seg_worker[c.block_ids] == c.worker  # same segment, same worker
         assert c.predicted_cached_tokens == c.segment_tokens
         assert c.cached_tokens >= c.segment_tokens  # the fake engine saw the same prefix
@@ -158,7 +231,8 @@ def test_dedicated_manager_client():
     manager = FakeEngine("boss")
     coa, engines = chain(n_workers=2, manager=manager)
     res = coa.answer("q3 z?", [doc(1)])
-    assert res.manager_call.route == "dedicated" and res.manager_call.worker == -1
+    assert res.manager_call.route is RouteReason.DEDICATED and res.manager_call.worker == -1
+    assert res.manager_call.route == "dedicated"
     assert len(manager.prompts) == 1 and all(not p.startswith("The following") for e in engines for p in e.prompts)
 
 
@@ -175,8 +249,6 @@ def test_engine_failure_retries_then_fails_only_that_question(failing_url):
     good = FakeEngine("good")
     bad = EngineClient(url, max_retries=2, retry_wait_s=0.001, retry_wait_max_s=0.002, timeout=5)
     router = AgentRouter([good, bad], policy="round_robin")
-    from cp_memory.agents import Segmenter
-
     coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=FakeEngine("boss"))
     queries = [CoAQuery(f"q{i} ?", (doc(i),), tag=i) for i in range(4)]  # one worker call each
     results = coa.answer_many(queries, max_concurrency=1)
@@ -199,8 +271,6 @@ async def test_async_failure_is_reported_for_its_question_only():
             raise EngineError("engine down after 3 attempt(s)")
 
     router = AgentRouter([AsyncFakeEngine("ok"), Broken("broken")], policy="round_robin")
-    from cp_memory.agents import Segmenter
-
     coa = ChainOfAgents(router, segmenter=Segmenter(100, token_len=words), manager=AsyncFakeEngine("boss"))
     results = await coa.aanswer_many([CoAQuery(f"q{i} ?", (doc(i),)) for i in range(4)], max_concurrency=1)
     assert [type(r).__name__ for r in results] == ["CoAResult", "ChainOfAgentsError"] * 2
@@ -313,8 +383,6 @@ def test_a_failed_turn_is_rolled_back_so_the_retry_sends_the_documents_again():
     """Issue 9 §3: the failed turn's documents were never read by a model; the retry must send them,
     not "Please refer to [Doc d0] in the previous conversation" pointers to a turn that never happened."""
     engine = Flaky("w0", failures=1)
-    from cp_memory.agents import Segmenter
-
     coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))
     a, b = doc(0), doc(1)
     with pytest.raises(ChainOfAgentsError):
@@ -333,8 +401,6 @@ def test_a_failed_turn_is_rolled_back_so_the_retry_sends_the_documents_again():
 
 
 def test_a_failed_manager_call_rolls_the_turn_back_too():
-    from cp_memory.agents import Segmenter
-
     boss = Flaky("boss", failures=1)
     coa = ChainOfAgents(AgentRouter([FakeEngine("w0")]), segmenter=Segmenter(1000, token_len=words), manager=boss)
     with pytest.raises(ChainOfAgentsError, match="manager"):
@@ -344,8 +410,6 @@ def test_a_failed_manager_call_rolls_the_turn_back_too():
 
 
 async def test_async_failed_turn_is_rolled_back():
-    from cp_memory.agents import Segmenter
-
     engine = AsyncFlaky("w0", failures=1)
     coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))
     with pytest.raises(ChainOfAgentsError):
@@ -373,5 +437,5 @@ def test_an_edited_document_goes_back_to_the_worker_holding_its_old_version():
     first = coa.answer("q9 b?", [doc(1)]).worker_calls[0]
     grown = ContextBlock("d1", doc(1).text + " and one more fact")
     call = coa.answer("q10 c?", [grown]).worker_calls[0]
-    assert call.route == "home" and call.worker == first.worker
+    assert call.route is RouteReason.HOME and call.worker == first.worker
     assert call.cached_tokens >= words(doc(1).text)  # the engine reused the old text's prefix

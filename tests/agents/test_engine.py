@@ -3,7 +3,7 @@ prefix cache and its cached_tokens are real)."""
 
 import pytest
 
-from cp_memory.agents import AgentRouter, ChainOfAgents, CoAResult, Segmenter
+from cp_memory.agents import AgentRouter, ChainConfig, ChainOfAgents, CoAResult, RouteReason, Segmenter
 from cp_memory.blocks import ContextBlock
 from tests.support import random_text
 
@@ -26,7 +26,9 @@ def test_recurring_segments_hit_the_cache_of_the_worker_they_are_routed_to(llama
         docs = with_tokens(clients[0], make_docs(4))
         router = AgentRouter(clients)
         coa = ChainOfAgents(
-            router, segmenter=Segmenter(max(d.tokens for d in docs) + 10), worker_max_tokens=4, manager_max_tokens=2
+            router,
+            config=ChainConfig(worker_max_tokens=4, manager_max_tokens=2),
+            segmenter=Segmenter(max(d.tokens for d in docs) + 10),
         )
         first = coa.answer("Where did they travel?", docs)
         second = coa.answer("Who is the teacher?", list(reversed(docs)))
@@ -34,7 +36,7 @@ def test_recurring_segments_hit_the_cache_of_the_worker_they_are_routed_to(llama
         placed = {c.block_ids: c.worker for c in first.worker_calls}
         assert len(set(placed.values())) == 2  # new documents spread over both
         for call in second.worker_calls:
-            assert call.route == "affinity" and placed[call.block_ids] == call.worker
+            assert call.route is RouteReason.AFFINITY and placed[call.block_ids] == call.worker
             assert call.cached_tokens is not None and call.prompt_tokens is not None
             assert call.cached_tokens >= 0.9 * call.segment_tokens, call
         for call in first.worker_calls:
@@ -52,7 +54,9 @@ async def test_async_clients_and_round_robin_baseline_on_real_engines(llama_pool
         docs = make_docs(2, n_words=150, seed=1)
         router = AgentRouter(clients, policy="round_robin")
         coa = ChainOfAgents(
-            router, segment_tokens=10_000, worker_max_tokens=4, manager_max_tokens=2, manager=clients[0]
+            router,
+            config=ChainConfig(segment_tokens=10_000, worker_max_tokens=4, manager_max_tokens=2),
+            manager=clients[0],
         )
         first = await coa.aanswer("What is in the garden?", docs)
         second = await coa.aanswer("What is in the market?", docs)

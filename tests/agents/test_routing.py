@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from cp_memory.agents.routing import AgentRouter, RoutingPolicy
+from cp_memory.agents.routing import AgentRouter, BalanceScope, Placement, RouteReason, RoutingPolicy
 
 
 def router(n=3, **kw):
@@ -182,8 +182,31 @@ def test_target_scoped_safeguard_keeps_affinity_when_the_imbalance_is_elsewhere(
         assert (route.reason, route.worker) == expected, scope
         for h in hot + [route]:
             r.release(h)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="balance_scope must be 'target' or 'global', got 'local'"):
         router(2, balance_scope="local")
+
+
+def test_settings_take_the_vocabularies_or_their_strings():
+    r = router(2, policy=RoutingPolicy.AFFINITY, balance_scope="global", placement=Placement.LOAD)
+    assert (r.policy, r.balance_scope, r.placement) == (RoutingPolicy.AFFINITY, BalanceScope.GLOBAL, Placement.LOAD)
+    assert r.stats().policy == "affinity"
+    for bad in ({"placement": "fifo"}, {"policy": "random"}):
+        (name,) = bad
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            router(2, **bad)
+
+
+def test_each_worker_counts_its_routes_by_reason():
+    r = router(2)
+    first = r.route(["a"], [10])
+    r.release(first)
+    r.release(r.route(["a"], [10]))
+    r.release(r.route(["b"], [10]))
+    w = r.stats().workers[first.worker]
+    assert w.reasons[RouteReason.LEAST_LOADED] == w.least_loaded >= 1
+    assert w.reasons[RouteReason.AFFINITY] == w.affinity == 1
+    assert sum(w.reasons.values()) == w.routed
+    assert r.stats().routed == 3
 
 
 # ---------------------------------------------------------------------------------------------- placement
