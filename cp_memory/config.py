@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .alignment import DEFAULT_TAIL_ORDER, TailOrder
 from .alignment_mode import DEFAULT_PROTECT, AlignmentMode
 from .distance import DEFAULT_ALPHA
+from .index_snapshot import MAX_SNAPSHOT_BYTES
 
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 
@@ -86,8 +87,22 @@ class ContextPilotConfig(BaseModel):
     # --- per-scope state ----------------------------------------------------------------------------
     max_scopes: int = Field(1024, ge=1, description="scopes whose index stays in memory (LRU)")
     max_requests_per_scope: int = Field(1024, ge=1, description="live requests per index before eviction")
-    index_dir: Path | None = Field(None, description="folder for per-scope index snapshots")
+    index_dir: Path | None = Field(
+        None, description="folder for per-scope index snapshots (created 0700; a warning if others can write it)"
+    )
     snapshot_every: int = Field(16, ge=1, description="inserts between two snapshots of a scope's index")
+    max_snapshots: int = Field(
+        10_000,
+        ge=1,
+        description="snapshot files kept in index_dir (the least recently used beyond it are deleted: "
+        "those scopes start cold); also bounds the record of scopes this wrapper used",
+    )
+    max_snapshot_bytes: int = Field(
+        MAX_SNAPSHOT_BYTES,
+        ge=1024,
+        description="a snapshot file, or its decompressed content, larger than this is not restored "
+        "(one error, the scope starts cold); bounds the memory and time of a restore",
+    )
 
     # --- mem0 calls ---------------------------------------------------------------------------------
     retry_attempts: int = Field(3, ge=1, description="attempts for transient mem0 failures (network, rate limit)")
