@@ -17,7 +17,8 @@ A request's blocks are aligned as **matched prefix + tail**:
   benchmark (benchmarks/index_bench.py) measures both on LoCoMo; the default follows it.
 
 Beyond the paper, a request may adopt a cached prefix holding blocks it did not retrieve: superset
-alignment adds them, swap alignment replaces its lowest-ranked blocks with them (:mod:`cp_memory.superset`).
+alignment adds them, swap alignment replaces its lowest-ranked blocks with them (:mod:`cp_memory.superset`;
+the choice is one :class:`~cp_memory.alignment_mode.AlignmentMode`).
 :func:`align_request` puts it together for one request; the index calls it for insert and match.
 """
 
@@ -28,10 +29,12 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from .alignment_mode import AlignmentKind, AlignmentMode
 from .superset import superset_prefix, swap_prefix
 from .tree import Match, Node
 
 __all__ = [
+    "DEFAULT_TAIL_ORDER",
     "TAIL_ORDERS",
     "Alignment",
     "Match",
@@ -45,6 +48,8 @@ __all__ = [
 #: How the blocks after the matched prefix are ordered (module doc).
 TailOrder = Literal["frequency", "retrieval"]
 TAIL_ORDERS: tuple[TailOrder, ...] = get_args(TailOrder)
+#: the default tail order (measured by benchmarks/index_bench.py; the one source of this default)
+DEFAULT_TAIL_ORDER: TailOrder = "frequency"
 
 
 def longest_prefix(root: Node, req: Mapping[Hashable, int]) -> Match:
@@ -126,29 +131,31 @@ def align_request(
     blocks: Sequence[Hashable],
     freq: Mapping[Hashable, int],
     *,
-    tail_order: TailOrder = "frequency",
-    extra_budget: float = 0.0,
-    swap_budget: float = 0.0,
-    protect: float = 0.75,
+    tail_order: TailOrder = DEFAULT_TAIL_ORDER,
+    mode: AlignmentMode | None = None,
 ) -> Alignment:
     """Align distinct ``blocks`` (retrieval order) against the trie under ``root``; changes nothing.
 
-    Exact matched prefix; then, when on, a superset or swap prefix if it reuses more (see
-    :mod:`cp_memory.superset`); the request's remaining blocks follow in ``tail_order``.
+    Exact matched prefix; then, when ``mode`` is superset or swap, a wider prefix if it reuses more (see
+    :mod:`cp_memory.superset`); the request's remaining blocks follow in ``tail_order``. ``mode`` None:
+    exact alignment.
     """
+    if mode is None:
+        mode = AlignmentMode()
     n = len(blocks)
     rank = {b: i for i, b in enumerate(blocks)}
     match = longest_prefix(root, rank)
     protected = n
-    if extra_budget > 0 and root.children:
-        budget = int(extra_budget * n)
+    swapping = mode.kind is AlignmentKind.SWAP
+    if mode.kind is AlignmentKind.SUPERSET and root.children:
+        budget = int(mode.budget * n)
         if budget > 0:
             wider = superset_prefix(root, rank, budget)
             if (wider.hits, -wider.extras) > (match.hits, -match.extras):
                 match = wider
-    elif swap_budget > 0 and root.children:
-        budget = int(swap_budget * n)
-        protected = protected_count(n, protect)
+    elif swapping and root.children:
+        budget = int(mode.budget * n)
+        protected = protected_count(n, mode.protect)
         if budget > 0 and protected < n:
             wider = swap_prefix(root, rank, budget, protected)
             if wider.length > match.length:
@@ -157,7 +164,7 @@ def align_request(
     in_prefix = set(prefix)
     extra = tuple(b for b in prefix if b not in rank)
     dropped: tuple[Hashable, ...] = ()
-    if extra and swap_budget > 0:
+    if extra and swapping:
         # the lowest-ranked droppable blocks not on the prefix, one per extra (reported in rank order)
         spare = [b for b in blocks[protected:] if b not in in_prefix]
         dropped = tuple(spare[len(spare) - len(extra) :])

@@ -149,10 +149,10 @@ class LiveTrie:
         self.root, self.nodes, self.tick = root, len(nodes), tick
         for rid, node in requests:
             self.requests[rid] = node
-            up: Node | None = node
-            while up is not None:
-                up.subtree += 1
-                up = up.parent
+            node.subtree += 1
+        for n in reversed(nodes):  # every node comes after its parent in ``nodes``: sum subtrees bottom-up
+            if n.parent is not None:
+                n.parent.subtree += n.subtree
         for n in nodes[1:]:
             for b in n.seg:
                 self.freq[b] = self.freq.get(b, 0) + n.subtree

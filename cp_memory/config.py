@@ -17,11 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .alignment import DEFAULT_TAIL_ORDER, TailOrder
+from .alignment_mode import DEFAULT_PROTECT, AlignmentMode
+from .distance import DEFAULT_ALPHA
+from .index_snapshot import MAX_SNAPSHOT_BYTES
 from .special_tokens import SpecialTokens
 
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 
-TailOrder = Literal["frequency", "retrieval"]
 ResultsOrder = Literal["aligned", "mem0"]
 CommitMode = Literal["explicit", "on_search"]
 
@@ -32,9 +35,9 @@ class ContextPilotConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
     # --- alignment (paper §4-5) -------------------------------------------------------------------
-    alpha: float = Field(0.001, ge=0, description="positional weight of the index distance (paper Eq. 1)")
+    alpha: float = Field(DEFAULT_ALPHA, ge=0, description="positional weight of the index distance (paper Eq. 1)")
     annotate: bool = Field(True, description="add the order annotation restoring mem0's ranking")
-    tail_order: TailOrder = Field("frequency", description="order of blocks after the shared prefix")
+    tail_order: TailOrder = Field(DEFAULT_TAIL_ORDER, description="order of blocks after the shared prefix")
     extra_budget: float = Field(
         0.0,
         ge=0,
@@ -50,7 +53,7 @@ class ContextPilotConfig(BaseModel):
         "and drop as many of the lowest-ranked retrieved ones (prompt keeps top_k blocks)",
     )
     protect: float = Field(
-        0.75,
+        DEFAULT_PROTECT,
         ge=0,
         le=1,
         description="swap never drops a memory ranked in this top fraction of mem0's ranking "
@@ -85,8 +88,22 @@ class ContextPilotConfig(BaseModel):
     # --- per-scope state ----------------------------------------------------------------------------
     max_scopes: int = Field(1024, ge=1, description="scopes whose index stays in memory (LRU)")
     max_requests_per_scope: int = Field(1024, ge=1, description="live requests per index before eviction")
-    index_dir: Path | None = Field(None, description="folder for per-scope index snapshots")
+    index_dir: Path | None = Field(
+        None, description="folder for per-scope index snapshots (created 0700; a warning if others can write it)"
+    )
     snapshot_every: int = Field(16, ge=1, description="inserts between two snapshots of a scope's index")
+    max_snapshots: int = Field(
+        10_000,
+        ge=1,
+        description="snapshot files kept in index_dir (the least recently used beyond it are deleted: "
+        "those scopes start cold); also bounds the record of scopes this wrapper used",
+    )
+    max_snapshot_bytes: int = Field(
+        MAX_SNAPSHOT_BYTES,
+        ge=1024,
+        description="a snapshot file, or its decompressed content, larger than this is not restored "
+        "(one error, the scope starts cold); bounds the memory and time of a restore",
+    )
 
     # --- mem0 calls ---------------------------------------------------------------------------------
     retry_attempts: int = Field(3, ge=1, description="attempts for transient mem0 failures (network, rate limit)")
@@ -101,13 +118,15 @@ class ContextPilotConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _one_superset_kind(self) -> ContextPilotConfig:
-        if self.extra_budget > 0 and self.swap_budget > 0:
-            raise ValueError(
-                "extra_budget and swap_budget are exclusive: superset adds memories to the prompt, "
-                "swap replaces low-ranked ones; choose one"
-            )
+    def _one_alignment_mode(self) -> ContextPilotConfig:
+        self.alignment  # noqa: B018 - validates extra_budget/swap_budget/protect into one mode (or raises)
         return self
+
+    @property
+    def alignment(self) -> AlignmentMode:
+        """The :class:`~cp_memory.alignment_mode.AlignmentMode` that ``extra_budget``, ``swap_budget`` and
+        ``protect`` describe: what every index of the wrapper aligns with, restored snapshots included."""
+        return AlignmentMode.from_options(self.extra_budget, self.swap_budget, self.protect)
 
     @classmethod
     def from_kwargs(

@@ -23,12 +23,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .alignment import TAIL_ORDERS, Alignment, TailOrder, align_request
+from .alignment import DEFAULT_TAIL_ORDER, TAIL_ORDERS, Alignment, TailOrder, align_request
+from .alignment_mode import AlignmentMode
 from .blocks import check_block_ids
 from .capacity import LiveTrie
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
-from .index_snapshot import OPTION_NAMES, dump, load
+from .index_snapshot import MAX_SNAPSHOT_BYTES, OPTION_NAMES, dump, load
 from .scheduling import schedule as schedule_paths
 from .tree import Node, path_of, prefix_of
 
@@ -90,6 +91,8 @@ class ContextIndex:
 
     Args:
         alpha: Eq. 1 positional weight, used by the batch build's clustering (default 0.001).
+        mode: the :class:`~cp_memory.alignment_mode.AlignmentMode` (default exact). Or, in the flat form
+            (not together with ``mode``):
         extra_budget: superset alignment, as a fraction of the request size (0 = off). A request may adopt
             a cached prefix holding up to ``int(extra_budget * len(blocks))`` blocks it did not retrieve,
             *added* to its own (the prompt grows).
@@ -98,7 +101,8 @@ class ContextIndex:
             of its own lowest-ranked blocks that is not on the adopted prefix. Exclusive with
             ``extra_budget`` (``ValueError`` when both are on); see :mod:`cp_memory.superset`.
         protect: swap alignment never drops a block ranked in the top ``protect`` fraction of the request
-            (``ceil(protect * len(blocks))`` blocks; input order is the retrieval rank).
+            (``ceil(protect * len(blocks))`` blocks; input order is the retrieval rank; default
+            :data:`~cp_memory.alignment_mode.DEFAULT_PROTECT`).
         capacity_tokens: engine cache size to model (None = unbounded). Block sizes come from
             ``token_lens`` given to :meth:`insert`, else ``token_len(block_id)``, else 1 per block.
         token_len: callable block id -> token count.
@@ -113,24 +117,18 @@ class ContextIndex:
         self,
         *,
         alpha: float = DEFAULT_ALPHA,
-        extra_budget: float = 0.0,
-        swap_budget: float = 0.0,
-        protect: float = 0.75,
+        mode: AlignmentMode | None = None,
+        extra_budget: float | None = None,
+        swap_budget: float | None = None,
+        protect: float | None = None,
         capacity_tokens: int | None = None,
         token_len: Callable[[Hashable], int] | None = None,
-        tail_order: TailOrder = "frequency",
+        tail_order: TailOrder = DEFAULT_TAIL_ORDER,
         linkage: Linkage = DEFAULT_LINKAGE,
     ) -> None:
         if not _number(alpha) or alpha < 0:
             raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
-        for name, value in (("extra_budget", extra_budget), ("swap_budget", swap_budget), ("protect", protect)):
-            if not _number(value) or not 0 <= value <= 1:
-                raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-        if extra_budget > 0 and swap_budget > 0:
-            raise ValueError(
-                "extra_budget (superset: adds blocks) and swap_budget (swap: replaces blocks) "
-                "are exclusive; set one of them to 0"
-            )
+        self.mode = _mode_of(mode, extra_budget, swap_budget, protect)
         if capacity_tokens is not None and (
             not isinstance(capacity_tokens, int) or isinstance(capacity_tokens, bool) or capacity_tokens <= 0
         ):
@@ -142,9 +140,6 @@ class ContextIndex:
         if linkage not in LINKAGES:
             raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
         self.alpha = float(alpha)
-        self.extra_budget = float(extra_budget)
-        self.swap_budget = float(swap_budget)
-        self.protect = float(protect)
         self.capacity_tokens = capacity_tokens
         self.token_len = token_len
         self.tail_order: TailOrder = tail_order
@@ -153,6 +148,21 @@ class ContextIndex:
         self._live = LiveTrie(capacity_tokens)
 
     # ------------------------------------------------------------------ introspection
+    @property
+    def extra_budget(self) -> float:
+        """The superset budget of :attr:`mode` (0.0 unless superset)."""
+        return self.mode.extra_budget
+
+    @property
+    def swap_budget(self) -> float:
+        """The swap budget of :attr:`mode` (0.0 unless swap)."""
+        return self.mode.swap_budget
+
+    @property
+    def protect(self) -> float:
+        """The protected top fraction of :attr:`mode` (swap only; the default otherwise)."""
+        return self.mode.protect
+
     def __len__(self) -> int:
         return len(self._live.requests)
 
@@ -234,9 +244,7 @@ class ContextIndex:
             ids_kept,
             self._live.freq,
             tail_order=self.tail_order,
-            extra_budget=self.extra_budget,
-            swap_budget=self.swap_budget,
-            protect=self.protect,
+            mode=self.mode,
         )
 
     def _block_tokens(self, block: Hashable, given: Mapping[Hashable, int]) -> int:
@@ -322,9 +330,7 @@ class ContextIndex:
         """The configuration a snapshot stores (everything but ``token_len``)."""
         return {
             "alpha": self.alpha,
-            "extra_budget": self.extra_budget,
-            "swap_budget": self.swap_budget,
-            "protect": self.protect,
+            **self.mode.options(),
             "capacity_tokens": self.capacity_tokens,
             "tail_order": self.tail_order,
             "linkage": self.linkage,
@@ -341,31 +347,35 @@ class ContextIndex:
             return dump(self.options(), live.tick, live.root, live.requests.items())
 
     @classmethod
-    def restore(cls, data: bytes, **overrides: Any) -> ContextIndex:
+    def restore(cls, data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES, **overrides: Any) -> ContextIndex:
         """Rebuild an index from :meth:`snapshot` bytes.
 
-        ``overrides`` (any of ``alpha``, ``extra_budget``, ``swap_budget``, ``protect``,
-        ``capacity_tokens``, ``tail_order``, ``linkage``, ``token_len``) win over the stored configuration:
-        a caller restores with its own settings. Superset and swap are one choice: overriding one of
-        ``extra_budget``/``swap_budget`` with a value > 0 turns the other off. A smaller ``capacity_tokens``
-        than the snapshot holds evicts least recently used leaves at once. Live requests keep their
-        least-recently-used order
-        (:meth:`request_ids`).
+        ``overrides`` (any of ``alpha``, ``mode``, ``capacity_tokens``, ``tail_order``, ``linkage``,
+        ``token_len``, and the flat ``extra_budget``, ``swap_budget``, ``protect``) win over the stored
+        configuration: a caller restores with its own settings. The alignment mode is one value, never
+        merged with the stored one: ``mode=`` replaces it, and so do any of the flat three (those not given
+        take their defaults, not the stored values), so ``restore(data, extra_budget=0.0)`` is exact
+        alignment whatever the snapshot used. A smaller ``capacity_tokens`` than the snapshot holds evicts
+        least recently used leaves at once. Live requests keep their least-recently-used order
+        (:meth:`request_ids`). ``max_bytes`` bounds the decompressed snapshot (and so the memory a restore
+        may take; see :mod:`cp_memory.index_snapshot`).
 
-        Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, not a
-        JSON object, wrong field types, unknown version, inconsistent tree). Bad overrides raise as the
-        constructor does (``TypeError`` for an unknown name).
+        Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, over
+        ``max_bytes``, not a JSON object, wrong field types, unknown version, inconsistent tree). Bad
+        overrides raise as the constructor does (``TypeError`` for an unknown name).
         """
-        known = (*OPTION_NAMES, "token_len")
+        known = (*OPTION_NAMES, "mode", "token_len")
         unknown = sorted(set(overrides) - set(known))
         if unknown:
             raise TypeError(f"restore() got unknown option(s) {unknown}; known: {known}")
         cls(**overrides)  # a bad override is the caller's error, reported as such
-        snap = load(data)
-        options = {**snap.options, **overrides}
-        for mode, other in (("extra_budget", "swap_budget"), ("swap_budget", "extra_budget")):
-            if overrides.get(mode, 0) > 0 and other not in overrides:
-                options[other] = 0.0
+        snap = load(data, max_bytes=max_bytes)
+        flat = ("extra_budget", "swap_budget", "protect")
+        if "mode" in overrides or any(k in overrides for k in flat):
+            stored = {k: v for k, v in snap.options.items() if k not in flat}
+        else:
+            stored = dict(snap.options)
+        options = {**stored, **overrides}
         try:
             index = cls(**options)
         except (TypeError, ValueError) as exc:
@@ -377,6 +387,23 @@ class ContextIndex:
         except (TypeError, ValueError) as exc:  # token_len rejected a stored block, ...
             raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
         return index
+
+
+def _mode_of(
+    mode: AlignmentMode | None, extra_budget: float | None, swap_budget: float | None, protect: float | None
+) -> AlignmentMode:
+    flat = {
+        k: v
+        for k, v in (("extra_budget", extra_budget), ("swap_budget", swap_budget), ("protect", protect))
+        if v is not None
+    }
+    if mode is None:
+        return AlignmentMode.from_options(**flat)
+    if not isinstance(mode, AlignmentMode):
+        raise TypeError(f"mode must be an AlignmentMode, got {type(mode).__name__}")
+    if flat:
+        raise TypeError(f"pass mode or the flat options {sorted(flat)}, not both")
+    return mode
 
 
 def _number(x: object) -> bool:

@@ -112,6 +112,21 @@ def test_parse_mode_names() -> None:
     ]
 
 
+def test_the_locomo_benchmark_uses_the_librarys_modes_and_defaults() -> None:
+    from benchmarks.locomo.cli import build_parser
+    from benchmarks.locomo.modes import parse_mode
+    from benchmarks.locomo.run import BenchConfig
+    from benchmarks.locomo.runner import RunSettings
+    from cp_memory.alignment_mode import DEFAULT_PROTECT, AlignmentMode
+
+    assert parse_mode("aligned+swap").alignment == AlignmentMode.swap(0.25, DEFAULT_PROTECT)
+    assert parse_mode("aligned+swap@0.1/0.5").alignment == AlignmentMode.swap(0.1, 0.5)
+    assert parse_mode("aligned+superset@0.1").alignment == AlignmentMode.superset(0.1)
+    assert parse_mode("aligned").alignment == AlignmentMode.exact()
+    assert RunSettings().protect == BenchConfig().protect == DEFAULT_PROTECT
+    assert build_parser().parse_args([]).protect == DEFAULT_PROTECT
+
+
 def test_evidence_score_like_the_docstring() -> None:
     """Memories m1 (D1:1), m2 (D1:2, D1:3), m3 (nothing); question evidence D1:2, D1:1, D9:9."""
     from benchmarks.locomo.evidence import EvidenceIndex, position_bucket

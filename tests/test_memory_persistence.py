@@ -1,14 +1,19 @@
-"""Index snapshots under ``index_dir`` (issue 9 §6): restore, config precedence, malformed files, files
-of other writers, concurrent processes."""
+"""Index snapshots under ``index_dir``: restore, the wrapper's configuration wins, malformed and odd files,
+files of other writers, concurrent processes, pending turns and the scopes they keep."""
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
 import os
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import weakref
+import zlib
 from pathlib import Path
 
 import pytest
@@ -168,3 +173,134 @@ def test_two_processes_sharing_an_index_dir_never_corrupt_a_snapshot(tmp_path):
     assert len(files) == 3 and not list(tmp_path.glob("*.tmp"))
     for f in files:
         assert len(ContextIndex.restore(f.read_bytes())) > 0  # every snapshot is complete
+
+
+# --- the wrapper's configuration wins for every option, the alignment mode included -------------------
+
+SWAP_QUERIES = ("What does Caroline want to do for her career?", "Caroline's family", "adoption", "support group")
+
+
+def test_a_wrapper_without_swap_never_swaps_after_restoring_a_swap_snapshot(keep_open, tmp_path):
+    swapping = ContextPilotMemory(keep_open, index_dir=tmp_path, swap_budget=0.4, protect=0.0)
+    dropped = [swapping.search(q, filters=FA, top_k=5)["context_pilot"]["dropped"] for q in SWAP_QUERIES]
+    assert any(dropped)  # the snapshot really comes from a wrapper that swapped
+    swapping.save()
+    seen = []
+    for q in SWAP_QUERIES:
+        plain = ContextPilotMemory(keep_open, index_dir=tmp_path)  # no swap configured: restores that snapshot
+        out = plain.search(q, filters=FA, top_k=5)
+        seen.append((len(out["results"]), out["context_pilot"]["dropped"]))
+    assert seen == [(5, [])] * len(SWAP_QUERIES)  # all of mem0's 5 results, none swapped out
+
+
+def test_a_planted_snapshot_changes_no_option_of_the_restored_index(keep_open, tmp_path):
+    planted = ContextIndex(alpha=0.5, swap_budget=1.0, protect=0.0, capacity_tokens=3, tail_order="retrieval")
+    planted.insert([("m1", "d1"), ("m2", "d2")])
+    doc = json.loads(zlib.decompress(planted.snapshot()))
+    doc["options"]["linkage"] = "single"  # every stored option differs from the wrapper's
+    cp = ContextPilotMemory(keep_open, index_dir=tmp_path)
+    snapshot_path(cp, FA).write_bytes(zlib.compress(json.dumps(doc).encode()))
+    index = cp.index_for(FA)
+    assert len(index) == 1  # the planted tree was restored ...
+    assert index.options() == cp._cp_pipeline.scopes.new_index().options()  # ... with none of its options
+
+
+# --- odd files under index_dir: one error, that scope starts cold, searches never hang ----------------
+
+
+def _odd_entry(kind: str, path: Path, tmp_path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "link to a valid snapshot":
+        target = tmp_path / "elsewhere.bin"
+        target.write_bytes(_valid_snapshot())
+        path.symlink_to(target)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "zlib bomb":
+        path.write_bytes(zlib.compress(b'{"version": 2' + b" " * (64 << 20) + b"}", 9))
+    elif kind == "oversized":
+        path.write_bytes(b"\x78\x9c" + os.urandom((16 << 20) + 10))
+
+
+@pytest.mark.parametrize(
+    "kind", ["fifo", "link to /dev/zero", "link to a valid snapshot", "folder", "zlib bomb", "oversized"]
+)
+def test_an_odd_file_at_a_snapshot_path_gives_one_error_and_a_cold_index(keep_open, tmp_path, caplog, kind):
+    folder = tmp_path / "index"
+    cp = ContextPilotMemory(keep_open, index_dir=folder)
+    path = snapshot_path(cp, FA)
+    _odd_entry(kind, path, tmp_path)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(out=cp.search(Q1, filters=FA, top_k=4)), daemon=True)
+    with caplog.at_level(logging.ERROR, logger="cp_memory.memory"):
+        worker.start()
+        worker.join(120)  # a liveness guard, not a timing: a blocked read never returns
+        if worker.is_alive() and kind == "fifo":
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # release the blocked reader
+    assert not worker.is_alive(), f"the search hung on {kind}"
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "starting cold" in errors[0].getMessage()
+    assert result["out"]["context_pilot"]["fallback"] is False
+    again = cp.search(Q1, filters=FA, top_k=4)["context_pilot"]  # alignment stays on for that scope
+    assert again["fallback"] is False and again["prefix_len"] == 4
+
+
+# --- pending turns hold a scope's key, never its index -------------------------------------------------
+
+USERS = [f"pt{i}" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def many_users():
+    from cp_memory.embedded import default_memory
+    from tests.mem0_fixtures import ingest
+
+    memory = default_memory()
+    for u in USERS:
+        ingest(memory, u, [f"{u} likes rowing.", f"{u} plays chess on Sundays.", f"{u} has a dog named Rex."])
+    memory.close = lambda: None  # closed at teardown below
+    yield memory
+    type(memory).close(memory)
+
+
+@pytest.fixture
+def live_states(monkeypatch):
+    """How many ScopeState objects (indexes) are alive: each one created is watched by a weak reference."""
+    from cp_memory.memory import state as state_module
+
+    created: list[weakref.ref] = []
+
+    class Watched(state_module.ScopeState):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            created.append(weakref.ref(self))
+
+    monkeypatch.setattr(state_module, "ScopeState", Watched)
+
+    def count() -> int:
+        gc.collect()
+        return sum(1 for ref in created if ref() is not None)
+
+    return count
+
+
+def test_uncommitted_turns_keep_no_evicted_index_alive(many_users, live_states):
+    cp = ContextPilotMemory(many_users, max_scopes=2)
+    for u in USERS:  # every turn stays pending (never committed, never rolled back)
+        cp.search("hobbies", filters={"user_id": u}, top_k=3, conversation_id="chat")
+    assert len(cp._cp_pipeline.turns) == len(USERS)
+    assert live_states() == 2  # max_scopes, however many turns are pending
+
+
+def test_a_rollback_after_the_scope_was_evicted_leaves_its_restored_index(many_users, tmp_path):
+    cp = ContextPilotMemory(many_users, index_dir=tmp_path, max_scopes=2)
+    first = cp.search("hobbies", filters={"user_id": USERS[0]}, top_k=3, conversation_id="chat")
+    rid = first["context_pilot"]["request_id"]
+    for u in USERS[1:4]:  # USERS[0] is evicted, snapshotted with the pending request
+        cp.search("hobbies", filters={"user_id": u}, top_k=3, conversation_id="chat")
+    assert f"user_id={USERS[0]}" not in cp.scopes
+    cp.rollback(first)  # the model call failed
+    assert rid not in cp.index_for({"user_id": USERS[0]})

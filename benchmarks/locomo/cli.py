@@ -17,6 +17,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from cp_memory.alignment_mode import DEFAULT_PROTECT
+
 from .ingest import MEMORY_SOURCES
 from .model_cache import CACHE_POLICIES
 from .modes import CHAT_MODES
@@ -117,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--protect",
         type=float,
-        default=0.5,
-        help="aligned+swap: never drop a memory in this top fraction of mem0's ranking (default 0.5)",
+        default=DEFAULT_PROTECT,
+        help="aligned+swap: never drop a memory in this top fraction of mem0's ranking "
+        f"(default {DEFAULT_PROTECT}, the library's)",
     )
     m.add_argument(
         "--chat",

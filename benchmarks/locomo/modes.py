@@ -36,7 +36,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cp_memory.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
 from cp_memory.annotations import doc_label, order_annotation
+from cp_memory.distance import DEFAULT_ALPHA
 from cp_memory.memory import ContextPilotMemory
 from cp_memory.render import render_context
 
@@ -63,13 +65,14 @@ _MODE = re.compile(r"(?:aligned\+)?(superset|swap)(?:@([0-9.]+)(?:/([0-9.]+))?)?
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """What a mode name means: the ContextPilotMemory options it runs with (``aligned=False``: baseline)."""
+    """What a mode name means: the ContextPilotMemory options it runs with (``aligned=False``: baseline).
+
+    ``alignment`` is the library's :class:`~cp_memory.alignment_mode.AlignmentMode`; ``extra_budget``,
+    ``swap_budget`` and ``protect`` (None unless swap) are its flat form, as the result tables show it."""
 
     name: str
     aligned: bool = True
-    extra_budget: float = 0.0
-    swap_budget: float = 0.0
-    protect: float | None = None
+    alignment: AlignmentMode = AlignmentMode()
     dedup: bool = False
 
     @property
@@ -78,14 +81,29 @@ class ModeSpec:
             return "baseline"
         if self.dedup:
             return "dedup"
-        return "swap" if self.swap_budget > 0 else "superset" if self.extra_budget > 0 else "aligned"
+        return "aligned" if self.alignment.kind is AlignmentKind.EXACT else self.alignment.kind.value
+
+    @property
+    def extra_budget(self) -> float:
+        return self.alignment.extra_budget
+
+    @property
+    def swap_budget(self) -> float:
+        return self.alignment.swap_budget
+
+    @property
+    def protect(self) -> float | None:
+        return self.alignment.protect if self.alignment.kind is AlignmentKind.SWAP else None
 
 
-def parse_mode(name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25, protect: float = 0.5) -> ModeSpec:
+def parse_mode(
+    name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25, protect: float = DEFAULT_PROTECT
+) -> ModeSpec:
     """``baseline`` | ``aligned`` | ``dedup`` | ``aligned+superset[@B]`` | ``aligned+swap[@B[/P]]``.
 
-    Budgets are fractions of k in (0, 1]; ``P`` (protect) in [0, 1]. Without ``@`` the CLI's
-    ``--extra-budget`` / ``--swap-budget`` / ``--protect`` apply.
+    Budgets are fractions of k in (0, 1]; ``P`` (protect) in [0, 1], by default the library's
+    (:data:`~cp_memory.alignment_mode.DEFAULT_PROTECT`). Without ``@`` the CLI's ``--extra-budget`` /
+    ``--swap-budget`` / ``--protect`` apply.
     """
     if name == "baseline":
         return ModeSpec(name, aligned=False)
@@ -110,10 +128,10 @@ def parse_mode(name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.
     if kind == "superset":
         if p:
             raise ValueError(f"mode {name!r}: superset takes no protect fraction")
-        return ModeSpec(name, extra_budget=budget)
+        return ModeSpec(name, alignment=AlignmentMode.superset(budget))
     if not 0 <= guard <= 1:
         raise ValueError(f"mode {name!r}: protect must be in [0, 1], got {guard}")
-    return ModeSpec(name, swap_budget=budget, protect=guard)
+    return ModeSpec(name, alignment=AlignmentMode.swap(budget, guard))
 
 
 def mode_sort_key(name: str) -> tuple[int, float, float, str]:
@@ -259,7 +277,7 @@ class ModeBuilder:
         extra_budget: float = 0.25,
         conversation_id: str | None = None,
         mem0_kwargs: Mapping[str, Any] | None = None,
-        alpha: float = 0.001,
+        alpha: float = DEFAULT_ALPHA,
     ) -> None:
         spec = mode if isinstance(mode, ModeSpec) else parse_mode(mode, extra_budget=extra_budget)
         if spec.name == "aligned+superset" and spec.extra_budget <= 0:
@@ -281,11 +299,9 @@ class ModeBuilder:
                 "alpha": alpha,
                 "annotate": True,
                 "dedup": spec.dedup,
-                "extra_budget": spec.extra_budget,
+                **spec.alignment.options(),
                 "max_overfetch": 0,
             }
-            if spec.swap_budget > 0:
-                options.update(swap_budget=spec.swap_budget, protect=spec.protect)
             try:
                 self.cpm = ContextPilotMemory(search, **options)
             except TypeError as exc:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cp_memory.alignment_mode import DEFAULT_PROTECT
 from cp_memory.locomo import Conversation, load_locomo
 
 from .engines import WARMUP_PROMPT, BenchEngine, slug
@@ -49,7 +50,7 @@ class BenchConfig:
     modes: tuple[str, ...] | None = None  # None: MODES (+ dedup with chat)
     extra_budget: float = 0.25
     swap_budget: float = 0.25
-    protect: float = 0.5
+    protect: float = DEFAULT_PROTECT
     chat: bool = False
     chat_turns: int = 5
     memories: str = "observations"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cp_memory.alignment_mode import DEFAULT_PROTECT
 from cp_memory.locomo import QA, Conversation
 from cp_memory.render import build_messages, build_prompt
 
@@ -70,7 +71,7 @@ class RunSettings:
     top_k: tuple[KSpec, ...] = (KSpec(20), KSpec(100), KSpec(5, 10))
     extra_budget: float = 0.25
     swap_budget: float = 0.25  # aligned+swap without @B
-    protect: float = 0.5  # aligned+swap without /P
+    protect: float = DEFAULT_PROTECT  # aligned+swap without /P (the library's default)
     chat: bool = False
     chat_turns: int = 5  # chat: questions per chat before a new one starts (0: one chat)
     max_tokens: int = 16

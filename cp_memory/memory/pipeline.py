@@ -86,7 +86,7 @@ class SearchPipeline:
         self.config = config
         self.scopes = ScopeStore(config)
         self.deduplicator = Deduplicator(max_conversations=config.max_conversations, content=config.content_dedup)
-        self.turns = Turns(self.deduplicator, config.max_pending_turns)
+        self.turns = Turns(self.deduplicator, config.max_pending_turns, self.scopes)
 
     # ------------------------------------------------------------------ 1. plan
     def plan(self, call: SearchCall, conversation_id: Any) -> Plan:

@@ -1,43 +1,39 @@
 """Per-scope state of the mem0 wrapper: one context index per full scope, LRU-bounded, snapshotted.
 
-Persistence (``index_dir``):
-
-* a snapshot is one file per scope, ``<sha1(scope)[:24]>.cpidx``, created with mode 0600 and written to a
-  unique temporary file that is fsync'ed and atomically renamed: a reader (this or another process) sees
-  the previous snapshot or the new one, never a torn file. Processes sharing an ``index_dir`` therefore
-  never corrupt each other's snapshots; for one scope the last writer wins (each snapshot is complete);
-* a stray ``.tmp`` left by a writer that was killed is removed at start-up when its writer is gone;
-* restoring never trusts the snapshot's settings: the wrapper's configuration (alpha, budgets,
-  capacity...) wins. Any malformed snapshot (truncated, garbage, wrong types, unknown version) logs one
-  error and gives that scope a cold index — alignment stays on;
-* ``forget_all`` deletes only the snapshots of scopes this wrapper has used, never other files of a
-  shared folder.
+* one :class:`~cp_memory.index.ContextIndex` per full scope, created on first use, at most ``max_scopes``
+  in memory (LRU); an evicted scope with changes is snapshotted first;
+* every index — new or restored — aligns with the wrapper's configuration and nothing else: alpha, the
+  one :class:`~cp_memory.alignment_mode.AlignmentMode` (exact, superset or swap), capacity, tail order,
+  linkage. A snapshot stores options too, but restoring passes every one of them, so neither an old
+  snapshot nor a planted one can switch swap (or anything else) on;
+* persistence (``index_dir``) is :mod:`.snapshots`: unambiguous file names, defensive reads (only regular
+  files, size-capped), atomic writes, a bound on the files kept. Any unreadable or malformed snapshot
+  logs one error and gives that scope a cold index — alignment stays on;
+* a snapshot replaced by another writer while this process served the scope means several processes
+  serve it: logged once as a warning (dedup records are per process; route a conversation to one process);
+* the record of scopes this store used (what ``forget_all`` deletes) is bounded by ``max_snapshots``;
+  ``delete_all`` (``forget_matching``) finds snapshots by name, so it needs no record at all.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import re
 import threading
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..clustering import DEFAULT_LINKAGE
 from ..config import ContextPilotConfig
 from ..index import ContextIndex
 from ..lru import LRUMap
 from ..scope import Scope
+from .snapshots import SNAPSHOT_SUFFIX, FileId, SnapshotFolder, snapshot_name
 
 __all__ = ["SNAPSHOT_SUFFIX", "ScopeState", "ScopeStore"]
 
 logger = logging.getLogger(__name__)
-
-SNAPSHOT_SUFFIX = ".cpidx"
-_TMP = re.compile(r"^[0-9a-f]{24}\.cpidx\.(\d+)\.[0-9a-f]+\.tmp$")
 
 
 @dataclass
@@ -49,18 +45,8 @@ class ScopeState:
     requests: deque[Any] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
     unsaved: int = 0
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    disk: FileId | None = None  # the snapshot file as this store last read or wrote it
+    shared_warned: bool = False
 
 
 class ScopeStore:
@@ -68,95 +54,120 @@ class ScopeStore:
 
     def __init__(self, config: ContextPilotConfig) -> None:
         self.config = config
-        self.index_dir = Path(config.index_dir) if config.index_dir is not None else None
-        self._used: dict[str, Scope] = {}  # snapshot name -> scope, for every scope this store touched
-        self._used_lock = threading.Lock()
-        if self.index_dir is not None:
-            self.index_dir.mkdir(parents=True, exist_ok=True)
-            self._clean_stray_tmp()
         self.states: LRUMap[Scope, ScopeState] = LRUMap(config.max_scopes, on_evict=self._on_evicted)
+        # snapshot name -> scope, for the scopes this store used most recently (what forget_all deletes)
+        self._used: LRUMap[str, Scope] = LRUMap(config.max_snapshots)
+        self.folder: SnapshotFolder | None = None
+        if config.index_dir is not None:
+            self.folder = SnapshotFolder(
+                Path(config.index_dir),
+                max_files=config.max_snapshots,
+                max_bytes=config.max_snapshot_bytes,
+                in_use=self._names_in_memory,
+            )
+
+    @property
+    def index_dir(self) -> Path | None:
+        return None if self.folder is None else self.folder.path
 
     # ------------------------------------------------------------------ index construction
-    def _index_options(self) -> dict[str, Any]:
+    def index_options(self) -> dict[str, Any]:
+        """Every option of a scope's index, from the configuration alone (restores pass all of them)."""
         c = self.config
-        options = {
+        return {
             "alpha": c.alpha,
-            "extra_budget": c.extra_budget,
+            "mode": c.alignment,
             "capacity_tokens": c.capacity_tokens,
             "tail_order": c.tail_order,
+            "linkage": DEFAULT_LINKAGE,
         }
-        if c.swap_budget:
-            options.update(swap_budget=c.swap_budget, protect=c.protect)
-        return options
 
     def new_index(self) -> ContextIndex:
-        return ContextIndex(**self._index_options())
+        return ContextIndex(**self.index_options())
 
     def path(self, scope: Scope) -> Path:
-        assert self.index_dir is not None
-        name = hashlib.sha1(str(scope).encode("utf-8")).hexdigest()[:24]
-        return self.index_dir / f"{name}{SNAPSHOT_SUFFIX}"
+        assert self.folder is not None
+        return self.folder.file(scope)
 
-    def _restore(self, scope: Scope) -> ContextIndex | None:
-        if self.index_dir is None:
-            return None
-        path = self.path(scope)
-        with self._used_lock:
-            self._used[path.name] = scope
+    def _names_in_memory(self) -> list[str]:
+        return [snapshot_name(s) for s, _ in self.states.items()]
+
+    def _restore(self, scope: Scope) -> tuple[ContextIndex | None, FileId | None]:
+        if self.folder is None:
+            return None, None
+        self._used.set(snapshot_name(scope), scope)
+        found = self.folder.read(scope)
+        if found.error is not None:
+            logger.error(
+                "unreadable context index snapshot for %s (%s): %s; starting cold",
+                scope,
+                self.folder.file(scope),
+                found.error,
+            )
+            return None, found.identity
+        if found.data is None:
+            return None, found.identity
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            logger.error("could not read the context index snapshot of %s (%s): %s; starting cold", scope, path, exc)
-            return None
-        try:
-            index = ContextIndex.restore(data, **self._index_options())
+            index = ContextIndex.restore(found.data, max_bytes=self.config.max_snapshot_bytes, **self.index_options())
         except Exception as exc:  # any malformed snapshot: one error, a cold index, alignment stays on
             logger.error(
                 "malformed context index snapshot for %s (%s): %s: %s; starting cold",
                 scope,
-                path,
+                self.folder.file(scope),
                 type(exc).__name__,
                 exc,
             )
-            return None
+            return None, found.identity
         logger.debug("restored context index for %s (%d requests)", scope, len(index))
-        return index
+        return index, found.identity
 
     def get(self, scope: Scope) -> ScopeState:
         """The scope's state, created (restored from a snapshot when there is one) on first use."""
 
         def create() -> ScopeState:
-            index = self._restore(scope) or self.new_index()
-            return ScopeState(scope=scope, index=index, requests=deque(index.request_ids()))
+            restored, disk = self._restore(scope)
+            index = restored or self.new_index()
+            return ScopeState(scope=scope, index=index, requests=deque(index.request_ids()), disk=disk)
 
         return self.states.get_or_create(scope, create)
 
     def peek(self, scope: Scope) -> ScopeState | None:
-        return self.states.get(scope)
+        """The scope's state if it is in memory (no restore, recency unchanged)."""
+        return self.states.peek(scope)
 
     # ------------------------------------------------------------------ snapshots
     def save_state(self, state: ScopeState) -> None:
         """Snapshot one scope (caller holds ``state.lock``)."""
-        if self.index_dir is None:
+        if self.folder is None:
             return
-        path = self.path(state.scope)
-        with self._used_lock:
-            self._used[path.name] = state.scope
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+        self._used.set(snapshot_name(state.scope), state.scope)
         try:
             data = state.index.snapshot()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            state.unsaved = 0
+            if len(data) > self.config.max_snapshot_bytes:
+                logger.warning(
+                    "the context index snapshot of %s is %d bytes, over max_snapshot_bytes=%d: it would not "
+                    "be restored, so it is not written (lower max_requests_per_scope or raise the bound)",
+                    state.scope,
+                    len(data),
+                    self.config.max_snapshot_bytes,
+                )
+                return
+            written = self.folder.write(state.scope, data, state.disk)
         except Exception:
-            logger.exception("could not snapshot the context index of %s to %s", state.scope, path)
-            tmp.unlink(missing_ok=True)
+            logger.exception("could not snapshot the context index of %s to %s", state.scope, self.path(state.scope))
+            return
+        state.unsaved = 0
+        state.disk = written.identity
+        if written.replaced_foreign and not state.shared_warned:
+            state.shared_warned = True
+            logger.warning(
+                "the context index snapshot of %s was replaced by another writer since this process last read "
+                "or wrote it: several processes (or wrappers) serving one index_dir serve this scope. Each keeps "
+                "its own dedup records, so with round-robin routing a turn's location annotations can point at "
+                "memories another process sent; route each conversation (best: each user) to one process "
+                "(sticky routing)",
+                state.scope,
+            )
 
     def note_insert(self, state: ScopeState) -> None:
         """Count one insert (caller holds ``state.lock``); snapshot every ``snapshot_every`` inserts."""
@@ -176,38 +187,29 @@ class ScopeStore:
                 if state.unsaved:
                     self.save_state(state)
 
-    def _clean_stray_tmp(self) -> None:
-        assert self.index_dir is not None
-        for p in self.index_dir.glob(f"*{SNAPSHOT_SUFFIX}.*.tmp"):
-            m = _TMP.match(p.name)
-            if m is not None and not _pid_alive(int(m.group(1))):
-                logger.info("removing a stray snapshot temp file of a dead writer: %s", p)
-                p.unlink(missing_ok=True)
-
     # ------------------------------------------------------------------ forgetting
     def forget(self, scopes: list[Scope]) -> None:
         """Forget these scopes' indexes, in memory and their snapshots on disk."""
         for scope in scopes:
             self.states.pop(scope)
-            if self.index_dir is not None:
-                path = self.path(scope)
-                path.unlink(missing_ok=True)
-                with self._used_lock:
-                    self._used.pop(path.name, None)
+            if self.folder is not None:
+                self.folder.delete(scope)
+                self._used.pop(snapshot_name(scope))
 
     def forget_matching(self, entities: dict[str, str]) -> None:
-        """Forget every in-memory scope whose entity ids include ``entities`` (after mem0 ``delete_all``)."""
-        with self._used_lock:
-            known = set(self._used.values())
-        known.update(s for s, _ in self.states.items())
-        self.forget([s for s in known if all(s.entity_filters.get(k) == v for k, v in entities.items())])
+        """Forget every scope whose entity ids include ``entities`` (after mem0 ``delete_all``): in memory,
+        and every matching snapshot in ``index_dir`` (whoever wrote it, whenever)."""
+        self.forget(
+            [s for s, _ in self.states.items() if all(s.entity_filters.get(k) == v for k, v in entities.items())]
+        )
+        if self.folder is not None:
+            self.folder.delete_matching(entities)
 
     def forget_all(self) -> None:
-        """Forget every index this store has used (after mem0 ``reset``): only this store's snapshots."""
+        """Forget every index this store has used (after mem0 ``reset``): only this store's snapshots (the
+        ``max_snapshots`` it used most recently), never other files of a shared folder."""
         self.states.clear()
-        if self.index_dir is None:
+        if self.folder is None:
             return
-        with self._used_lock:
-            names, self._used = set(self._used), {}
-        for name in names:
-            (self.index_dir / name).unlink(missing_ok=True)
+        names = [name for name, _ in self._used.clear()]
+        self.folder.delete_names(names)

@@ -5,7 +5,10 @@ reached the model, a retry would send location annotations pointing at memories 
 ``search`` returns a *pending* turn (``context_pilot["turn_id"]``); the caller commits it once the prompt
 was sent (:meth:`Turns.commit`) or rolls it back (:meth:`Turns.rollback`: the dedup record is untouched
 and the request leaves the scope's index, which must only model prompts the engine really prefilled).
-Pending turns are bounded (LRU, ``max_pending_turns``): an abandoned turn simply expires.
+Pending turns are bounded (LRU, ``max_pending_turns``): an abandoned turn simply expires. A pending turn
+holds its scope's *key*, never its index: the scopes in memory stay bounded by ``max_scopes`` however
+many turns are pending. A rollback finds the scope's index where it is now — in memory, or restored from
+its snapshot when it was evicted meanwhile — so the request leaves the index that holds it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 
 from ..dedup import Deduplicator, DedupResult
 from ..lru import LRUMap
-from .state import ScopeState
+from ..scope import Scope
+from .state import ScopeState, ScopeStore
 
 __all__ = ["PendingTurn", "Turns"]
 
@@ -25,7 +29,7 @@ __all__ = ["PendingTurn", "Turns"]
 @dataclass(frozen=True)
 class PendingTurn:
     dedup: DedupResult
-    state: ScopeState | None
+    scope: Scope | None  # whose index holds request_id (the key only: the index itself may be evicted)
     request_id: Hashable | None
 
 
@@ -49,9 +53,10 @@ def _turn_id_of(response_or_turn: Any) -> str | None:
 class Turns:
     """Pending turns by id. Thread-safe (the LRU map and the deduplicator lock themselves)."""
 
-    def __init__(self, deduplicator: Deduplicator, max_pending: int) -> None:
+    def __init__(self, deduplicator: Deduplicator, max_pending: int, scopes: ScopeStore | None = None) -> None:
         self.deduplicator = deduplicator
         self.max_pending = max_pending
+        self.scopes = scopes
         self._pending: LRUMap[str, PendingTurn] = LRUMap(max_pending)
 
     def __len__(self) -> int:
@@ -60,7 +65,7 @@ class Turns:
     def open(self, plan: DedupResult, state: ScopeState | None, request_id: Hashable | None) -> str:
         """Keep a planned turn until it is committed or rolled back; returns its id."""
         turn_id = uuid.uuid4().hex
-        self._pending.set(turn_id, PendingTurn(plan, state, request_id))
+        self._pending.set(turn_id, PendingTurn(plan, None if state is None else state.scope, request_id))
         return turn_id
 
     def commit(self, response_or_turn: Any) -> int | None:
@@ -83,11 +88,18 @@ class Turns:
         if pending is None:
             return
         self.deduplicator.rollback(pending.dedup)
-        state, rid = pending.state, pending.request_id
-        if state is not None and rid is not None:
-            with state.lock:
-                if state.index.evict(rid):
-                    try:
-                        state.requests.remove(rid)
-                    except ValueError:
-                        pass
+        scope, rid = pending.scope, pending.request_id
+        if scope is None or rid is None or self.scopes is None:
+            return
+        state = self.scopes.peek(scope)
+        if state is None and self.scopes.index_dir is not None:
+            state = self.scopes.get(scope)  # evicted meanwhile: its snapshot holds the request
+        if state is None:
+            return  # evicted without a snapshot: that index is gone, and the request with it
+        with state.lock:
+            if state.index.evict(rid):
+                try:
+                    state.requests.remove(rid)
+                except ValueError:
+                    pass
+                self.scopes.note_insert(state)  # the index changed: count it towards the next snapshot

@@ -1,5 +1,5 @@
-"""Index snapshots (issue 9 §6): the caller's configuration wins, malformed data is exactly a ValueError,
-and a restored index keeps its least-recently-used order."""
+"""Index snapshots: the caller's configuration wins, malformed data is exactly a ValueError, a hostile
+snapshot costs bounded memory and linear work, and a restored index keeps its least-recently-used order."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cp_memory.index import ContextIndex
+from cp_memory.index_snapshot import MAX_SNAPSHOT_BYTES
 
 
 def decode(data: bytes):
@@ -184,3 +185,93 @@ def test_fuzz_bytes(garbage, cut, splice):
     must_restore_or_raise_value_error(garbage)
     valid = sample_index().snapshot()
     must_restore_or_raise_value_error(valid[:cut] + splice + valid[cut + len(splice) :])
+
+
+# --- what a hostile snapshot can cost ------------------------------------------------------------------
+
+
+def chain(n: int) -> bytes:
+    """A snapshot of n nested nodes, one request ending at each (depth n)."""
+    nodes = [[-1, 0, 1, [], None, None, 0]] + [[i - 1, 0, int(i < n), [i], None, [f"r{i}"], i] for i in range(1, n + 1)]
+    return encode(
+        {"version": 2, "options": {}, "tick": n, "nodes": nodes, "requests": [f"r{i}" for i in range(1, n + 1)]}
+    )
+
+
+def fan(n: int) -> bytes:
+    """A snapshot of n children of the root, one request each (width n)."""
+    nodes = [[-1, 0, n, [], None, None, 0]] + [[0, i - 1, 0, [i], None, [f"r{i}"], i] for i in range(1, n + 1)]
+    return encode(
+        {"version": 2, "options": {}, "tick": n, "nodes": nodes, "requests": [f"r{i}" for i in range(1, n + 1)]}
+    )
+
+
+def traced_lines(data: bytes) -> int:
+    """Python lines cp_memory executes to restore ``data``: a measure of work that does not depend on time."""
+    import sys
+
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def tracer(frame, event, arg):
+        return local if "cp_memory" in frame.f_code.co_filename else None
+
+    sys.settrace(tracer)
+    try:
+        ContextIndex.restore(data)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize("shape", [chain, fan], ids=["depth", "width"])
+def test_restore_work_is_linear_in_depth_and_width(shape):
+    # a 245 KiB snapshot of this shape took 20 s to validate when the work grew with depth * requests or
+    # width * children; doubling the size must now roughly double the work (quadratic: 4x)
+    small, large = traced_lines(shape(1000)), traced_lines(shape(2000))
+    assert large < 2.3 * small
+
+
+def test_decompression_stops_at_the_bound(tmp_path):
+    import tracemalloc
+
+    packer = zlib.compressobj(9)
+    spaces = b" " * (1 << 20)
+    bomb = packer.compress(b'{"version": 2') + b"".join(packer.compress(spaces) for _ in range(128))
+    bomb += packer.compress(b"}") + packer.flush()  # 128 KiB that inflate to 128 MiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="bound"):
+            ContextIndex.restore(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_SNAPSHOT_BYTES  # the bound and zlib's buffer, never the 128 MiB (nor its decoding)
+
+
+def test_a_document_of_many_small_values_is_refused_before_parsing():
+    import tracemalloc
+
+    lists = zlib.compress(b'{"version":2,"options":{},"tick":0,"nodes":[' + b"[]," * (4 << 20) + b"[]]}", 9)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="JSON values"):
+            ContextIndex.restore(lists)  # 12 MiB of JSON: within the byte bound, but ~8M values
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_SNAPSHOT_BYTES  # parsed, 4M lists would take ~300 MiB
+
+
+def test_the_bounds_follow_max_bytes_and_a_legitimate_snapshot_fits():
+    data = sample_index().snapshot()
+    with pytest.raises(ValueError, match="bound"):
+        ContextIndex.restore(data, max_bytes=len(data) - 1)
+    assert len(ContextIndex.restore(data, max_bytes=16 * len(zlib.decompress(data)))) == len(sample_index())
+    with pytest.raises(ValueError, match="max_bytes"):
+        ContextIndex.restore(data, max_bytes=0)
