@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._server import running
 from .client import AsyncEngineClient, EngineClient
+from .deadline import Clock
 from .errors import (
     EngineConnectionError,
     EngineDeadlineExceeded,
@@ -32,6 +33,7 @@ from .sse import CompletionResult
 
 __all__ = [
     "AsyncEngineClient",
+    "Clock",
     "CompletionResult",
     "EngineClient",
     "EngineConnectionError",
