@@ -19,10 +19,11 @@ clear message is raised.
 Every call is bounded: ``timeout`` caps each wait (connect, a read), ``total_timeout`` the whole
 call — connect, the status line and headers, the body, retries and their waits (default
 ``timeout * (max_retries + 1)``; a retry that would start past it is not made) — and
-``max_response_bytes`` the bytes read of one answer (default 16 MiB; an error answer is read up to
-64 KiB only). Hitting a bound raises :class:`EngineDeadlineExceeded` (a :class:`TimeoutError`) or
-:class:`EngineResponseTooLarge`. How the deadline reaches a wait inside httpx (whose read timeout
-restarts with every byte): :mod:`.deadline`. ``clock=`` (a :class:`~.deadline.Clock`, default ``time.monotonic``
+``max_response_bytes`` the bytes of one answer, decoded and on the wire (default 16 MiB; an error
+answer is read up to 64 KiB only). Hitting a bound raises :class:`EngineDeadlineExceeded` (a
+:class:`TimeoutError`) or :class:`EngineResponseTooLarge`. How the deadline reaches a wait inside
+httpx (whose read timeout restarts with every byte): :mod:`.deadline`; how a compressed answer
+is capped: :mod:`.answers`. ``clock=`` (a :class:`~.deadline.Clock`, default ``time.monotonic``
 and real sleeps) is what the deadline is measured on and the waits between attempts sleep on.
 
 Layout: :mod:`.sse` parses the stream, :mod:`.transport` plans requests, attempts and errors,
@@ -120,7 +121,7 @@ class _ClientBase:
         self.max_retries = max_retries
         self.send_request_id = send_request_id
         self.extra_body = dict(extra_body or {})
-        # identity: a compressed answer could expand far past the byte cap within one chunk
+        # identity: nothing to inflate (a server that compresses anyway is decoded under the caps)
         headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -296,7 +297,7 @@ class EngineClient(_ClientBase):
             self._http.stream(**call.httpx_kwargs()) as response,
         ):
             handler = call.on_response(response.status_code, response.headers)
-            for chunk in response.iter_bytes():
+            for chunk in response.iter_raw():
                 if handler.feed(chunk):
                     break
             return handler.finish()
@@ -394,7 +395,7 @@ class AsyncEngineClient(_ClientBase):
             self._http.stream(**call.httpx_kwargs()) as response,
         ):
             handler = call.on_response(response.status_code, response.headers)
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.aiter_raw():
                 if handler.feed(chunk):
                     break
             return handler.finish()

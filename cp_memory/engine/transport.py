@@ -4,7 +4,7 @@ A :class:`Call` is one logical request: its :class:`Request`, the client's :clas
 a total deadline, and the handler (:mod:`.answers`) that turns the answer's bytes into a result.
 The sync and async clients only move bytes: per attempt they open
 ``http.stream(**call.httpx_kwargs())`` under ``call.attempt()`` and their guard of
-``call.deadline`` (:mod:`.deadline`), feed the chunks to ``call.on_response(...)`` and return
+``call.deadline`` (:mod:`.deadline`), feed the raw chunks to ``call.on_response(...)`` and return
 ``handler.finish()``; tenacity repeats that under :meth:`Call.retrying`, sleeping on the client's
 :class:`~.deadline.Clock`. Everything else — timeouts per attempt, the deadline, which failures
 are retried, ``Retry-After`` against the deadline, and the error messages — lives here.
@@ -114,7 +114,8 @@ class Call(Generic[T]):
         self.deadline = Deadline(config.clock, config.total_timeout)
         self.t0 = 0.0
         self.attempts = 0
-        self.received = 0  # bytes of the current attempt's answer
+        self.received = 0  # decoded bytes of the current attempt's answer
+        self.received_raw = 0  # bytes of it on the wire (differ under a Content-Encoding)
         self._wait_exp = wait_exponential(multiplier=config.retry_wait_s, max=config.retry_wait_max_s)
         self._gave_up_early: str | None = None
 
@@ -188,9 +189,10 @@ class Call(Generic[T]):
             raise EngineError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
 
     def on_response(self, status: int, headers: httpx.Headers) -> Handler[T]:
-        """The handler for this answer's body, bounded by the byte cap and the deadline."""
-        self.received = 0
-        return Bounded(self, self._handler(self, status, headers))
+        """The handler for this answer's raw body: decoded, bounded by the byte cap (on decoded
+        and on raw bytes) and the deadline."""
+        self.received = self.received_raw = 0
+        return Bounded(self, self._handler(self, status, headers), status, headers)
 
     # -- attempts --------------------------------------------------------------------------
     def retrying(self) -> dict[str, Any]:
@@ -265,7 +267,7 @@ class _Attempt:
     def __enter__(self) -> None:
         call = self.call
         call.attempts += 1
-        call.received = 0
+        call.received = call.received_raw = 0
         if call.expired():
             raise call.deadline_error()
         call.t0 = time.perf_counter()
