@@ -12,6 +12,7 @@ from ..extras import requires
 with requires("engine", "cp_memory.engine"):  # httpx, tenacity
     from ._server import running
     from .client import AsyncEngineClient, EngineClient
+    from .deadline import Clock
     from .errors import (
         EngineConnectionError,
         EngineDeadlineExceeded,
@@ -35,6 +36,7 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
 
 __all__ = [
     "AsyncEngineClient",
+    "Clock",
     "CompletionResult",
     "EngineClient",
     "EngineConnectionError",

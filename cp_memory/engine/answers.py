@@ -1,28 +1,48 @@
 """What to do with an answer's bytes, free of I/O: stream it into a completion, collect an admin
 reply, or keep the start of an error answer; every handler is wrapped in :class:`Bounded`, which
-enforces the byte cap and the deadline chunk by chunk."""
+decodes the answer's ``Content-Encoding`` and enforces the byte cap and the deadline chunk by chunk.
+
+The clients hand over the raw bytes (``iter_raw``), not httpx's decoded ones: httpx inflates each
+network chunk whole, so 64 KiB of gzip from a server ignoring ``Accept-Encoding: identity`` became
+64 MiB in memory before any cap could look at it. :class:`Bounded` inflates at most
+:data:`DECODE_PIECE` bytes at a time (zlib's ``max_length``) and counts them, so the caps hold on
+decoded bytes with one piece of slack.
+"""
 
 from __future__ import annotations
 
 import json
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 import httpx
 
 from .deadline import parse_retry_after
-from .errors import EngineResponseTooLarge, EngineStatusError
+from .errors import EngineResponseTooLarge, EngineStatusError, EngineStreamError
 from .sse import CompletionResult, StreamDecoder, error_detail
 
 if TYPE_CHECKING:
     from .transport import Call
 
-__all__ = ["ERROR_BODY_LIMIT", "Body", "Bounded", "Handler", "Reply", "RetryableStatus", "completion_handler"]
+__all__ = [
+    "DECODE_PIECE",
+    "ERROR_BODY_LIMIT",
+    "Body",
+    "Bounded",
+    "Handler",
+    "Reply",
+    "RetryableStatus",
+    "completion_handler",
+]
 
 T_co = TypeVar("T_co", covariant=True)
 
 #: an error answer is read up to this many bytes (enough for any message; never a whole 50 MB page)
 ERROR_BODY_LIMIT = 64 * 1024
+#: a compressed answer is inflated this many bytes at a time, each counted against the caps
+DECODE_PIECE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -116,28 +136,94 @@ class Body:
         return Reply(self.status, bytes(self.body))
 
 
-class Bounded(Generic[T_co]):
-    """Counts the bytes of an answer against the cap and checks the deadline per chunk."""
+class _Inflate:
+    """One ``gzip`` or ``deflate`` coding, inflated :data:`DECODE_PIECE` bytes at a time."""
 
-    def __init__(self, call: Call[Any], inner: Handler[T_co]) -> None:
+    def __init__(self, coding: str, url: str) -> None:
+        self.coding, self.url = coding, url
+        # deflate is zlib-wrapped by the standard, raw in some servers: tried in that order (as httpx)
+        self._raw_fallback = coding == "deflate"
+        self._zlib = zlib.decompressobj(zlib.MAX_WBITS if coding == "deflate" else zlib.MAX_WBITS | 16)
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        more = True
+        while more and not self._zlib.eof:  # bytes after the end of the compressed stream: ignored
+            try:
+                out = self._zlib.decompress(data, DECODE_PIECE)
+            except zlib.error as exc:
+                if not self._raw_fallback:
+                    raise EngineStreamError(f"malformed stream from {self.url}: bad {self.coding} data: {exc}") from exc
+                self._raw_fallback = False
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                continue
+            self._raw_fallback = False
+            data = self._zlib.unconsumed_tail
+            more = bool(data) or len(out) == DECODE_PIECE  # a full piece: zlib may hold more output
+            if out:
+                yield out
+
+    def decode_all(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            yield from self.decode(piece)
+
+
+class Bounded(Generic[T_co]):
+    """Decodes an answer (``gzip`` / ``deflate``, a piece at a time), counts its raw and its
+    decoded bytes against the cap and checks the deadline per chunk.
+
+    A coding it does not decode (``br``, ``zstd``: never asked for, the client sends
+    ``Accept-Encoding: identity``) is a malformed answer; an error answer in one is kept raw
+    (under :data:`ERROR_BODY_LIMIT`), so that its status still counts."""
+
+    def __init__(self, call: Call[Any], inner: Handler[T_co], status: int, headers: httpx.Headers) -> None:
         self.call = call
         self.inner = inner
+        self.codings = [c.strip().lower() for c in headers.get("content-encoding", "").split(",") if c.strip()]
+        self.stages: list[_Inflate] = []
+        for coding in reversed(self.codings):  # the last coding applied is undone first
+            if coding in ("gzip", "x-gzip", "deflate"):
+                self.stages.append(_Inflate(coding, call.url))
+            elif coding != "identity" and status < 400:
+                raise EngineStreamError(
+                    f"malformed stream from {call.url}: the answer is in Content-Encoding "
+                    f"{headers['content-encoding']!r}, although the client asked for identity; only "
+                    f"gzip and deflate are decoded"
+                )
+            elif coding != "identity":
+                self.stages = []  # an error body in a coding we cannot decode: kept raw
+                break
+
+    def _too_large(self, count: int, what: str) -> EngineResponseTooLarge:
+        call = self.call
+        return EngineResponseTooLarge(
+            f"{call.where}: the answer exceeded max_response_bytes="
+            f"{call.config.max_response_bytes} (a server ignoring max_tokens?); stopped "
+            f"reading after {count} {what}"
+        )
 
     def feed(self, data: bytes) -> bool:
         call = self.call
-        call.received += len(data)
-        if call.received > call.config.max_response_bytes:
-            raise EngineResponseTooLarge(
-                f"{call.where}: the answer exceeded max_response_bytes="
-                f"{call.config.max_response_bytes} (a server ignoring max_tokens?); stopped "
-                f"reading after {call.received} bytes"
-            )
+        cap = call.config.max_response_bytes
+        call.received_raw += len(data)
+        if call.received_raw > cap:
+            raise self._too_large(call.received_raw, "bytes")
         if call.expired():
             raise call.deadline_error()
-        return self.inner.feed(data)
+        pieces: Iterable[bytes] = (data,)
+        for stage in self.stages:
+            pieces = stage.decode_all(pieces)
+        for piece in pieces:
+            call.received += len(piece)
+            if call.received > cap:
+                raise self._too_large(
+                    call.received, f"decoded bytes ({call.received_raw} bytes of {', '.join(self.codings)} read)"
+                )
+            if self.inner.feed(piece):
+                return True
+        return False
 
     def finish(self) -> T_co:
-        if self.call.expired():  # the alarm may have cut the body short: not an answer
+        if self.call.expired():  # a guard may have cut the body short: not an answer
             raise self.call.deadline_error()
         return self.inner.finish()
 

@@ -17,10 +17,14 @@ backoff (tenacity), or after the server's ``Retry-After`` when that is longer; a
 clear message is raised.
 
 Every call is bounded: ``timeout`` caps each wait (connect, a read), ``total_timeout`` the whole
-call, retries and their waits included (default ``timeout * (max_retries + 1)``; a retry that would
-start past it is not made), and ``max_response_bytes`` the bytes read of one answer (default
-16 MiB; an error answer is read up to 64 KiB only). Hitting a bound raises
-:class:`EngineDeadlineExceeded` (a :class:`TimeoutError`) or :class:`EngineResponseTooLarge`.
+call — connect, the status line and headers, the body, retries and their waits (default
+``timeout * (max_retries + 1)``; a retry that would start past it is not made) — and
+``max_response_bytes`` the bytes of one answer, decoded and on the wire (default 16 MiB; an error
+answer is read up to 64 KiB only). Hitting a bound raises :class:`EngineDeadlineExceeded` (a
+:class:`TimeoutError`) or :class:`EngineResponseTooLarge`. How the deadline reaches a wait inside
+httpx (whose read timeout restarts with every byte): :mod:`.deadline`; how a compressed answer
+is capped: :mod:`.answers`. ``clock=`` (a :class:`~.deadline.Clock`, default ``time.monotonic``
+and real sleeps) is what the deadline is measured on and the waits between attempts sleep on.
 
 Layout: :mod:`.sse` parses the stream, :mod:`.transport` plans requests, attempts and errors,
 :mod:`.admin` holds the admin endpoints as flows; the two clients below only do the I/O, the same
@@ -40,7 +44,7 @@ import httpx
 from tenacity import AsyncRetrying, Retrying
 
 from . import admin
-from .deadline import loop_timer, thread_timer
+from .deadline import MONOTONIC, CancelAtDeadline, Clock, SocketDeadlines
 from .errors import (
     EngineConnectionError,
     EngineDeadlineExceeded,
@@ -88,6 +92,7 @@ class _ClientBase:
         retry_wait_max_s: float = 4.0,
         total_timeout: float | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        clock: Clock = MONOTONIC,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
@@ -116,7 +121,7 @@ class _ClientBase:
         self.max_retries = max_retries
         self.send_request_id = send_request_id
         self.extra_body = dict(extra_body or {})
-        # identity: a compressed answer could expand far past the byte cap within one chunk
+        # identity: nothing to inflate (a server that compresses anyway is decoded under the caps)
         headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -130,6 +135,7 @@ class _ClientBase:
             retry_wait_max_s=retry_wait_max_s,
             max_response_bytes=max_response_bytes,
             secrets=tuple(secrets),
+            clock=clock,
         )
         self._http = self._make_http()
 
@@ -192,13 +198,24 @@ class EngineClient(_ClientBase):
     ``send_request_id=False`` stops sending ``rid`` (for strict servers such as api.openai.com);
     ``extra_body`` is merged into every completion request body (e.g. ``{"ignore_eos": True}``).
     ``timeout`` bounds each wait, ``total_timeout`` each call (default ``timeout * (max_retries
-    + 1)``), ``max_response_bytes`` each answer (default 16 MiB): see the module docstring.
+    + 1)``), ``max_response_bytes`` each answer (default 16 MiB); ``clock`` is the
+    :class:`~.deadline.Clock` they run on (default: ``time.monotonic``, real sleeps): see the
+    module docstring. Every socket operation of a call is held to its deadline
+    (:class:`~.deadline.SocketDeadlines`).
     """
 
     _http: httpx.Client
 
     def _make_http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, auth=self._auth)
+        http = httpx.Client(base_url=self.base_url, auth=self._auth)
+        self._sockets = SocketDeadlines()
+        if not self._sockets.install(http):
+            logger.warning(
+                "httpx %s keeps its network backends out of reach: total_timeout bounds the "
+                "answer's body, not the wait for its headers (each wait is still bounded by timeout)",
+                httpx.__version__,
+            )
+        return http
 
     def complete(
         self,
@@ -270,13 +287,17 @@ class EngineClient(_ClientBase):
             return result
 
     def _send(self, call: Call[T]) -> T:
-        result: T = Retrying(**call.retrying())(self._attempt, call)
+        result: T = Retrying(sleep=self._config.clock.sleep, **call.retrying())(self._attempt, call)
         return result
 
     def _attempt(self, call: Call[T]) -> T:
-        with call.attempt(), self._http.stream(**call.httpx_kwargs()) as response, call.alarm(response, thread_timer):
+        with (
+            call.attempt(),
+            self._sockets.under(call.deadline),
+            self._http.stream(**call.httpx_kwargs()) as response,
+        ):
             handler = call.on_response(response.status_code, response.headers)
-            for chunk in response.iter_bytes():
+            for chunk in response.iter_raw():
                 if handler.feed(chunk):
                     break
             return handler.finish()
@@ -284,7 +305,9 @@ class EngineClient(_ClientBase):
 
 class AsyncEngineClient(_ClientBase):
     """Asynchronous :class:`EngineClient` (one pooled :class:`httpx.AsyncClient`): the same
-    methods, to be awaited."""
+    methods, to be awaited. Each attempt runs in a cancel scope that expires at the call's
+    deadline (:class:`~.deadline.CancelAtDeadline`); the waits between attempts await
+    ``clock.asleep``."""
 
     _http: httpx.AsyncClient
 
@@ -362,17 +385,17 @@ class AsyncEngineClient(_ClientBase):
             return result
 
     async def _send(self, call: Call[T]) -> T:
-        result: T = await AsyncRetrying(**call.retrying())(self._attempt, call)
+        result: T = await AsyncRetrying(sleep=self._config.clock.asleep, **call.retrying())(self._attempt, call)
         return result
 
     async def _attempt(self, call: Call[T]) -> T:
         async with (
             call.attempt(),
+            CancelAtDeadline(call.deadline),
             self._http.stream(**call.httpx_kwargs()) as response,
-            call.alarm(response, loop_timer),
         ):
             handler = call.on_response(response.status_code, response.headers)
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.aiter_raw():
                 if handler.feed(chunk):
                     break
             return handler.finish()

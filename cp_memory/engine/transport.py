@@ -3,10 +3,11 @@
 A :class:`Call` is one logical request: its :class:`Request`, the client's :class:`ClientConfig`,
 a total deadline, and the handler (:mod:`.answers`) that turns the answer's bytes into a result.
 The sync and async clients only move bytes: per attempt they open
-``http.stream(**call.httpx_kwargs())`` under ``call.attempt()`` and ``call.alarm(...)``, feed the
-chunks to ``call.on_response(...)`` and return ``handler.finish()``; tenacity repeats that under
-:meth:`Call.retrying`. Everything else — timeouts per attempt, the deadline, which failures are
-retried, ``Retry-After`` against the deadline, and the error messages — lives here.
+``http.stream(**call.httpx_kwargs())`` under ``call.attempt()`` and their guard of
+``call.deadline`` (:mod:`.deadline`), feed the raw chunks to ``call.on_response(...)`` and return
+``handler.finish()``; tenacity repeats that under :meth:`Call.retrying`, sleeping on the client's
+:class:`~.deadline.Clock`. Everything else — timeouts per attempt, the deadline, which failures
+are retried, ``Retry-After`` against the deadline, and the error messages — lives here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tenacity import (
 )
 
 from .answers import Body, Bounded, Handler, Reply, RetryableStatus, completion_handler
-from .deadline import Schedule, SocketAlarm
+from .deadline import MONOTONIC, Clock, Deadline
 from .errors import (
     EngineConnectionError,
     EngineDeadlineExceeded,
@@ -62,6 +63,8 @@ class ClientConfig:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     #: values masked in every message (API key, URL password)
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    #: what the deadline is measured on and the waits between attempts sleep on
+    clock: Clock = field(default=MONOTONIC, repr=False)
 
     @property
     def connect_timeout(self) -> float:
@@ -103,16 +106,16 @@ class Call(Generic[T]):
         request: Request,
         config: ClientConfig,
         handler: Callable[[Call[T], int, httpx.Headers], Handler[T]],
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.request = request
         self.config = config
         self._handler = handler
-        self._clock = clock
-        self.deadline = clock() + config.total_timeout
+        #: the end of the whole call: every attempt and every wait between them
+        self.deadline = Deadline(config.clock, config.total_timeout)
         self.t0 = 0.0
         self.attempts = 0
-        self.received = 0  # bytes of the current attempt's answer
+        self.received = 0  # decoded bytes of the current attempt's answer
+        self.received_raw = 0  # bytes of it on the wire (differ under a Content-Encoding)
         self._wait_exp = wait_exponential(multiplier=config.retry_wait_s, max=config.retry_wait_max_s)
         self._gave_up_early: str | None = None
 
@@ -134,10 +137,10 @@ class Call(Generic[T]):
 
     # -- the deadline ----------------------------------------------------------------------
     def remaining(self) -> float:
-        return self.deadline - self._clock()
+        return self.deadline.remaining()
 
     def expired(self) -> bool:
-        return self.remaining() <= 0
+        return self.deadline.expired()
 
     def deadline_error(self) -> EngineDeadlineExceeded:
         return EngineDeadlineExceeded(
@@ -145,10 +148,6 @@ class Call(Generic[T]):
             f"{self.config.total_timeout:g}s; {self.attempts} attempt(s), {self.received} bytes "
             f"of the last answer read)"
         )
-
-    def alarm(self, response: httpx.Response, schedule: Schedule) -> SocketAlarm:
-        """Context manager around reading ``response``: ends a read blocked at the deadline."""
-        return SocketAlarm(response, self.remaining(), schedule)
 
     # -- one attempt -----------------------------------------------------------------------
     def httpx_kwargs(self) -> dict[str, Any]:
@@ -178,8 +177,8 @@ class Call(Generic[T]):
         where = self.where
         if isinstance(exc, (EngineError, RetryableStatus)):
             return
-        if isinstance(exc, httpx.HTTPError) and self.expired():
-            raise self.deadline_error() from exc  # a wait clipped to the deadline, or the alarm
+        if isinstance(exc, (httpx.HTTPError, TimeoutError)) and self.expired():
+            raise self.deadline_error() from exc  # a wait the deadline guard ended
         if isinstance(exc, _RETRYABLE_TRANSPORT):
             return
         if isinstance(exc, httpx.TimeoutException):
@@ -190,9 +189,10 @@ class Call(Generic[T]):
             raise EngineError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
 
     def on_response(self, status: int, headers: httpx.Headers) -> Handler[T]:
-        """The handler for this answer's body, bounded by the byte cap and the deadline."""
-        self.received = 0
-        return Bounded(self, self._handler(self, status, headers))
+        """The handler for this answer's raw body: decoded, bounded by the byte cap (on decoded
+        and on raw bytes) and the deadline."""
+        self.received = self.received_raw = 0
+        return Bounded(self, self._handler(self, status, headers), status, headers)
 
     # -- attempts --------------------------------------------------------------------------
     def retrying(self) -> dict[str, Any]:
@@ -267,7 +267,7 @@ class _Attempt:
     def __enter__(self) -> None:
         call = self.call
         call.attempts += 1
-        call.received = 0
+        call.received = call.received_raw = 0
         if call.expired():
             raise call.deadline_error()
         call.t0 = time.perf_counter()

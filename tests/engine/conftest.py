@@ -21,7 +21,26 @@ from tests.loopback import (
 from tests.support import REQUIRE_ENGINE, llama_server_binary
 from tests.support import missing as _missing
 
-__all__ = ["REQUIRE_ENGINE", "FakeEngine", "FakeRequest", "Payload", "Responder", "_missing", "sse"]
+__all__ = ["REQUIRE_ENGINE", "FakeClock", "FakeEngine", "FakeRequest", "Payload", "Responder", "_missing", "sse"]
+
+
+class FakeClock:
+    """A :class:`~cp_memory.engine.deadline.Clock` that stands still until slept on: a client's
+    waits between attempts take no time, and ``slept`` lists them in order."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.t = start
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +78,11 @@ def fake_engine() -> Iterator[FakeEngine]:
     """An HTTP server on 127.0.0.1 (loopback only); set ``.responder`` to choose the answer."""
     with loopback_engine() as engine:
         yield engine
+
+
+@pytest.fixture()
+def fake_clock() -> FakeClock:
+    return FakeClock()
 
 
 # ---------------------------------------------------------------------------------------------
