@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .annotations import LabelStyle
 from .special_tokens import SpecialTokens
 
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
@@ -33,7 +34,17 @@ class ContextPilotConfig(BaseModel):
 
     # --- alignment (paper §4-5) -------------------------------------------------------------------
     alpha: float = Field(0.001, ge=0, description="positional weight of the index distance (paper Eq. 1)")
-    annotate: bool = Field(True, description="add the order annotation restoring mem0's ranking")
+    annotate: bool = Field(
+        True, description="add the order annotation restoring mem0's ranking (only when the prompt's order differs)"
+    )
+    align: bool = Field(
+        True,
+        description="reorder memories so prompts share cached prefixes; off: mem0's order, no index (the chat "
+        "integrations: their memories follow the history, where no reordering can create a prefix hit)",
+    )
+    labels: LabelStyle = Field(
+        "doc", description="block labels: 'doc' ([Doc i], the paper's) or 'number' (i., shorter; the chat integrations)"
+    )
     tail_order: TailOrder = Field("frequency", description="order of blocks after the shared prefix")
     extra_budget: float = Field(
         0.0,
