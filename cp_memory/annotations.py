@@ -87,7 +87,7 @@ def order_differs(ranking: Sequence[Hashable], shown: Sequence[Hashable]) -> boo
 
 def grouped_locations(pointers: Sequence[tuple[int, int]], *, turn: int) -> str:
     """One line for all pointers of a turn in the ``"number"`` style: ``pointers`` are (earlier turn,
-    position there); a position in ``turn`` itself (a same-text copy within this search) reads ``above``.
+    position there); a position in ``turn`` itself (a same-text copy within this search) reads ``item 2 above``.
 
     >>> grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3)
     'Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.'
@@ -99,7 +99,7 @@ def grouped_locations(pointers: Sequence[tuple[int, int]], *, turn: int) -> str:
     for t in sorted(by_turn):
         positions = sorted(set(by_turn[t]))
         items = ("items " if len(positions) > 1 else "item ") + ", ".join(str(p) for p in positions)
-        parts.append(f"above: {items}" if t == turn else f"turn {t} {items}")
+        parts.append(f"{items} above" if t == turn else f"turn {t} {items}")
     return GROUPED_LOCATION_TEMPLATE.format(where="; ".join(parts)) if parts else ""
 
 
