@@ -307,7 +307,8 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
             assert b["evidence_coverable"] == a["evidence_coverable"] <= b["evidence"]
             assert sorted(b["evidence_ranks"]) == sorted(a["evidence_ranks"])
         assert rows[(k, "baseline")]["evidence_recall"] == rows[(k, "aligned")]["evidence_recall"]
-        assert rows[(k, "baseline")]["length_vs_baseline"] == rows[(k, "aligned")]["length_vs_baseline"] == 1.0
+        # aligned prompts are longer only by the order annotation of the requests it reordered
+        assert rows[(k, "baseline")]["length_vs_baseline"] == 1.0 <= rows[(k, "aligned")]["length_vs_baseline"]
     assert any(r["evidence_coverable"] for r in reqs)
     assert "evidence recall" in result.table
 
