@@ -8,19 +8,38 @@
   it because labels are per turn ("[Doc 1]" of turn 1 is not "[Doc 1]" of turn 2).
 
 One wording each, as module constants; every function takes a ``template`` to override it.
+
+Two label styles (:data:`LabelStyle`, ``ContextPilotConfig.labels``):
+
+* ``"doc"`` (default, the paper's): ``[Doc 3] text``, one location annotation per line, as above;
+* ``"number"`` (the chat integrations'): ``3. text``, a numbered list. Measured with the engine's
+  ``/tokenize`` (SmolLM2 / the test model's tokenizer, 10 LoCoMo-sized memories): 199 tokens as mem0's
+  ``- text`` lines, 210 numbered, 240 with ``[Doc i]`` labels. The pointers of one turn share one line,
+  ``Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.`` (:func:`grouped_locations`: ~2
+  tokens per further pointer instead of ~17 for the paper's sentence), and the order annotation names
+  items by number: ``Read the items in this priority order: 2 > 1 > 3, then answer the question.``
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Literal
 
 __all__ = [
     "DOC_LABEL_TEMPLATE",
+    "GROUPED_LOCATION_TEMPLATE",
+    "LABEL_STYLES",
+    "NUMBER_LABEL_TEMPLATE",
+    "NUMBER_ORDER_TEMPLATE",
+    "LabelStyle",
     "LOCATION_TEMPLATE",
     "ORDER_TEMPLATE",
     "SAME_TURN_TEMPLATE",
+    "block_label",
     "doc_label",
+    "grouped_locations",
     "location_annotation",
+    "order_differs",
     "order_annotation",
 ]
 
@@ -32,6 +51,15 @@ SAME_TURN_TEMPLATE = "{label} above has the same content."
 #: the default labeller of order_annotation/location_annotation fills it with a block id, as the paper does.
 #: (Not the agents' segment-label template, which has its own name in cp_memory.agents.segment.)
 DOC_LABEL_TEMPLATE = "[Doc {n}]"
+#: The label of the block at position {n} in the ``"number"`` style: "3." (a numbered list).
+NUMBER_LABEL_TEMPLATE = "{n}."
+#: The order annotation of the ``"number"`` style (``{ranking}``: "2 > 1 > 3").
+NUMBER_ORDER_TEMPLATE = "Read the items in this priority order: {ranking}, then answer the question."
+#: The one line holding every pointer of a turn in the ``"number"`` style (``{where}``: "turn 1 items 3, 7").
+GROUPED_LOCATION_TEMPLATE = "Also relevant, shown before: {where}."
+
+LabelStyle = Literal["doc", "number"]
+LABEL_STYLES: tuple[str, ...] = ("doc", "number")
 
 Label = Callable[[Hashable], str] | Mapping[Hashable, str] | None
 
@@ -39,6 +67,40 @@ Label = Callable[[Hashable], str] | Mapping[Hashable, str] | None
 def doc_label(position: int) -> str:
     """The label a prompt shows for the block at 1-based ``position``: ``[Doc 3]``."""
     return DOC_LABEL_TEMPLATE.format(n=position)
+
+
+def block_label(position: int, style: LabelStyle = "doc") -> str:
+    """The label of the block at 1-based ``position`` in ``style``: ``[Doc 3]`` or ``3.``."""
+    if style == "number":
+        return NUMBER_LABEL_TEMPLATE.format(n=position)
+    if style == "doc":
+        return DOC_LABEL_TEMPLATE.format(n=position)
+    raise ValueError(f"label style must be one of {LABEL_STYLES}, got {style!r}")
+
+
+def order_differs(ranking: Sequence[Hashable], shown: Sequence[Hashable]) -> bool:
+    """Whether an order annotation would tell the model anything: the blocks ``shown`` (prompt order) are
+    not in the order of ``ranking`` (the retriever's, restricted to what is shown)."""
+    where = set(shown)
+    return [b for b in ranking if b in where] != list(shown)
+
+
+def grouped_locations(pointers: Sequence[tuple[int, int]], *, turn: int) -> str:
+    """One line for all pointers of a turn in the ``"number"`` style: ``pointers`` are (earlier turn,
+    position there); a position in ``turn`` itself (a same-text copy within this search) reads ``item 2 above``.
+
+    >>> grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3)
+    'Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.'
+    """
+    by_turn: dict[int, list[int]] = {}
+    for t, pos in pointers:
+        by_turn.setdefault(t, []).append(pos)
+    parts = []
+    for t in sorted(by_turn):
+        positions = sorted(set(by_turn[t]))
+        items = ("items " if len(positions) > 1 else "item ") + ", ".join(str(p) for p in positions)
+        parts.append(f"{items} above" if t == turn else f"turn {t} {items}")
+    return GROUPED_LOCATION_TEMPLATE.format(where="; ".join(parts)) if parts else ""
 
 
 def _labeller(label: Label) -> Callable[[Hashable], str]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .alignment import DEFAULT_TAIL_ORDER, TailOrder
 from .alignment_mode import DEFAULT_PROTECT, AlignmentMode
+from .annotations import LabelStyle
 from .distance import DEFAULT_ALPHA
 from .index_snapshot import MAX_SNAPSHOT_BYTES
 from .special_tokens import SpecialTokens
@@ -36,7 +37,17 @@ class ContextPilotConfig(BaseModel):
 
     # --- alignment (paper §4-5) -------------------------------------------------------------------
     alpha: float = Field(DEFAULT_ALPHA, ge=0, description="positional weight of the index distance (paper Eq. 1)")
-    annotate: bool = Field(True, description="add the order annotation restoring mem0's ranking")
+    annotate: bool = Field(
+        True, description="add the order annotation restoring mem0's ranking (only when the prompt's order differs)"
+    )
+    align: bool = Field(
+        True,
+        description="reorder memories so prompts share cached prefixes; off: mem0's order, no index (the chat "
+        "integrations: their memories follow the history, where no reordering can create a prefix hit)",
+    )
+    labels: LabelStyle = Field(
+        "doc", description="block labels: 'doc' ([Doc i], the paper's) or 'number' (i., shorter; the chat integrations)"
+    )
     tail_order: TailOrder = Field(DEFAULT_TAIL_ORDER, description="order of blocks after the shared prefix")
     extra_budget: float = Field(
         0.0,

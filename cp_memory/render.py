@@ -10,7 +10,8 @@ block section is a pure function of the aligned block texts:
     <location annotations, one per line>        (dedup: blocks already sent in an earlier turn)
     <order annotation>                          (the retriever's ranking, by label)
 
-* labels are positional (``[Doc i]`` = i-th rendered block), never memory ids, scores or timestamps;
+* labels are positional (``[Doc i]`` = i-th rendered block; ``i.`` in the ``"number"`` style), never memory
+  ids, scores or timestamps;
 * **one line per block**: a block's text is stripped, and every run of line breaks inside it (``\n``,
   ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028``, ``\u2029`` — everything
   ``str.splitlines`` breaks on — with the spaces and tabs around it) becomes one space. So no memory
@@ -37,7 +38,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .annotations import doc_label
+from .annotations import LabelStyle, block_label
 from .blocks import ContextBlock
 from .special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
@@ -94,14 +95,19 @@ def render_blocks(
     blocks: Sequence[ContextBlock | str | Mapping[str, Any]],
     *,
     special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
+    labels: LabelStyle = "doc",
 ) -> str:
-    """The block section: one ``[Doc i] text`` line per block, in the given (aligned) order, no trailing
-    newline. Line breaks inside a text become spaces and control-token texts are made inert (module doc),
-    so N blocks give exactly N lines and no block text reaches the engine as a special token."""
+    """The block section: one ``[Doc i] text`` line per block (``labels="number"``: ``i. text``), in the
+    given (aligned) order, no trailing newline. Line breaks inside a text become spaces and control-token
+    texts are made inert (module doc), so N blocks give exactly N lines and no block text reaches the
+    engine as a special token."""
     if isinstance(blocks, (str, bytes)):
         raise TypeError("blocks must be a sequence of blocks, not a single string")
     policy = _check_policy(special_tokens)
-    return "\n".join(f"{doc_label(i)} {policy.neutralise(one_line(_text(b)))}" for i, b in enumerate(blocks, start=1))
+    block_label(1, labels)  # checks the style
+    return "\n".join(
+        f"{block_label(i, labels)} {policy.neutralise(one_line(_text(b)))}" for i, b in enumerate(blocks, start=1)
+    )
 
 
 def render_context(
@@ -110,17 +116,18 @@ def render_context(
     order_annotation: str | None = None,
     location_annotations: Sequence[str] = (),
     special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
+    labels: LabelStyle = "doc",
 ) -> str:
     """Blocks, then a blank line, then location annotations and the order annotation (one per line).
 
     Byte-identical output for the same block texts in the same order; annotations never precede a block.
-    ``special_tokens``: which control-token texts are made inert (module doc). Returns ``""`` when there
-    is nothing to show.
+    ``special_tokens``: which control-token texts are made inert (module doc); ``labels``: the label style
+    (:data:`~cp_memory.annotations.LabelStyle`). Returns ``""`` when there is nothing to show.
     """
     if isinstance(location_annotations, str):
         location_annotations = (location_annotations,)
     policy = _check_policy(special_tokens)
-    section = render_blocks(blocks, special_tokens=policy)
+    section = render_blocks(blocks, special_tokens=policy, labels=labels)
     notes = [policy.neutralise(one_line(a)) for a in location_annotations if a and a.strip()]
     if order_annotation and order_annotation.strip():
         notes.append(policy.neutralise(one_line(order_annotation)))

@@ -294,13 +294,14 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
     assert {(r["k"], r["mode"]) for r in reqs} == {(k, m) for k in ("4", "8", "2x3") for m in modes}
     assert data["meta"]["engine"]["kind"] == "model-cache"
     assert "no LLM ran" in result.table
-    # fairness: the same questions in every mode, and baseline/aligned prompts equally long
+    # fairness: the same questions and memories in every mode; an aligned prompt is the baseline's length plus
+    # its order annotation, which it has only where alignment changed mem0's order
     by = {(r["k"], r["mode"], r["turn"]): r for r in reqs}
     for k in ("4", "8", "2x3"):
         for turn in (1, 2, 3):
             b, a = by[(k, "baseline", turn)], by[(k, "aligned", turn)]
             assert b["question"] == a["question"] == by[(k, "aligned+superset", turn)]["question"]
-            assert b["prompt_tokens"] == a["prompt_tokens"]
+            assert b["prompt_tokens"] <= a["prompt_tokens"]
             assert b["blocks"] == a["blocks"] == (2 if k == "2x3" else int(k))
             assert b["extra"] == a["extra"] == 0
     # NxM: 2 memories shown 3 times -> 6 [Doc i] labels; the engine cache is new for every mode
@@ -321,7 +322,8 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
             assert b["evidence_coverable"] == a["evidence_coverable"] <= b["evidence"]
             assert sorted(b["evidence_ranks"]) == sorted(a["evidence_ranks"])
         assert rows[(k, "baseline")]["evidence_recall"] == rows[(k, "aligned")]["evidence_recall"]
-        assert rows[(k, "baseline")]["length_vs_baseline"] == rows[(k, "aligned")]["length_vs_baseline"] == 1.0
+        # aligned prompts are longer only by the order annotation of the requests it reordered
+        assert rows[(k, "baseline")]["length_vs_baseline"] == 1.0 <= rows[(k, "aligned")]["length_vs_baseline"]
     assert any(r["evidence_coverable"] for r in reqs)
     assert "evidence recall" in result.table
 
@@ -431,11 +433,12 @@ def test_llama_server_end_to_end(memory: Any, tmp_path: Path) -> None:
     rows = {(s["k"], s["mode"]): s for s in data["summary"]}
     assert rows[("4", "aligned")]["speedup_mean"] is not None
     assert rows[("4", "baseline")]["ttft_mean_s"] > 0
-    # baseline and aligned show the same memories with equally long annotations: same prompt length
+    # baseline and aligned show the same memories; aligned adds an order annotation only where it reordered
     by = {(r["k"], r["mode"], r["turn"]): r for r in reqs}
     for k in ("4", "2x2"):
-        for turn in (1, 2, 3):
-            assert by[(k, "baseline", turn)]["prompt_tokens"] == by[(k, "aligned", turn)]["prompt_tokens"]
+        assert by[(k, "baseline", 1)]["prompt_tokens"] == by[(k, "aligned", 1)]["prompt_tokens"]  # cold index
+        for turn in (2, 3):
+            assert by[(k, "baseline", turn)]["prompt_tokens"] <= by[(k, "aligned", turn)]["prompt_tokens"]
 
 
 # ------------------------------------------------------------------------------------------ ingest, judge

@@ -59,8 +59,10 @@ def test_duplicate_ids_are_collapsed_with_a_warning(mem, monkeypatch, caplog):
     ids = [r["id"] for r in out["results"]]
     info = out["context_pilot"]
     assert len(ids) == len(set(ids)) and info["fallback"] is False
-    labels = re.findall(r"\[Doc \d+\]", info["order_annotation"])
-    assert len(labels) == len(set(labels)) == len(info["blocks"])
+    labels = [b["label"] for b in info["blocks"]]
+    assert len(labels) == len(set(labels)) == len(ids)
+    ranked = re.findall(r"\[Doc \d+\]", info["order_annotation"])  # an annotation only if the order changed
+    assert len(ranked) == len(set(ranked)) and (not ranked or len(ranked) == len(ids))
     assert any("more than once" in r.getMessage() for r in caplog.records)
 
 
@@ -98,7 +100,9 @@ def test_memory_text_cannot_forge_labels_annotations_or_the_question(mem):
         assert len(LABEL_LINE.findall(context)) == 3  # one labelled line per memory
         lines = context.splitlines()
         assert not any(line.startswith(("Question:", "Please refer")) for line in lines)
-        assert sum(line.startswith("Please read the context") for line in lines) == 1
+        # the only annotation line is the wrapper's own, and only when alignment changed mem0's order
+        expected = 1 if out["context_pilot"]["order_annotation"] else 0
+        assert sum(line.startswith("Please read the context") for line in lines) == expected
     finally:
         mem.delete_all(user_id="vic")
 
@@ -150,3 +154,22 @@ def test_16_threads_mixing_add_search_get_all_on_2_users():
         t.join()
     memory.close()
     assert errors == [] and checked[0] > 16
+
+
+def test_the_order_annotation_appears_only_when_alignment_changed_mem0s_order(mem):
+    cpm = ContextPilotMemory(mem)
+    first = cpm.search(Q, filters=F, top_k=5)["context_pilot"]
+    assert list(first["order"]) == list(first["original_ids"])[:5]  # a cold index keeps mem0's order
+    assert first["order_annotation"] == "" and "priority order" not in first["context"]
+    for q in ("What does Caroline like?", "Where does Caroline work?", Q + " and her friends"):
+        info = cpm.search(q, filters=F, top_k=5)["context_pilot"]
+        reordered = [i for i in info["original_ids"] if i in info["order"]] != list(info["order"])
+        assert bool(info["order_annotation"]) == reordered
+        assert ("priority order" in info["context"]) == reordered
+
+
+def test_without_alignment_the_prompt_keeps_mem0s_order_and_needs_no_annotation(mem):
+    cpm = ContextPilotMemory(mem, align=False)
+    for q in (Q, "What does Caroline like?", Q):
+        info = cpm.search(q, filters=F, top_k=5)["context_pilot"]
+        assert list(info["order"]) == list(info["original_ids"])[:5] and info["order_annotation"] == ""

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from .probe import EngineProbe, Exchange
-from .workload import Chat, TurnRecord, count_lines
+from .workload import Chat, TurnRecord, count_shown
 
 __all__ = ["FrameworkRunner", "ReadOnlyStore"]
 
@@ -62,12 +62,12 @@ class FrameworkRunner(ABC):
 
     def new_block(self) -> None:
         """Fresh ContextPilot wrappers (indexes, dedup records) for a new (framework, answers) block."""
+        from cp_memory.integrations.chat import CHAT_CONFIG
         from cp_memory.memory import ContextPilotMemory
 
-        # overfetch 0 (default): paper-style dedup, the turn's top_k are shown fresh or as pointers
-        self.cp = {
-            arm: ContextPilotMemory(self.store, max_overfetch=self.overfetch) for arm in self.arms if arm != "mem0"
-        }
+        # the integrations' settings (what a plain mem0 Memory gets wrapped with), over-fetch as asked
+        config = CHAT_CONFIG.model_copy(update={"max_overfetch": self.overfetch})
+        self.cp = {arm: ContextPilotMemory(self.store, config=config) for arm in self.arms if arm != "mem0"}
 
     @abstractmethod
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:
@@ -99,8 +99,7 @@ class FrameworkRunner(ABC):
         """(memories in full, pointers) this turn put into the prompt."""
         if arm == "mem0":
             return self.baseline_store.last_count, 0
-        newest = self.newest_memory_text(ex)
-        return count_lines(newest, ["[Doc "]), count_lines(newest, ["Please refer to"])
+        return count_shown(self.newest_memory_text(ex))
 
     @staticmethod
     def newest_memory_text(ex: Exchange) -> str:

@@ -59,6 +59,9 @@ def summarize(records: Sequence[dict[str, Any]], turns: int) -> list[dict[str, A
 
         pre_b, pre_o = per_turn(base, "prefilled"), per_turn(ours, "prefilled")
         last_b, last_o = pre_b[-1], pre_o[-1]
+        first_b, first_o = pre_b[0], pre_o[0]
+        total_b = sum(b["prefilled"] or 0 for b, _ in pairs)
+        total_o = sum(o["prefilled"] or 0 for _, o in pairs)
         out.append(
             {
                 "framework": fw,
@@ -72,10 +75,13 @@ def summarize(records: Sequence[dict[str, Any]], turns: int) -> list[dict[str, A
                 },
                 "memories_per_turn": {"mem0": per_turn(base, "memories"), arm: per_turn(ours, "memories")},
                 "pointers_per_turn": per_turn(ours, "pointers"),
+                "prefill_ratio_turn1": (first_b / first_o) if first_b and first_o else None,
                 "prefill_ratio_last_turn": (last_b / last_o) if last_b and last_o else None,
-                "prefilled_total": {
-                    "mem0": sum(b["prefilled"] or 0 for b, _ in pairs),
-                    arm: sum(o["prefilled"] or 0 for _, o in pairs),
+                "prefill_ratio_chat": (total_b / total_o) if total_b and total_o else None,
+                "prefilled_total": {"mem0": total_b, arm: total_o},
+                "prompt_tokens_total": {
+                    "mem0": sum(b["prompt_tokens"] or 0 for b, _ in pairs),
+                    arm: sum(o["prompt_tokens"] or 0 for _, o in pairs),
                 },
                 "ttft_ratio": ratios("ttft_s"),
                 "server_prompt_ratio": ratios("server_prompt_ms"),
@@ -104,18 +110,24 @@ def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         ),
         "",
         (
-            f"| framework | answers | cp arm | prefilled turn {turns}: mem0 / cp (ratio) | prefilled all turns: "
-            "mem0 / cp | TTFT ratio mem0/cp: sums, median [q1, q3] | server prefill ratio: sums, median |"
+            f"| framework | answers | cp arm | prefilled turn 1: mem0 / cp (ratio) | prefilled turn {turns}: "
+            "mem0 / cp (ratio) | prefilled whole chat: mem0 / cp (ratio) | prompt tokens whole chat: mem0 / cp | "
+            "TTFT ratio mem0/cp (loaded machine): sums, median [q1, q3] | server prefill ratio: sums, median |"
         ),
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
-        pb, po = s["prefilled_per_turn"]["mem0"][-1], s["prefilled_per_turn"][s["arm"]][-1]
-        tb, to = s["prefilled_total"]["mem0"], s["prefilled_total"][s["arm"]]
+        arm = s["arm"]
+        fb, fo = s["prefilled_per_turn"]["mem0"][0], s["prefilled_per_turn"][arm][0]
+        pb, po = s["prefilled_per_turn"]["mem0"][-1], s["prefilled_per_turn"][arm][-1]
+        tb, to = s["prefilled_total"]["mem0"], s["prefilled_total"][arm]
+        prompts = s.get("prompt_tokens_total") or {}
         tt, sp = s["ttft_ratio"], s["server_prompt_ratio"]
         lines.append(
-            f"| {s['framework']} | {s['answers']} | {s['arm']} | {_fmt(pb, 0)} / {_fmt(po, 0)} "
+            f"| {s['framework']} | {s['answers']} | {arm} | {_fmt(fb, 0)} / {_fmt(fo, 0)} "
+            f"({_fmt(fb / fo if fb and fo else None, 2)}x) | {_fmt(pb, 0)} / {_fmt(po, 0)} "
             f"({_fmt(s['prefill_ratio_last_turn'], 2)}x) | {tb:,} / {to:,} ({_fmt(tb / to if to else None, 2)}x) | "
+            f"{_fmt(prompts.get('mem0'), 0)} / {_fmt(prompts.get(arm), 0)} | "
             f"{_fmt(tt['ratio_of_sums'], 2)}x, {_fmt(tt['median'], 2)}x [{_fmt(tt['q1'], 2)}, {_fmt(tt['q3'], 2)}] | "
             f"{_fmt(sp['ratio_of_sums'], 2)}x, {_fmt(sp['median'], 2)}x |"
         )
@@ -124,6 +136,11 @@ def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         for arm, values in s["prefilled_per_turn"].items():
             lines.append(f"- {s['framework']} / {s['answers']} / {arm}: " + ", ".join(_fmt(v, 0) for v in values))
     return "\n".join(lines) + "\n"
+
+
+def _ratio(s: dict[str, Any], turn: int) -> float | None:
+    b, o = s["prefilled_per_turn"]["mem0"][turn], s["prefilled_per_turn"][s["arm"]][turn]
+    return b / o if b and o else None
 
 
 def plot(summary: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], path: Path, turns: int) -> None:
@@ -163,11 +180,20 @@ def plot(summary: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], p
                 color, marker = styles.get(arm, ("gray", "x"))
                 label = "mem0 guide" if arm == "mem0" else f"cp_memory ({arm})"
                 ax.plot(xs, [y if y is not None else float("nan") for y in ys], marker=marker, color=color, label=label)
+            ratios = [
+                f"{s['arm']}: turn 1 {_fmt(_ratio(s, 0), 2)}x, last {_fmt(_ratio(s, -1), 2)}x, "
+                f"chat {_fmt(s.get('prefill_ratio_chat'), 2)}x"
+                for s in summary
+                if s["framework"] == fw and s["answers"] == mode
+            ]
             ax.set_title(f"{fw} — {mode} answers", fontsize=10)
+            ax.text(
+                0.02, 0.98, "mem0 / cp prefilled\n" + "\n".join(ratios), transform=ax.transAxes, fontsize=7, va="top"
+            )
             ax.set_xlabel("turn")
             ax.set_ylabel("prefilled tokens (mean over chats)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -26,7 +26,7 @@ from cp_memory.integrations.openai_agents import MemoryContext, MemoryTools
 from .arms import FrameworkRunner
 from .probe import EngineProbe, Exchange
 from .scripted import ScriptedFirstStep
-from .workload import Chat, TurnRecord, fixed_answer
+from .workload import Chat, TurnRecord, count_shown, fixed_answer
 
 INSTRUCTIONS = (
     "You are a helpful personal assistant with memory capabilities.\n"
@@ -67,11 +67,7 @@ class AgentsRunner(FrameworkRunner):
         if arm == "mem0":
             return super().shown(arm, ex)
         outputs = [m for m in ex.messages if m.get("role") == "tool"]
-        text = str(outputs[-1].get("content") or "") if outputs else ""
-        return (
-            sum(1 for x in text.splitlines() if x.startswith("[Doc ")),
-            sum(1 for x in text.splitlines() if x.startswith("Please refer to")),
-        )
+        return count_shown(str(outputs[-1].get("content") or "") if outputs else "")
 
     def chat(self, arm: str, base_url: str, probe: EngineProbe, chat: Chat, answers: str) -> list[TurnRecord]:
         set_tracing_disabled(True)

@@ -11,13 +11,14 @@ with a real assistant's answers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from cp_memory.locomo import Conversation, load_locomo
 
-__all__ = ["ANSWER_MODES", "Chat", "TurnRecord", "fixed_answer", "load_workload"]
+__all__ = ["ANSWER_MODES", "Chat", "TurnRecord", "count_shown", "fixed_answer", "load_workload"]
 
 ANSWER_MODES = ("model", "fixed")
 
@@ -81,3 +82,24 @@ def load_workload(locomo: str | None, conversation: int, chats: int, turns: int)
 
 def count_lines(text: str, prefixes: Sequence[str]) -> int:
     return sum(1 for line in text.splitlines() if line.startswith(tuple(prefixes)))
+
+
+_BLOCK_LINE = re.compile(r"(?:\[Doc \d+\]|\d+\.) ")
+_POINTED = re.compile(r"items? ((?:\d+, )*\d+)")
+
+
+def count_shown(text: str) -> tuple[int, int]:
+    """(memories shown in full, pointers) in a context text of either label style: ``[Doc i]`` / ``i.``
+    block lines; one ``Please refer to`` line per pointer, or the numbered style's one grouped line."""
+    section, _, notes = text.partition("\n\n")
+    if section.startswith("Context:\n"):
+        section = section[len("Context:\n") :]
+    lines = section.splitlines() + notes.splitlines()
+    memories = sum(1 for line in section.splitlines() if _BLOCK_LINE.match(line))
+    pointers = 0
+    for line in lines:
+        if line.startswith("Please refer to") or line.endswith("above has the same content."):
+            pointers += 1
+        elif line.startswith("Also relevant, shown before:"):
+            pointers += sum(len(m.split(", ")) for m in _POINTED.findall(line))
+    return memories, pointers

@@ -4,10 +4,11 @@ Every mode renders with :func:`cp_memory.render.render_context` — ``[Doc i] te
 then annotations — and the runner wraps the context in one template shared by all modes, so the
 only differences between modes are the ones being measured:
 
-``baseline``          mem0's order. It still carries an order annotation (``[Doc 1] > [Doc 2] > ...``, the
-                      natural order), so its prompts are as long as the aligned ones.
+``baseline``          mem0's order, no order annotation (it would restate the prompt's own order).
 ``aligned``           :class:`~cp_memory.memory.ContextPilotMemory`: the user's context index reorders the
-                      same memories to share a prefix with earlier requests, + the order annotation.
+                      same memories to share a prefix with earlier requests, + the order annotation when the
+                      order differs from mem0's (so an aligned prompt is as long as the baseline's, or longer
+                      by its annotation).
 ``aligned+superset``  as ``aligned`` with ``extra_budget > 0``: a cached prefix may bring in a few other
                       memories of the same user (shown, not ranked); prompts get longer.
 ``aligned+superset@B`` the same with ``extra_budget=B`` (``aligned+superset`` takes ``--extra-budget``).
@@ -37,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cp_memory.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
-from cp_memory.annotations import doc_label, order_annotation
 from cp_memory.distance import DEFAULT_ALPHA
 from cp_memory.memory import ContextPilotMemory
 from cp_memory.render import render_context
@@ -336,9 +336,8 @@ class ModeBuilder:
         results = list(response.get("results", []))[: self.k.n]
         ids = [str(r["id"]) for r in results]
         texts = [str(r.get("memory") or "") for r in results]
-        labels: dict[Hashable, str] = {i: doc_label(pos) for pos, i in enumerate(ids, start=1)}
-        note = order_annotation(ids, ids, label=labels) if len(ids) >= 2 else None
-        context = render_context(texts * self.k.repeat, order_annotation=note)
+        # mem0's order: an order annotation would restate it (the wrapper adds one only when it reorders)
+        context = render_context(texts * self.k.repeat)
         return BuiltContext(context, tuple(ids), len(ids), 0, 0, None, retrieval_ids=tuple(ids))
 
     def _aligned(self, question: str) -> BuiltContext:

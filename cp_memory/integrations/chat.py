@@ -38,11 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..blocks import normalize_text
+from ..config import ContextPilotConfig
 from ..lru import LRUMap
 from ..render import USER_TEMPLATE, context_of, one_line
 from ..special_tokens import DEFAULT_SPECIAL_TOKENS
 
 __all__ = [
+    "CHAT_CONFIG",
     "DEFAULT_LAYOUT",
     "LAYOUTS",
     "ChatMemory",
@@ -64,6 +66,16 @@ Layout = Literal["late", "append"]
 LAYOUTS: tuple[str, ...] = ("late", "append")
 #: chosen by measurement (docs/integrations.md): append-only history with dedup prefills the least
 DEFAULT_LAYOUT: Layout = "append"
+
+#: The wrapper settings of the chat layouts, chosen by measurement (docs/integrations.md): no over-fetch
+#: (the paper's dedup: a turn's ``top_k`` memories are shown fresh or as pointers; over-fetching adds more
+#: fresh memories and a pointer for each earlier one it re-finds, which costs more than it saves), no
+#: alignment (the memories follow the history, so reordering cannot create a prefix hit, and an order
+#: annotation would only add tokens) and numbered labels (``3. text``: 1 token a memory more than mem0's
+#: ``- text``, ``[Doc 3]`` costs 4). A plain mem0 ``Memory`` is wrapped with these;
+#: ``ContextPilotMemory(memory, config=CHAT_CONFIG)`` builds such a wrapper yourself.
+CHAT_CONFIG = ContextPilotConfig(max_overfetch=0, align=False, labels="number")
+_CHAT_FIELDS = ("max_overfetch", "align", "labels")
 
 _CONTEXT_HEAD, _, _QUESTION_TAIL = USER_TEMPLATE.partition("{context}")  # "Context:\n", "\n\nQuestion: {query}"
 _QUESTION_MARK = _QUESTION_TAIL.split("{query}")[0]  # "\n\nQuestion: "
@@ -171,9 +183,8 @@ def shows_memories(response: Any) -> bool:
 
 def as_wrapper(memory: Any) -> Any:
     """``memory`` if it is a ContextPilot wrapper; a plain mem0 ``Memory``/``AsyncMemory`` gets wrapped with
-    ``max_overfetch=0`` (the paper's dedup: a turn's ``top_k`` memories are shown fresh or as pointers; the
-    wrapper's default over-fetch adds more fresh memories and a pointer for every earlier one it re-finds,
-    which costs more prompt tokens than it saves in a chat, see docs/integrations.md)."""
+    :data:`CHAT_CONFIG` (no over-fetch, no alignment, numbered labels: what prefills the least in a chat,
+    docs/integrations.md). A wrapper of your own whose settings differ is used as it is, with a warning."""
     from ..memory import AsyncContextPilotMemory, ContextPilotMemory
 
     if (
@@ -181,14 +192,28 @@ def as_wrapper(memory: Any) -> Any:
         and callable(getattr(memory, "rollback", None))
         and hasattr(memory, "cp_config")
     ):
+        _check_settings(memory.cp_config)
         return memory
     from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 
     if isinstance(memory, (AsyncMemory, AsyncMemoryClient)):
-        return AsyncContextPilotMemory(memory, max_overfetch=0)
+        return AsyncContextPilotMemory(memory, config=CHAT_CONFIG)
     if isinstance(memory, (Memory, MemoryClient)):
-        return ContextPilotMemory(memory, max_overfetch=0)
+        return ContextPilotMemory(memory, config=CHAT_CONFIG)
     raise TypeError(f"expected a mem0 Memory or a cp_memory ContextPilotMemory, got {type(memory).__name__}")
+
+
+def _check_settings(config: Any) -> None:
+    if not isinstance(config, ContextPilotConfig):
+        return
+    differ = {f: getattr(config, f) for f in _CHAT_FIELDS if getattr(config, f) != getattr(CHAT_CONFIG, f)}
+    if differ:
+        logger.warning(
+            "this ContextPilotMemory has %s; in a chat that prefills more tokens than %s "
+            "(docs/integrations.md): pass a plain mem0 Memory, or ContextPilotMemory(..., config=CHAT_CONFIG)",
+            ", ".join(f"{k}={v!r}" for k, v in differ.items()),
+            ", ".join(f"{k}={getattr(CHAT_CONFIG, k)!r}" for k in differ),
+        )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ is fixed and the memories travel in the newest user message (see :mod:`cp_memory
 
     from cp_memory.integrations.langgraph import MemoryPrompt, memory_node
 
-    prompt = MemoryPrompt(ContextPilotMemory(default_memory()), system="You are a helpful assistant.")
+    prompt = MemoryPrompt(default_memory(), system="You are a helpful assistant.")  # wrapped with CHAT_CONFIG
     graph = StateGraph(State)                       # State: messages (add_messages) + mem0_user_id
     graph.add_node("chatbot", memory_node(prompt, ChatOpenAI(base_url=..., model=...)))
     ...

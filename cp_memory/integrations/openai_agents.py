@@ -11,7 +11,7 @@ search's ``[Doc i]`` (its output stays in the conversation history, where the mo
     from agents import Agent
     from cp_memory.integrations.openai_agents import MemoryContext, MemoryTools
 
-    tools = MemoryTools(ContextPilotMemory(default_memory()), top_k=10)
+    tools = MemoryTools(default_memory(), top_k=10)   # a mem0 Memory: wrapped with CHAT_CONFIG
     agent = Agent(name="assistant", instructions="...", tools=[tools.search_tool])
     ctx = MemoryContext(user_id="alice", conversation_id="chat-1")   # the app keeps this chat's history
     result = await tools.run(agent, history + [{"role": "user", "content": question}], context=ctx)
@@ -55,11 +55,7 @@ __all__ = ["EMPTY_OUTPUT", "MemoryContext", "MemoryHooks", "MemoryTools", "scope
 
 #: the tool's output when the search found nothing (no turn is recorded for it)
 EMPTY_OUTPUT = "No relevant memories found."
-_DESCRIPTION = (
-    "Search the user's long-term memories (facts from earlier conversations). Returns numbered "
-    "memories; a note such as 'refer to [Doc 2] ... (turn 1)' means that memory is the [Doc 2] "
-    "of this tool's first output in this conversation."
-)
+_DESCRIPTION = "Search the user's memories. 'shown before: turn 1 item 2' means item 2 of this tool's first output."
 _ENTITY_KEYS = ("user_id", "agent_id", "run_id")
 
 

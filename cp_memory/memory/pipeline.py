@@ -24,7 +24,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..annotations import doc_label, order_annotation
+from ..annotations import NUMBER_ORDER_TEMPLATE, block_label, grouped_locations, order_annotation, order_differs
 from ..blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..config import ContextPilotConfig
 from ..dedup import Deduplicator, DedupResult
@@ -159,7 +159,7 @@ class SearchPipeline:
     # ------------------------------------------------------------------ 3. align
     def align(self, window: Window) -> Aligned:
         scope = window.plan.call.scope
-        if scope is None or not window.fresh:
+        if scope is None or not window.fresh or not self.config.align:
             return Aligned(window, None, None, ())
         state = self.scopes.get(scope)
         keys = [b.key for b in window.fresh]
@@ -232,6 +232,7 @@ class SearchPipeline:
         candidates += window.pre_sent
         rank = {r["id"]: i for i, r in enumerate(window.results)}
         turn_id, turn, committed, sent = None, None, False, []
+        style = self.config.labels
         if plan.conversation is not None and scope is not None:
             key = self._conversation_key(scope, plan.conversation)
             result = self._dedup_plan(key, candidates, extra_ids, rank, plan.call.top_k)
@@ -250,24 +251,41 @@ class SearchPipeline:
                         id=str(d.block_id),
                         turn=loc.turn,
                         position=loc.position,
-                        label=loc.label,
+                        label=block_label(loc.position, style),
                         annotation=d.annotation,
                         rank=rank[d.block_id],
                         text=texts.get(d.block_id, ""),
                     )
                 )
+            if style != "doc" and sent:
+                # one line for every pointer of the turn (annotations.grouped_locations)
+                line = grouped_locations([(s.turn, s.position) for s in sent], turn=turn)
+                sent = [s.model_copy(update={"annotation": line}) for s in sent]
         else:
             kept = candidates
-        labels = {b.id: doc_label(i) for i, b in enumerate(kept, start=1)}
+        labels = {b.id: block_label(i, style) for i, b in enumerate(kept, start=1)}
         retrieved = [b.id for b in kept if b.id not in extra_ids]
+        ranking = sorted(retrieved, key=rank.__getitem__)
         annotation = ""
-        if self.config.annotate and len(retrieved) >= 2:
-            annotation = order_annotation(sorted(retrieved, key=rank.__getitem__), retrieved, label=labels)
+        # the order annotation only when it tells the model something: the prompt's order is not mem0's
+        # ranking, or extras (not retrieved, so not ranked) are shown among the retrieved memories
+        if (
+            self.config.annotate
+            and len(retrieved) >= 2
+            and (order_differs(ranking, retrieved) or any(b.id in extra_ids for b in kept))
+        ):
+            if style == "doc":
+                annotation = order_annotation(ranking, retrieved, label=labels)
+            else:
+                numbers = {b: label.rstrip(".") for b, label in labels.items()}
+                annotation = order_annotation(ranking, retrieved, label=numbers, template=NUMBER_ORDER_TEMPLATE)
+        notes = list(dict.fromkeys(s.annotation for s in sent))  # a grouped line once
         context = render_context(
             kept,
             order_annotation=annotation or None,
-            location_annotations=[s.annotation for s in sent],
+            location_annotations=notes,
             special_tokens=self.config.special_tokens,
+            labels=style,
         )
         by_id = {r["id"]: r for r in window.results}
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
@@ -344,9 +362,10 @@ class SearchPipeline:
                 original_ids=tuple(ids),
                 order=tuple(ids),
                 blocks=tuple(
-                    RenderedBlock(label=doc_label(i), id=d, text=t) for i, (d, t) in enumerate(zip(ids, texts), start=1)
+                    RenderedBlock(label=block_label(i, self.config.labels), id=d, text=t)
+                    for i, (d, t) in enumerate(zip(ids, texts), start=1)
                 ),
-                context=render_context(texts, special_tokens=self.config.special_tokens),
+                context=render_context(texts, special_tokens=self.config.special_tokens, labels=self.config.labels),
                 fetched=len(raw),
                 fallback=True,
                 error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500],

@@ -65,3 +65,22 @@ def test_context_block():
     assert got.blocks == (ContextBlock("a", "likes tea"),)
     with pytest.raises(ValueError, match="no 'id'"):
         blocks_from_mem0([{"memory": "x"}])
+
+
+def test_an_order_annotation_is_owed_only_when_the_prompt_order_is_not_the_ranking():
+    from cp_memory.annotations import order_differs
+
+    assert not order_differs(["a", "b", "c"], ["a", "b", "c"])
+    assert not order_differs(["a", "x", "b"], ["a", "b"])  # x not shown (a pointer): a, b still in rank order
+    assert order_differs(["a", "b", "c"], ["b", "a", "c"])
+
+
+def test_the_numbered_style_puts_every_pointer_of_a_turn_on_one_line():
+    from cp_memory.annotations import block_label, grouped_locations
+
+    assert (block_label(3), block_label(3, "number")) == ("[Doc 3]", "3.")
+    assert grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3) == (
+        "Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1."
+    )
+    assert grouped_locations([(2, 1)], turn=2) == "Also relevant, shown before: item 1 above."
+    assert grouped_locations([], turn=1) == ""

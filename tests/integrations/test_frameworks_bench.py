@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.frameworks.probe import EngineProbe, _AsyncTransport, _SyncTransport
 from benchmarks.frameworks.report import markdown, summarize
-from benchmarks.frameworks.workload import fixed_answer
+from benchmarks.frameworks.workload import count_shown, fixed_answer
 
 BODY = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}
 
@@ -94,6 +94,8 @@ def test_summary_pairs_arms_by_chat_and_turn() -> None:
     (s,) = summarize(records, turns=2)
     assert s["prefilled_per_turn"] == {"mem0": [300.0, 600.0], "cp-append": [300.0, 300.0]}
     assert s["prefill_ratio_last_turn"] == pytest.approx(2.0)
+    assert s["prefill_ratio_turn1"] == pytest.approx(1.0)  # turn 1 and the whole chat next to the last turn
+    assert s["prefill_ratio_chat"] == pytest.approx(1.5) and s["prefilled_total"] == {"mem0": 1800, "cp-append": 1200}
     assert s["ttft_ratio"]["ratio_of_sums"] == pytest.approx(1.5) and s["ttft_ratio"]["median"] == pytest.approx(1.5)
     meta = {
         "turns": 2,
@@ -105,7 +107,19 @@ def test_summary_pairs_arms_by_chat_and_turn() -> None:
         "max_tokens": 8,
         "machine": "test",
     }
-    assert "| fw | fixed | cp-append | 600 / 300 (2.00x)" in markdown([s], meta)
+    assert "| fw | fixed | cp-append | 300 / 300 (1.00x) | 600 / 300 (2.00x) | 1,800 / 1,200 (1.50x) |" in markdown(
+        [s], meta
+    )
+
+
+def test_shown_memories_and_pointers_are_counted_in_both_label_styles() -> None:
+    numbered = "Context:\n1. a\n2. b\n\nAlso relevant, shown before: turn 1 items 2, 3; turn 2 item 1.\n\nQuestion: q"
+    assert count_shown(numbered) == (2, 3)
+    paper = (
+        "[Doc 1] a\n\nPlease refer to [Doc 2] in the previous conversation (turn 1).\n"
+        "[Doc 1] above has the same content."
+    )
+    assert count_shown(paper) == (1, 2)
 
 
 def test_fixed_answer_is_100_to_150_words() -> None:

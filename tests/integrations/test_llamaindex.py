@@ -67,7 +67,7 @@ def test_chat_engine_gets_memories_late_and_an_append_only_history(store: Any, s
         if i:
             assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
-    assert "Please refer to [Doc" in user_messages(sent[1].messages)[-1]
+    assert "Also relevant, shown before: turn 1 item" in user_messages(sent[1].messages)[-1]
     history = [m.content for m in memory.get_all() if m.role == MessageRole.USER]
     assert history == user_messages(sent[-1].messages)  # kept as sent
 
@@ -107,7 +107,7 @@ def test_unanswered_turn_is_rolled_back(store: Any) -> None:
     # the model call failed: the engine put no answer; the user asks again
     memory.put(ChatMessage(role=MessageRole.USER, content=QUESTIONS[0]))
     again = memory.get()
-    assert "Please refer to" not in (again[-1].content or "")
+    assert "shown before" not in (again[-1].content or "")
     assert memory.get_all()[0].content == QUESTIONS[0]  # history untouched
 
 
@@ -162,7 +162,7 @@ def test_write_back_of_repeated_answers_keeps_dedup_on(store: Any, caplog: pytes
         today = chat(1)
         assert "trimmed or restored" not in caplog.text
         sent = today.get_all()[0].content or ""
-        assert sent.count("Erin lives in Porto.") == 1 and "above has the same content" in sent
+        assert sent.count("Erin lives in Porto.") == 1 and "item 1 above" in sent
         assert today._chat._conversation({"user_id": "erin"}, today.conversation_id) is not None  # dedup on
     finally:
         store.delete_all(user_id="erin")
@@ -255,7 +255,7 @@ async def test_agents_commit_their_turns_and_dedup_holds_on_turn_two(
         assert messages[at]["content"].startswith("Context:\n") and messages[at]["content"].endswith(QUESTIONS[i // 2])
         turns.append(messages[: at + 1])
     assert "trimmed or restored" not in caplog.text
-    assert "Please refer to [Doc" in turns[2][-1]["content"], "turn 2 points at turn 1's memories"
+    assert "Also relevant, shown before: turn 1 item" in turns[2][-1]["content"], "turn 2 points at turn 1's memories"
     assert turns[0] == turns[1] and turns[2] == turns[3], "a run's steps see one turn"
     assert turns[2][: len(turns[0])] == turns[0], "turn 1 is kept in the history as the model saw it"
     history = [m.content for m in memory.get_all() if m.role == MessageRole.USER]

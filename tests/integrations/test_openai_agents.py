@@ -88,8 +88,8 @@ async def test_searches_in_a_conversation_point_at_earlier_outputs(store: Any, s
             assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
     first, second = _tool_outputs(sent[1].messages)
-    assert first.startswith("[Doc 1] ")
-    assert "Please refer to [Doc" in second and "(turn 1)" in second
+    assert first.startswith("1. ")
+    assert "Also relevant, shown before: turn 1 item" in second
 
 
 async def test_without_a_conversation_id_every_search_is_sent_in_full(store: Any, server: Any, probe: Any) -> None:
@@ -97,7 +97,7 @@ async def test_without_a_conversation_id_every_search_is_sent_in_full(store: Any
     agent = _agent(tools, server, probe)
     await _conversation(tools, agent, MemoryContext(user_id="alice"), QUESTIONS[:1] * 2)
     first, second = _tool_outputs(probe.last.messages)
-    assert first == second and "Please refer to" not in second
+    assert first == second and "shown before" not in second
 
 
 async def test_a_history_without_the_earlier_outputs_gets_full_memories(store: Any, server: Any, probe: Any) -> None:
@@ -108,7 +108,7 @@ async def test_a_history_without_the_earlier_outputs_gets_full_memories(store: A
     await tools.run(agent, QUESTIONS[0], context=ctx)
     await tools.run(agent, QUESTIONS[0], context=ctx)  # the app dropped the history
     (output,) = _tool_outputs(probe.last.messages)
-    assert output.startswith("[Doc 1] ") and "Please refer to" not in output
+    assert output.startswith("1. ") and "shown before" not in output
 
 
 async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any) -> None:
@@ -129,7 +129,7 @@ async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any)
         await tools.run(broken, QUESTIONS[0], context=ctx)
     await _conversation(tools, _agent(tools, server, probe), ctx, QUESTIONS[:1])
     (output,) = _tool_outputs(probe.last.messages)
-    assert "Please refer to" not in output
+    assert "shown before" not in output
 
 
 async def test_unknown_user_fails_loudly_and_nobody_sees_another_users_memories(
