@@ -10,7 +10,7 @@ download and caches it next to the GGUF test models (``<cache_dir()>/models``):
   SmolLM2-135M shape) — prefill cost depends on the shape, not on the values, so TTFT is a real
   measurement for that shape and the generated text is noise;
 * ``weights="smollm2"``: the real SmolLM2-135M-Instruct weights, dequantized from the GGUF by
-  ``transformers`` (Q4_1 -> float16): a model that answers, for the benchmarks.
+  ``transformers`` (Q4_1 -> float16; needs ``torch``): a model that answers, for the benchmarks.
 
 Weights are stored as float16 (half the disk); serve them with ``--dtype float32``
 (:class:`~cp_memory.engine.vllm.VLLMServer`'s default: bfloat16 is ~5x slower on AVX2 CPUs).
@@ -188,12 +188,22 @@ def _write_random(out: Path, spec: RandomModelSpec) -> None:
 
 
 def _write_dequantized(out: Path, source: Path) -> None:
+    """SmolLM2's real weights: ``transformers`` reads the GGUF's config, dequantizes its tensors (Q4_1,
+    Q8_0 -> float16) and maps them to Hugging Face names, undoing llama.cpp's Q/K row permutation
+    (``load_gguf_checkpoint``; ``from_pretrained(gguf_file=)`` would also work but needs ``accelerate``)."""
     _import("gguf")
     _import("torch")
     transformers = _import("transformers")
+    gguf_utils = _import("transformers.modeling_gguf_pytorch_utils")
     import torch
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(source.parent), gguf_file=source.name, dtype=torch.float16
+    config = transformers.AutoConfig.from_pretrained(str(source.parent), gguf_file=source.name)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+    loaded = gguf_utils.load_gguf_checkpoint(
+        str(source), return_tensors=True, model_to_load=model, torch_dtype=torch.float16
     )
+    missing, unexpected = model.load_state_dict(loaded["tensors"], strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"{source.name}: weights missing {missing[:5]}, unexpected {unexpected[:5]}")
     model.save_pretrained(str(out), safe_serialization=True)

@@ -157,7 +157,8 @@ class VLLMServer(ManagedServer):
     ``enforce_eager`` skips torch compilation: start-up in well under a minute instead of minutes,
     slower forward passes.
     ``cpu_bind`` sets ``VLLM_CPU_OMP_THREADS_BIND`` (CPU builds: ``"auto"``, ``"nobind"`` — the OS
-    schedules, the choice for several servers on few cores — or core lists like ``"0-3"``).
+    schedules, the choice for several servers on few cores — or core lists like ``"0-3"``); ``threads``
+    sets ``OMP_NUM_THREADS`` (and ``cpu_bind="nobind"`` unless given).
     ``kv_events`` publishes KV-cache events on :attr:`kv_events_endpoint`. ``extra_args`` go to the
     server verbatim. Start-up loads torch and the model: ``startup_timeout`` defaults to 900 s.
 
@@ -184,6 +185,7 @@ class VLLMServer(ManagedServer):
         enforce_eager: bool = False,
         kv_events: bool = False,
         cpu_bind: str | None = None,
+        threads: int | None = None,
         seed: int = 0,
         python: str | None = None,
         host: str = "127.0.0.1",
@@ -204,6 +206,7 @@ class VLLMServer(ManagedServer):
             ("kv_cache_bytes", kv_cache_bytes),
             ("num_blocks", num_blocks),
             ("max_num_seqs", max_num_seqs),
+            ("threads", threads),
         ):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
@@ -218,7 +221,8 @@ class VLLMServer(ManagedServer):
         self.max_num_seqs = max_num_seqs
         self.enforce_eager = enforce_eager
         self.kv_events = kv_events
-        self.cpu_bind = cpu_bind
+        self.cpu_bind = cpu_bind if cpu_bind is not None or threads is None else "nobind"
+        self.threads = threads
         self.seed = seed
         self._python_arg = python
         self.extra_args = tuple(str(a) for a in extra_args)
@@ -302,6 +306,8 @@ class VLLMServer(ManagedServer):
             env["HF_HUB_OFFLINE"] = "1"
         if self.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
+        if self.threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.threads)
         self._env = {**env, **self._caller_env}
         super()._launch(port)
 
