@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -85,16 +86,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
 def _engine_block_and_capacity(client: EngineClient) -> tuple[int | None, int | None]:
     """vLLM's ``cache_config_info`` gauge: block size and number of blocks (None when not exposed)."""
-    text = client.metrics() or ""
-    for line in text.splitlines():
+    for line in (client.metrics() or "").splitlines():
         if line.startswith("vllm:cache_config_info{"):
-            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(","))
-            clean = {k: v.strip('"') for k, v in labels.items()}
-            block = int(clean["block_size"]) if clean.get("block_size", "").isdigit() else None
-            blocks = clean.get("num_gpu_blocks") or clean.get("num_cpu_blocks")
-            return block, int(blocks) if blocks and blocks.isdigit() else None
+            labels = dict(_LABEL.findall(line))
+            block, blocks = labels.get("block_size", ""), labels.get("num_gpu_blocks", "")
+            return (int(block) if block.isdigit() else None), (int(blocks) if blocks.isdigit() else None)
     return None, None
 
 

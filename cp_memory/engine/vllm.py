@@ -225,13 +225,17 @@ class VLLMServer(ManagedServer):
         self.threads = threads
         self.seed = seed
         self._python_arg = python
+        self._python_checked = False
         self.extra_args = tuple(str(a) for a in extra_args)
         self._events_endpoint: str | None = None
 
     # -- configuration --------------------------------------------------------------------------
     @property
     def python(self) -> str:
-        return self._python_arg if self._python_arg is not None else find_vllm_python()
+        """The interpreter that runs vLLM (``python=``, else :func:`find_vllm_python`, looked up once)."""
+        if self._python_arg is None:
+            self._python_arg = find_vllm_python()
+        return self._python_arg
 
     @property
     def kv_events_endpoint(self) -> str | None:
@@ -314,9 +318,11 @@ class VLLMServer(ManagedServer):
     def start(self) -> VLLMServer:
         if not self.is_running:
             check_model_dir(self.model, self.tokenizer)
-            if self._python_arg is not None and not vllm_available(self._python_arg):
-                raise VLLMUnavailable(f"{self._python_arg} cannot import vllm; {_INSTALL_HINT}")
+            if self._python_arg is not None and not self._python_checked:
+                if not vllm_available(self._python_arg):
+                    raise VLLMUnavailable(f"{self._python_arg} cannot import vllm; {_INSTALL_HINT}")
             self.python  # noqa: B018 - raises VLLMUnavailable before anything is launched
+            self._python_checked = True
         if self.is_running or self._requested_port is not None:
             super().start()
             return self

@@ -156,3 +156,56 @@ def test_flush_and_tokenize_speak_vllm(make_client: Any, fake_engine: Any) -> No
         ("POST", "/tokenize"),
     ]
     assert fake_engine.requests[-1].body == {"prompt": "hello world", "add_special_tokens": False}
+
+
+VLLM_METRICS = """\
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+vllm:prompt_tokens_total{engine="0",model_name="m"} 9006.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 64.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 9006.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 4.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 9.0
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 19.5
+vllm:cache_config_info{block_size="32",kv_cache_dtype_skip_layers="[a, b]",num_gpu_blocks="1456"} 1.0
+"""
+
+
+def test_the_benchmarks_read_vllm_like_llama_server(fake_engine: Any, model_dir: Path) -> None:
+    """CoA/scale compare engines by llama-server's counter names: vLLM's prefilled tokens are its prompt
+    tokens minus its prefix-cache hits; the fidelity tool reads block size and blocks from /metrics."""
+    from benchmarks import workers
+    from benchmarks.vllm_fidelity import _engine_block_and_capacity, classify
+    from cp_memory.engine import EngineClient
+
+    fake_engine.responder = lambda req: (200, {"content-type": "text/plain"}, VLLM_METRICS.encode())
+    server = VLLMServer(model_dir, python="/x")
+    server.port = int(fake_engine.url.rsplit(":", 1)[1])
+    m = workers.worker_metrics(server)
+    assert m["prompt_tokens_total"] == 9006 - 64 and m["prompt_seconds_total"] == 19.5
+    assert workers.requests_served(server) == 13
+    with EngineClient(fake_engine.url) as client:
+        assert _engine_block_and_capacity(client) == (32, 1456)
+    server.port = None
+
+    assert classify(256, 224, 255, 32, evicting=False) == "block-aligned-prompt"
+    assert classify(300, 288, 288, 32, evicting=False) is None
+    assert classify(300, 0, 288, 32, evicting=True) == "eviction"
+    # a vLLM worker holds what a llama-server replica holds: one context plus the prompt cache
+    per_token = workers.kv_bytes_per_token("vllm", "random")
+    assert per_token == 4 * 2 * 64 * 2 * 4  # float32 K and V of the 4-layer test shape
+    assert workers.capacity_tokens("vllm", "random", 24, 4096) == (24 * 2**20 + (4096 + 256) * per_token) // per_token
+    worker = workers.make_worker(
+        "vllm", model_dir, threads=1, cache_mib=24, ctx_size=4096, kv_bytes_per_token=per_token
+    )
+    assert isinstance(worker, VLLMServer) and worker.threads == 1 and worker.cpu_bind == "nobind"
+
+
+def test_locomo_makes_a_vllm_engine(model_dir: Path) -> None:
+    from benchmarks.locomo.http_engines import VLLMEngine
+    from benchmarks.locomo.run import BenchConfig, make_engine
+
+    engine = make_engine(
+        BenchConfig(engine="vllm", model=str(model_dir), block_size=32, vllm_args=("--enforce-eager",))
+    )
+    assert isinstance(engine, VLLMEngine) and engine.kind == "vllm"
+    assert engine.describe()["block_size"] == 32 and engine.random_weights
