@@ -12,8 +12,10 @@ Gap classes (each one a rule the two sides apply differently):
 ``block-aligned-prompt``  the prompt is a whole number of blocks and fully cached: vLLM recomputes the
                           whole last block (it caps a hit at ``n - 1`` tokens *in whole blocks*), the model
                           only the last token (``min(matched, n - 1)``): the model says ``B - 1`` more.
-``eviction``              the model's LRU and vLLM's free-block queue dropped different blocks (capacity
-                          reached; vLLM also never evicts a block a running request holds).
+``eviction``              under capacity pressure: vLLM takes a request's whole prompt (partial last block
+                          included) and its generated tokens from the pool before anything is freed, and never
+                          evicts a block a running request holds; the model counts only full cached blocks
+                          and evicts after the request, so it keeps a block or two more of older prefixes.
 ``other``                 anything else (listed with the request for a look).
 
     python -m benchmarks.locomo --engine model-cache --conversations 0-2 --questions 10 --top-k 20,100 \\
