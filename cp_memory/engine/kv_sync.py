@@ -109,9 +109,20 @@ class KVCacheSync:
             self._indexes.add(index)
             index.use_capacity_model(not self._live)
 
-    def track(self, index: ContextIndex, request_id: Hashable, token_ids: Sequence[int]) -> None:
-        """``request_id`` (live in ``index``) counts on the engine caching ``token_ids``' full blocks."""
-        tokens = tuple(int(t) for t in token_ids)
+    def track(self, index: ContextIndex, request_id: Hashable, token_ids: Sequence[int] | None) -> bool:
+        """``request_id`` (live in ``index``) counts on the engine caching ``token_ids``' full blocks.
+
+        ``token_ids`` of None (``tokenize`` unsupported or failed) or not ints: logged, not tracked
+        (``False``); the request stays to the capacity model and nothing is raised."""
+        if token_ids is None or isinstance(token_ids, (str, bytes)):
+            logger.warning("request %r not tracked: no token ids", request_id)
+            return False
+        try:
+            tokens = tuple(int(t) for t in token_ids)
+            hash(request_id)
+        except (TypeError, ValueError) as exc:
+            logger.warning("request %r not tracked: %s", request_id, exc)
+            return False
         key: WatchKey = (id(index), request_id)
         with self._lock:
             self._forget(key)
@@ -121,6 +132,7 @@ class KVCacheSync:
             while len(self._watches) + len(self._pending) > self.max_tracked:
                 oldest = next(iter(self._watches or self._pending))
                 self._forget(oldest)
+        return True
 
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
         with self._lock:

@@ -220,6 +220,16 @@ def test_the_mirror_follows_chains_and_ignores_other_media() -> None:
     assert mirror.cached_tokens == B * 3
 
 
+def test_a_request_without_token_ids_is_left_to_the_capacity_model(setup, caplog) -> None:
+    """tokenize() answered nothing: the request is not tracked, and nothing is raised into its flow."""
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    assert sync.track(index, "r1", None) is False
+    assert sync.track(index, "r1", ["not", "ids"]) is False
+    assert sync.tracked == 0 and "not tracked" in caplog.text
+    assert sync.track(index, "r1", P1) is True
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="pending_batches"):
         KVCacheSync(pending_batches=0)
