@@ -91,6 +91,7 @@ class LiveTrie:
         self.nodes = 1
         self.lru = LeafLRU()
         self.evicted_by_capacity = 0
+        self.capacity_paused = False  # the engine reports its own evictions: count, order, but do not evict
 
     def attach(self, order: Sequence[Hashable], toks: Sequence[int] | None, rid: Hashable) -> Node:
         """Insert ``order`` as request ``rid``; touch its path, count it, evict over capacity."""
@@ -114,7 +115,8 @@ class LiveTrie:
         if self.capacity_tokens is not None:
             if not node.children:
                 self.lru.push(node, len(self.requests))
-            self.enforce_capacity(node)
+            if not self.capacity_paused:
+                self.enforce_capacity(node)
         return node
 
     def evict(self, rid: Hashable) -> bool:
@@ -159,7 +161,8 @@ class LiveTrie:
         if capped:
             for n in sorted((n for n in nodes[1:] if not n.children), key=lambda n: n.last_access):
                 self.lru.push(n, len(self.requests))
-            self.enforce_capacity(None)
+            if not self.capacity_paused:
+                self.enforce_capacity(None)
 
     def enforce_capacity(self, protect: Node | None) -> None:
         """Evict least recently used leaves (never ``protect``'s path) until the tokens fit."""

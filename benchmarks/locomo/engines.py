@@ -4,6 +4,7 @@
 ``kind``            what it is                                                     cold cache between modes
 ==================  =============================================================  ======================
 ``llama.cpp``       a ``llama-server`` launched here (CPU; SmolLM2-135M by default)  server restart
+``vllm``            vLLM's OpenAI server launched here (CPU build or GPU)          ``POST /reset_prefix_cache``
 ``sglang``          ``python -m sglang.launch_server`` launched here (GPU)           ``POST /flush_cache``
 ``openai-compatible`` any server at ``--engine-url`` (SGLang, vLLM, llama.cpp ...)   ``/flush_cache`` (SGLang),
                                                                                    ``/reset_prefix_cache`` (vLLM);

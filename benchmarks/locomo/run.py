@@ -16,7 +16,7 @@ from cp_memory.locomo import Conversation, load_locomo
 
 from .engines import WARMUP_PROMPT, BenchEngine, slug
 from .export import PromptExport
-from .http_engines import LlamaEngine, SGLangEngine, UrlEngine
+from .http_engines import LlamaEngine, SGLangEngine, UrlEngine, VLLMEngine, vllm_model
 from .ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from .judge import Judge
 from .model_cache import ModelCacheEngine
@@ -60,7 +60,7 @@ class BenchConfig:
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
-    engine: str = "llama"  # llama | sglang | model-cache
+    engine: str = "llama"  # llama | vllm | sglang | model-cache
     engine_url: str | None = None
     model: str | None = None  # llama: GGUF path, "smollm2" or "tiny"; sglang/url: model name/path
     api_key: str | None = None
@@ -68,6 +68,8 @@ class BenchConfig:
     threads: int | None = None
     cache_ram_mib: int = 2048
     sglang_args: tuple[str, ...] = ()
+    vllm_args: tuple[str, ...] = ()
+    block_size: int | None = None  # vllm: prefix-cache block (None: vLLM's default)
     max_tokens: int = 16
     warmup: int = 2
     threshold: float = 0.0
@@ -129,6 +131,10 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
         if not cfg.model:
             raise ValueError("--engine sglang needs --model (a Hugging Face id or a local model folder)")
         return SGLangEngine(cfg.model, context_length=cfg.ctx_size, extra_args=cfg.sglang_args)
+    if cfg.engine == "vllm":
+        name = cfg.model or ("tiny" if cfg.quick else "smollm2")
+        ctx = cfg.ctx_size or (32_768 if cfg.chat else 8192)
+        return VLLMEngine(vllm_model(name), max_model_len=ctx, block_size=cfg.block_size, extra_args=cfg.vllm_args)
     if cfg.engine == "llama":
         from cp_memory.engine import random_model_path, smollm2_model_path
 
@@ -142,7 +148,7 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
         )
         ctx = cfg.ctx_size or (32_768 if cfg.chat else 8192)
         return LlamaEngine(path, ctx_size=ctx, threads=cfg.threads, cache_ram_mib=cfg.cache_ram_mib)
-    raise ValueError(f"unknown engine {cfg.engine!r}: llama, sglang, model-cache (or --engine-url URL)")
+    raise ValueError(f"unknown engine {cfg.engine!r}: llama, vllm, sglang, model-cache (or --engine-url URL)")
 
 
 def _git_commit() -> str | None:

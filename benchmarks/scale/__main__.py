@@ -1,7 +1,8 @@
 """``python -m benchmarks.scale``: multi-replica mem0 serving — does the cache win survive scale-out?
 
 Several LoCoMo users (one per conversation, memories in mem0 through the LoCoMo benchmark's ingestion)
-ask their questions concurrently; their requests are spread over ``--replicas`` llama-server replicas by
+ask their questions concurrently; their requests are spread over ``--replicas`` llama-server (or, with
+``--engine vllm``, vLLM) replicas by
 each router of ``--routers`` (round_robin, sglang-router, affinity; see benchmarks/scale/dispatch.py),
 in two modes: ``baseline`` (mem0's order) and ``aligned`` (ContextPilotMemory's per-user index). Every
 (router, mode) run starts on cold replicas; the routers' order rotates between repetitions. Reports the
@@ -21,11 +22,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks import workers as engines
 from benchmarks.locomo.cli import select_conversations
 from benchmarks.locomo.ingest import ingest, make_memory
 from benchmarks.locomo.modes import CachedSearch, parse_top_k
 from benchmarks.locomo.runner import select_questions
-from cp_memory.engine import random_model_path, smollm2_model_path
 from cp_memory.engine.router import SGLangRouter
 from cp_memory.locomo import load_locomo
 
@@ -34,8 +35,6 @@ from .report import markdown, plot, summarize
 from .run import Request, User, serve_users
 
 logger = logging.getLogger("benchmarks.scale")
-
-KV_BYTES_PER_TOKEN = {"random": 2048, "smollm2": 30 * 3 * 64 * 2 * 2}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--concurrency", type=int, default=0, help="users served at once (0: all)")
     ap.add_argument("--model", choices=("random", "smollm2"), default="random")
+    ap.add_argument("--engine", choices=engines.ENGINES, default="llama", help="the replicas: llama-server or vLLM")
+    ap.add_argument("--vllm-args", default="", help="vllm: more api_server arguments, e.g. --vllm-args=--enforce-eager")
     ap.add_argument("--threads", type=int, default=1, help="threads per replica")
     ap.add_argument("--cache-mib", type=int, default=256, help="per-replica host prompt cache (--cache-ram)")
     ap.add_argument("--ctx-size", type=int, default=4096)
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     for u in users:  # every mode and router then sees the same mem0 results
         for qa in u.questions:
             search.search(qa.question, top_k=k.n, filters={"user_id": u.user_id}, threshold=0.0)
-    model = random_model_path() if a.model == "random" else smollm2_model_path()
-    capacity = a.cache_mib * 2**20 // KV_BYTES_PER_TOKEN[a.model]
+    model = engines.model_path(a.engine, a.model)
+    capacity = engines.capacity_tokens(a.engine, a.model, a.cache_mib, a.ctx_size)
     concurrency = a.concurrency or len(users)
     logger.info(
         "%d users x %d questions, k=%s, %d replicas, %d users at once",
@@ -120,7 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         for router in a.routers[shift:] + a.routers[:shift]:
             for mode in a.modes if rep % 2 == 0 else list(reversed(a.modes)):
                 with replicas(
-                    a.replicas, model=model, threads=a.threads, cache_mib=a.cache_mib, ctx_size=a.ctx_size
+                    a.replicas,
+                    model=model,
+                    threads=a.threads,
+                    cache_mib=a.cache_mib,
+                    ctx_size=a.ctx_size,
+                    engine=a.engine,
+                    kv_bytes_per_token=engines.kv_bytes_per_token(a.engine, a.model),
+                    vllm_args=a.vllm_args.split(),
                 ) as servers:
                     dispatcher = make_dispatcher(
                         router, servers, capacity_tokens=capacity, balance_abs_threshold=a.balance_abs
@@ -148,13 +156,15 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "loadavg": [load_start, [round(x, 1) for x in os.getloadavg()]],
         "sglang_router": SGLangRouter.version(),
+        "engine": a.engine,
         "capacity_tokens_per_replica": capacity,
         "machine": "shared with other engineers' jobs",
     }
     cap = f", first {a.max_memories} memories each" if a.max_memories else ""
+    replica_kind = "vLLM" if a.engine == "vllm" else "llama-server"
     header = (
         f"{len(users)} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations{cap}), all users "
-        f"concurrent, over {a.replicas} llama-server replicas ({a.model} model, {a.threads} thread, "
+        f"concurrent, over {a.replicas} {replica_kind} replicas ({a.model} model, {a.threads} thread, "
         f"{a.cache_mib} MiB prompt cache each, cold per run); {a.reps} repetition(s); each user's first "
         f"question excluded (cold everywhere). Machine: {env['cpus']} CPUs shared with other jobs (load "
         f"{env['loadavg'][0]} -> {env['loadavg'][1]}): hit ratio and prefilled tokens are machine-"

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from benchmarks import workers as engines
 from cp_memory.agents import AgentRouter, Route
-from cp_memory.engine import EngineClient, LlamaServer, running
+from cp_memory.engine import EngineClient, running
+from cp_memory.engine._server import ManagedServer
 from cp_memory.engine.router import SGLangRouter
 
 __all__ = ["ROUTERS", "Affinity", "Dispatch", "Dispatcher", "RoundRobin", "SGLangDispatch", "make_dispatcher"]
@@ -54,7 +56,7 @@ class Dispatcher(Protocol):
 class RoundRobin:
     name = "round_robin"
 
-    def __init__(self, replicas: Sequence[LlamaServer]) -> None:
+    def __init__(self, replicas: Sequence[ManagedServer]) -> None:
         self.clients = [EngineClient(r.base_url, timeout=600, max_retries=2) for r in replicas]
         self._next = itertools.count()
         self._lock = threading.Lock()
@@ -75,9 +77,11 @@ class RoundRobin:
 class SGLangDispatch:
     name = "sglang-router"
 
-    def __init__(self, replicas: Sequence[LlamaServer], **router_args: object) -> None:
+    def __init__(self, replicas: Sequence[ManagedServer], **router_args: object) -> None:
         self.router = SGLangRouter([r.base_url for r in replicas], request_timeout_s=600, **router_args).start()  # type: ignore[arg-type]
-        self.client = EngineClient(self.router.base_url, model=replicas[0].alias, timeout=600, max_retries=2)
+        self.client = EngineClient(
+            self.router.base_url, model=engines.served_name(replicas[0]), timeout=600, max_retries=2
+        )
 
     def dispatch(self, user: str, prompt_tokens: int) -> Dispatch:
         return Dispatch(self.client, -1, "cache_aware")
@@ -97,7 +101,7 @@ class Affinity:
 
     def __init__(
         self,
-        replicas: Sequence[LlamaServer],
+        replicas: Sequence[ManagedServer],
         *,
         capacity_tokens: int | None,
         balance_abs_threshold: int = 8,
@@ -132,7 +136,7 @@ class Affinity:
 
 
 def make_dispatcher(
-    name: str, replicas: Sequence[LlamaServer], *, capacity_tokens: int | None, balance_abs_threshold: int
+    name: str, replicas: Sequence[ManagedServer], *, capacity_tokens: int | None, balance_abs_threshold: int
 ) -> Dispatcher:
     if name == "round_robin":
         return RoundRobin(replicas)
@@ -144,9 +148,28 @@ def make_dispatcher(
 
 
 @contextlib.contextmanager
-def replicas(n: int, *, model: Path, threads: int, cache_mib: int, ctx_size: int) -> Iterator[list[LlamaServer]]:
-    """``n`` cold llama-server replicas (1 slot each), stopped afterwards."""
-    with running(
-        [LlamaServer(model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib) for _ in range(n)]
-    ) as servers:
-        yield servers
+def replicas(
+    n: int,
+    *,
+    model: Path,
+    threads: int,
+    cache_mib: int,
+    ctx_size: int,
+    engine: str = "llama",
+    kv_bytes_per_token: int = 0,
+    vllm_args: Sequence[str] = (),
+) -> Iterator[list[ManagedServer]]:
+    """``n`` cold replicas (llama-server with 1 slot, or vLLM: :mod:`benchmarks.workers`), stopped afterwards."""
+    servers = [
+        engines.make_worker(
+            engine,
+            model,
+            threads=threads,
+            cache_mib=cache_mib,
+            ctx_size=ctx_size,
+            kv_bytes_per_token=kv_bytes_per_token,
+        )
+        for _ in range(n)
+    ]
+    with running(servers) as started:
+        yield started

@@ -1,6 +1,7 @@
 """Engine side of cp_memory: a streaming client for OpenAI-compatible prefix-caching engines and
-managed engine processes (llama.cpp ``llama-server`` on CPU, SGLang on GPU, ``sglang-router`` in front of
-replicas).
+managed engine processes (llama.cpp ``llama-server`` on CPU, vLLM on CPU or GPU, SGLang on GPU,
+``sglang-router`` in front of replicas), and the KV-cache event feed that keeps indexes in step with vLLM
+and SGLang.
 
 See docs/engine.md. Needs the ``engine`` extra (httpx, tenacity; gguf for the random test model).
 """
@@ -22,6 +23,9 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
         EngineStreamError,
         EngineTimeout,
     )
+    from .hf_model import SMOLLM2_135M, hf_model_dir
+    from .kv_events import KVEventFeed
+    from .kv_sync import KVCacheSync
     from .llamacpp import (
         LlamaServer,
         LlamaServerNotFound,
@@ -33,6 +37,7 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
     from .router import SGLangRouter, sglang_router_available
     from .sglang import SGLangServer, SGLangUnavailable, sglang_available
     from .sse import CompletionResult
+    from .vllm import VLLMModelError, VLLMServer, VLLMUnavailable, vllm_available
 
 __all__ = [
     "AsyncEngineClient",
@@ -46,16 +51,24 @@ __all__ = [
     "EngineStatusError",
     "EngineStreamError",
     "EngineTimeout",
+    "KVCacheSync",
+    "KVEventFeed",
     "LlamaServer",
     "LlamaServerNotFound",
     "RandomModelSpec",
+    "SMOLLM2_135M",
     "SGLangRouter",
     "SGLangServer",
     "SGLangUnavailable",
+    "VLLMModelError",
+    "VLLMServer",
+    "VLLMUnavailable",
     "find_llama_server",
+    "hf_model_dir",
     "random_model_path",
     "running",
     "sglang_available",
     "sglang_router_available",
     "smollm2_model_path",
+    "vllm_available",
 ]

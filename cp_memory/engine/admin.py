@@ -24,7 +24,8 @@ def flush_cache() -> Generator[Request, Reply, bool]:
     """Drop the engine's prefix cache; ``True`` only when the engine confirms a full flush.
 
     SGLang: ``POST /flush_cache`` (``GET`` on older releases, tried on 405; refused while requests
-    run → ``False``). llama.cpp has no global flush: every slot is erased
+    run → ``False``). vLLM: ``POST /reset_prefix_cache`` (served with ``VLLM_SERVER_DEV_MODE=1``, as
+    :class:`~cp_memory.engine.vllm.VLLMServer` starts it). llama.cpp has no global flush: every slot is erased
     (``POST /slots/{id}?action=erase``, needs ``--slot-save-path``), but the host prompt cache
     (``--cache-ram``) cannot be cleared over HTTP, so the answer is ``False``.
     """
@@ -37,8 +38,9 @@ def flush_cache() -> Generator[Request, Reply, bool]:
         logger.warning("flush_cache refused: HTTP %d: %s", reply.status, error_detail(reply.text))
         return False
     ids = yield from slot_ids()
-    if ids is None:
-        return False
+    if ids is None:  # not llama.cpp: vLLM's endpoint (served with VLLM_SERVER_DEV_MODE=1)
+        reset = yield Request("POST", "/reset_prefix_cache")
+        return reset.status == 200
     erased = bool(ids)
     for slot_id in ids:
         erase = yield Request("POST", f"/slots/{slot_id}", params={"action": "erase"})
@@ -66,8 +68,11 @@ def slot_ids() -> Generator[Request, Reply, list[int] | None]:
 
 
 def tokenize(text: str) -> Generator[Request, Reply, list[int] | None]:
-    """Token ids of ``text`` via llama.cpp's ``POST /tokenize``, ``None`` where unsupported."""
+    """Token ids of ``text`` via ``POST /tokenize`` (llama.cpp's ``content`` body; vLLM's ``prompt``
+    body, tried when the first is refused as invalid), ``None`` where unsupported."""
     reply = yield Request("POST", "/tokenize", json={"content": text, "add_special": False})
+    if reply.status in (400, 422):
+        reply = yield Request("POST", "/tokenize", json={"prompt": text, "add_special_tokens": False})
     if reply.status != 200:
         return None
     data = reply.json()

@@ -1,0 +1,355 @@
+"""KV-cache events of vLLM and SGLang: typed records, the wire decoder, and a ZMQ subscriber thread.
+
+Both engines publish the same three events (vLLM ``vllm.distributed.kv_events``, SGLang a copy of it)
+on a ZMQ ``PUB`` socket, one multipart message per scheduler step that changed the cache::
+
+    [topic, sequence (8 bytes, big-endian), msgpack([timestamp, [event, ...], dp_rank?])]
+
+An event is a ``BlockStored`` (block hashes, parent block hash, token ids, block size, ...), a
+``BlockRemoved`` (block hashes) or an ``AllBlocksCleared``. vLLM >= 0.11 encodes an event as a map
+with a ``"type"`` key; older vLLM and SGLang as an array whose first item is the type name, then the
+fields in declaration order. :func:`decode_batch` reads both and checks every field; anything else
+raises :class:`MalformedEvents`.
+
+Events are published when the engine runs a step: a cache reset shows up with the next request's
+batch, not when ``/reset_prefix_cache`` answers.
+
+:class:`KVEventFeed` subscribes (its own thread; the socket is used from that thread only) and hands
+each decoded :class:`EventBatch` to a callback. A message that does not decode, a sequence gap (the
+publisher dropped messages: its high-water mark), or a callback that raises is logged and reported
+once to ``on_lost`` (the listener falls back to its own model); the feed keeps reading. A sequence
+that starts again from 0 is a new publisher, i.e. a restarted engine with an empty cache: the feed
+puts an :class:`AllBlocksCleared` in front of that batch. Needs ``pyzmq`` and ``msgspec`` (the
+``kv-events`` extra), imported when a feed starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "EventBatch",
+    "KVEvent",
+    "KVEventFeed",
+    "MalformedEvents",
+    "decode_batch",
+    "subscriber_binds",
+]
+
+#: a block hash as published: an int (vLLM >= 0.10 with the default hash), bytes (sha256) or a str
+BlockHash = Hashable
+
+
+class MalformedEvents(ValueError):
+    """A message of the feed is not a KV-event batch."""
+
+
+@dataclass(frozen=True)
+class BlockStored:
+    """``block_hashes[i]`` holds ``token_ids[i * block_size : (i + 1) * block_size]``, chained after
+    ``parent_block_hash`` (None: the first block of a prompt)."""
+
+    block_hashes: tuple[BlockHash, ...]
+    parent_block_hash: BlockHash | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    medium: str | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True)
+class BlockRemoved:
+    """The engine dropped these blocks (evicted to make room, or replaced)."""
+
+    block_hashes: tuple[BlockHash, ...]
+    medium: str | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True)
+class AllBlocksCleared:
+    """The engine holds no cached block any more (a cache reset, or a restarted engine)."""
+
+
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    """One published message: the events of one engine step, in order."""
+
+    seq: int
+    ts: float
+    events: tuple[KVEvent, ...]
+    rank: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding
+# ---------------------------------------------------------------------------------------------
+
+_ARRAY_FIELDS = {  # the field order of the array encoding (older vLLM, SGLang)
+    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
+    "BlockRemoved": ("block_hashes", "medium"),
+    "AllBlocksCleared": (),
+}
+
+
+def _hash(value: Any, what: str) -> BlockHash:
+    if isinstance(value, (int, bytes, str)) and not isinstance(value, bool):
+        return value
+    raise MalformedEvents(f"{what}: a block hash must be an int, bytes or str, got {type(value).__name__}")
+
+
+def _hashes(value: Any, what: str) -> tuple[BlockHash, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise MalformedEvents(f"{what}: block_hashes must be a list, got {type(value).__name__}")
+    return tuple(_hash(v, what) for v in value)
+
+
+def _int(value: Any, what: str, *, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise MalformedEvents(f"{what} must be an int >= {minimum}, got {value!r}"[:200])
+    return value
+
+
+def _optional_str(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedEvents(f"{what} must be a str or null, got {type(value).__name__}")
+
+
+def _optional_int(value: Any, what: str) -> int | None:
+    return None if value is None else _int(value, what)
+
+
+def _fields(raw: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(raw, dict):
+        kind = raw.get("type")
+        if not isinstance(kind, str):
+            raise MalformedEvents("an event map has no 'type'")
+        return kind, raw
+    if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], str):
+        kind = raw[0]
+        names = _ARRAY_FIELDS.get(kind)
+        if names is None:
+            return kind, {}
+        return kind, dict(zip(names, raw[1:]))
+    raise MalformedEvents(f"an event must be a map or a tagged array, got {type(raw).__name__}")
+
+
+def decode_event(raw: Any) -> KVEvent | None:
+    """One event, or None for an event type this module does not know (newer engines add some)."""
+    kind, f = _fields(raw)
+    if kind == "BlockStored":
+        hashes = _hashes(f.get("block_hashes"), kind)
+        size = _int(f.get("block_size"), "BlockStored.block_size", minimum=1)
+        tokens = f.get("token_ids")
+        if not isinstance(tokens, (list, tuple)):
+            raise MalformedEvents("BlockStored.token_ids must be a list")
+        toks = tuple(_int(t, "a token id") for t in tokens)
+        if len(toks) != len(hashes) * size:
+            raise MalformedEvents(f"BlockStored: {len(toks)} token ids for {len(hashes)} blocks of {size}")
+        parent = f.get("parent_block_hash")
+        return BlockStored(
+            hashes,
+            None if parent is None else _hash(parent, kind),
+            toks,
+            size,
+            _optional_str(f.get("medium"), "BlockStored.medium"),
+            _optional_int(f.get("group_idx"), "BlockStored.group_idx"),
+        )
+    if kind == "BlockRemoved":
+        return BlockRemoved(
+            _hashes(f.get("block_hashes"), kind),
+            _optional_str(f.get("medium"), "BlockRemoved.medium"),
+            _optional_int(f.get("group_idx"), "BlockRemoved.group_idx"),
+        )
+    if kind == "AllBlocksCleared":
+        return AllBlocksCleared()
+    return None
+
+
+def decode_batch(frames: Sequence[bytes]) -> EventBatch:
+    """``[topic, seq, payload]`` -> :class:`EventBatch`; raises :class:`MalformedEvents`."""
+    if len(frames) != 3:
+        raise MalformedEvents(f"expected 3 frames (topic, sequence, payload), got {len(frames)}")
+    _, seq_bytes, payload = frames
+    if len(seq_bytes) != 8:
+        raise MalformedEvents(f"the sequence frame has {len(seq_bytes)} bytes, expected 8")
+    seq = int.from_bytes(seq_bytes, "big", signed=True)
+    import msgspec
+
+    try:
+        body = msgspec.msgpack.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise MalformedEvents(f"payload is not msgpack: {exc}") from None
+    if not isinstance(body, (list, tuple)) or len(body) < 2 or not isinstance(body[1], (list, tuple)):
+        raise MalformedEvents("payload must be [timestamp, [events], dp_rank?]")
+    ts = body[0]
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        raise MalformedEvents(f"batch timestamp must be a number, got {type(ts).__name__}")
+    rank = body[2] if len(body) > 2 else None
+    events = tuple(e for e in (decode_event(raw) for raw in body[1]) if e is not None)
+    return EventBatch(seq, float(ts), events, _optional_int(rank, "data_parallel_rank"))
+
+
+def subscriber_binds(endpoint: str) -> bool:
+    """Whether the subscriber must bind ``endpoint``: the publisher (vLLM, SGLang) binds wildcard
+    (``tcp://*:N``) and ``ipc://`` / ``inproc://`` endpoints and *connects* to any other, e.g.
+    ``tcp://127.0.0.1:N`` — then the subscriber binds it, on loopback, before the engine starts."""
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return False
+    return not ("*" in endpoint or "::" in endpoint)
+
+
+# ---------------------------------------------------------------------------------------------
+# the subscriber thread
+# ---------------------------------------------------------------------------------------------
+
+
+class KVEventFeed:
+    """A ZMQ ``SUB`` socket on ``endpoint`` read by a daemon thread; ``on_batch`` gets each batch.
+
+    ``on_lost(reason)`` is called once each time the feed stops being trustworthy (garbage, a
+    sequence gap, ``on_batch`` raising); the feed goes on reading, and is trustworthy again from the
+    next batch that clears the cache (the listener decides what resynchronises it). Use as a context
+    manager or call :meth:`start` / :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        on_batch: Callable[[EventBatch], None],
+        *,
+        on_lost: Callable[[str], None] | None = None,
+        topic: str = "",
+        bind: bool | None = None,
+        poll_ms: int = 100,
+    ) -> None:
+        if not isinstance(endpoint, str) or "://" not in endpoint:
+            raise ValueError(
+                f"endpoint must be a ZMQ address like ipc:///path or tcp://127.0.0.1:5557, got {endpoint!r}"
+            )
+        self.endpoint = endpoint
+        self.on_batch = on_batch
+        self.on_lost = on_lost
+        self.topic = topic
+        self.bind = subscriber_binds(endpoint) if bind is None else bind
+        self.poll_ms = poll_ms
+        self.batches = 0
+        self.malformed = 0
+        self.gaps = 0
+        self.last_seq: int | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> KVEventFeed:
+        """Open the socket (in the feed's thread) and return once it is connected or bound."""
+        if self.running:
+            return self
+        try:
+            import msgspec  # noqa: F401
+            import zmq  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("the KV-event feed needs pyzmq and msgspec: pip install 'cp-memory[kv-events]'") from exc
+        self._stop.clear()
+        self._ready.clear()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name=f"kv-events {self.endpoint}", daemon=True)
+        self._thread.start()
+        self._ready.wait(30.0)
+        if self._error is not None:
+            raise RuntimeError(f"KV-event feed cannot open {self.endpoint}: {self._error}") from self._error
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10.0)
+
+    def __enter__(self) -> KVEventFeed:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<KVEventFeed {self.endpoint} batches={self.batches} malformed={self.malformed} gaps={self.gaps}>"
+
+    # -- internals ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        import zmq
+
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.SUB)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SUBSCRIBE, self.topic.encode())
+            if self.bind:
+                sock.bind(self.endpoint)
+            else:
+                sock.connect(self.endpoint)
+        except zmq.ZMQError as exc:
+            self._error = exc
+            sock.close(0)
+            ctx.term()
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(self.poll_ms):
+                    continue
+                self._handle(sock.recv_multipart())
+        finally:
+            sock.close(0)
+            ctx.term()
+
+    def _lost(self, reason: str) -> None:
+        logger.warning("KV-event feed %s: %s; the index falls back to its capacity model", self.endpoint, reason)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(reason)
+            except Exception:
+                logger.exception("KV-event feed %s: on_lost failed", self.endpoint)
+
+    def _handle(self, frames: list[bytes]) -> None:
+        try:
+            batch = decode_batch(frames)
+        except MalformedEvents as exc:
+            self.malformed += 1
+            self._lost(f"malformed message ({exc})")
+            return
+        if batch.seq < 0:  # the replay end marker
+            return
+        last = self.last_seq
+        if last is not None and batch.seq <= last:
+            logger.info("KV-event feed %s: sequence restarted at %d (a new engine process)", self.endpoint, batch.seq)
+            batch = EventBatch(batch.seq, batch.ts, (AllBlocksCleared(), *batch.events), batch.rank)
+        elif last is not None and batch.seq > last + 1:
+            self.gaps += 1
+            self._lost(f"{batch.seq - last - 1} message(s) lost before sequence {batch.seq}")
+        self.last_seq = batch.seq
+        self.batches += 1
+        try:
+            self.on_batch(batch)
+        except Exception as exc:
+            logger.exception("KV-event feed %s: the listener failed on batch %d", self.endpoint, batch.seq)
+            self._lost(f"listener failed ({type(exc).__name__})")

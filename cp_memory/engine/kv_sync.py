@@ -1,0 +1,245 @@
+"""Keep :class:`~cp_memory.index.ContextIndex` requests in step with what the engine really holds.
+
+A :class:`KVCacheSync` listens to an engine's KV-cache events (:class:`~.kv_events.KVEventFeed`),
+mirrors its blocks (:class:`~.kv_mirror.BlockMirror`) and, for every request a caller *tracks* —
+its index, its request id and the prompt tokens whose cache the index counts on (the block section
+of the prompt) — evicts the request from its index as soon as the engine removes one of those
+blocks. That replaces the ``capacity_tokens`` guess: while the feed is live, attached indexes keep
+their capacity model paused (:meth:`ContextIndex.use_capacity_model`); when it is lost (garbage, a
+sequence gap, a failing listener) they fall back to it at once, and evictions the feed still
+reports are applied as well — a removal is a fact even when others may be missing. No request ever
+fails because of the feed: it only ever evicts.
+
+    server = VLLMServer(model, kv_events=True).start()
+    sync = KVCacheSync()
+    feed = KVEventFeed(server.kv_events_endpoint, sync.apply, on_lost=sync.lost).start()
+    index = ContextIndex(capacity_tokens=100_000)       # the fallback model
+    sync.attach(index)
+    p = index.insert(block_ids, token_lens=lens)
+    ... send the prompt ...
+    sync.track(index, p.request_id, client.tokenize(block_section_text))
+
+The feed is *live* once it has seen everything since the engine started (sequence 0) or since a
+cache clear; before that (a feed attached to a running engine) the capacity model stays on. A tracked
+request whose blocks have not been reported yet is *pending*: it is resolved by later events, or
+after ``pending_batches`` batches without them it is evicted when one of its blocks was removed in
+between (a tombstone) and left to the capacity model otherwise. After a confirmed flush of our own,
+call :meth:`KVCacheSync.flushed`: the engine reports the clear only with its next step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from ..index import ContextIndex
+from .kv_events import AllBlocksCleared, BlockStored, EventBatch
+from .kv_mirror import BlockMirror, Presence
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KVCacheSync", "SyncStats"]
+
+WatchKey = tuple[int, Hashable]  # (id(index), request id)
+
+
+@dataclass
+class _Watch:
+    index: weakref.ref[ContextIndex]
+    request_id: Hashable
+    tokens: tuple[int, ...]
+    hashes: tuple[Hashable, ...] = ()
+    since: int = 0  # batches applied when it became pending
+
+
+@dataclass
+class SyncStats:
+    """Counters of one :class:`KVCacheSync` (for logs and benchmark records)."""
+
+    batches: int = 0
+    tracked: int = 0
+    evicted: int = 0  # requests evicted from their index because the engine dropped their blocks
+    expired: int = 0  # pending requests given up (left to the capacity model)
+    lost: int = 0  # times the feed was lost
+    reasons: list[str] = field(default_factory=list)
+
+
+class KVCacheSync:
+    """Engine KV events -> :meth:`ContextIndex.evict` for tracked requests (see the module docstring).
+
+    Thread-safe: :meth:`apply` and :meth:`lost` run on the feed's thread, :meth:`track` on callers'.
+    ``max_tracked`` bounds the watched requests (the oldest are dropped, left to the capacity model).
+    """
+
+    def __init__(self, *, block_size: int | None = None, pending_batches: int = 8, max_tracked: int = 100_000) -> None:
+        if not isinstance(pending_batches, int) or pending_batches < 1:
+            raise ValueError(f"pending_batches must be a positive int, got {pending_batches!r}")
+        if not isinstance(max_tracked, int) or max_tracked < 1:
+            raise ValueError(f"max_tracked must be a positive int, got {max_tracked!r}")
+        self.mirror = BlockMirror(block_size=block_size)
+        self.pending_batches = pending_batches
+        self.max_tracked = max_tracked
+        self.stats = SyncStats()
+        self._lock = threading.RLock()
+        self._live = False  # in sync with the engine (seen its start or a clear, nothing lost since)
+        self._expect_clear = 0  # clears of our own flushes, not yet reported by the engine
+        self._indexes: weakref.WeakSet[ContextIndex] = weakref.WeakSet()
+        self._watches: OrderedDict[WatchKey, _Watch] = OrderedDict()  # resolved, oldest first
+        self._pending: OrderedDict[WatchKey, _Watch] = OrderedDict()
+        self._by_hash: dict[Hashable, set[WatchKey]] = {}
+
+    # -- public ----------------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        """The feed is complete: attached indexes follow the engine, their capacity model paused."""
+        return self._live
+
+    @property
+    def tracked(self) -> int:
+        with self._lock:
+            return len(self._watches) + len(self._pending)
+
+    def attach(self, index: ContextIndex) -> None:
+        """Let ``index`` follow the engine: its capacity model is paused while the feed is live."""
+        with self._lock:
+            self._indexes.add(index)
+            index.use_capacity_model(not self._live)
+
+    def track(self, index: ContextIndex, request_id: Hashable, token_ids: Sequence[int] | None) -> bool:
+        """``request_id`` (live in ``index``) counts on the engine caching ``token_ids``' full blocks.
+
+        ``token_ids`` of None (``tokenize`` unsupported or failed) or not ints: logged, not tracked
+        (``False``); the request stays to the capacity model and nothing is raised."""
+        if token_ids is None or isinstance(token_ids, (str, bytes)):
+            logger.warning("request %r not tracked: no token ids", request_id)
+            return False
+        try:
+            tokens = tuple(int(t) for t in token_ids)
+            hash(request_id)
+        except (TypeError, ValueError) as exc:
+            logger.warning("request %r not tracked: %s", request_id, exc)
+            return False
+        key: WatchKey = (id(index), request_id)
+        with self._lock:
+            self._forget(key)
+            self.stats.tracked += 1
+            watch = _Watch(weakref.ref(index), request_id, tokens, since=self.stats.batches)
+            self._resolve(key, watch, expire=False)
+            while len(self._watches) + len(self._pending) > self.max_tracked:
+                oldest = next(iter(self._watches or self._pending))
+                self._forget(oldest)
+        return True
+
+    def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
+        with self._lock:
+            self._forget((id(index), request_id))
+
+    def flushed(self) -> None:
+        """We flushed the engine (it confirmed): every tracked request is gone; the engine's own
+        ``AllBlocksCleared`` for this flush, reported with its next step, is then expected."""
+        with self._lock:
+            self._evict_all()
+            self.mirror.clear()
+            self._expect_clear += 1
+            self._set_live(True)
+
+    def apply(self, batch: EventBatch) -> None:
+        """The feed's ``on_batch``: apply a batch of events, evict what the engine dropped."""
+        with self._lock:
+            self.stats.batches += 1
+            if batch.seq == 0 and not any(isinstance(e, AllBlocksCleared) for e in batch.events):
+                self._set_live(True)  # the engine's first batch: we have seen all of its history
+            stored = False
+            for event in batch.events:
+                if isinstance(event, AllBlocksCleared):
+                    self.mirror.apply(event)
+                    if self._expect_clear:
+                        self._expect_clear -= 1  # our flush: already evicted in flushed()
+                    else:
+                        self._evict_all()
+                    self._set_live(True)
+                    continue
+                for h in self.mirror.apply(event):
+                    for key in list(self._by_hash.get(h, ())):
+                        self._evict(key)
+                stored = stored or isinstance(event, BlockStored)
+            if self._pending:
+                self._retry_pending(stored)
+
+    def lost(self, reason: str) -> None:
+        """The feed's ``on_lost``: attached indexes fall back to their capacity model."""
+        with self._lock:
+            self.stats.lost += 1
+            if len(self.stats.reasons) < 20:
+                self.stats.reasons.append(reason)
+            self._set_live(False)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _set_live(self, live: bool) -> None:
+        if live == self._live:
+            return
+        self._live = live
+        for index in list(self._indexes):
+            index.use_capacity_model(not live)
+        if live:
+            logger.info("KV-event feed live: indexes follow the engine's evictions")
+
+    def _resolve(self, key: WatchKey, watch: _Watch, *, expire: bool) -> None:
+        found = self.mirror.lookup(watch.tokens)
+        if found.presence is Presence.HELD:
+            watch.hashes = found.hashes
+            self._pending.pop(key, None)
+            self._watches[key] = watch
+            for h in found.hashes:
+                self._by_hash.setdefault(h, set()).add(key)
+            return
+        if not expire:
+            self._pending[key] = watch
+            return
+        self._pending.pop(key, None)
+        if found.presence is Presence.REMOVED:
+            self._evict_request(watch)
+        else:
+            self.stats.expired += 1
+            logger.debug("no KV events for request %r after %d batches", watch.request_id, self.pending_batches)
+
+    def _retry_pending(self, stored: bool) -> None:
+        now = self.stats.batches
+        for key, watch in list(self._pending.items()):
+            expire = now - watch.since >= self.pending_batches
+            if stored or expire:
+                self._resolve(key, watch, expire=expire)
+
+    def _forget(self, key: WatchKey) -> _Watch | None:
+        self._pending.pop(key, None)
+        watch = self._watches.pop(key, None)
+        if watch is not None:
+            for h in watch.hashes:
+                keys = self._by_hash.get(h)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._by_hash[h]
+        return watch
+
+    def _evict(self, key: WatchKey) -> None:
+        watch = self._forget(key)
+        if watch is not None:
+            self._evict_request(watch)
+
+    def _evict_request(self, watch: _Watch) -> None:
+        index = watch.index()
+        if index is not None and index.evict(watch.request_id):
+            self.stats.evicted += 1
+
+    def _evict_all(self) -> None:
+        watches = list(self._watches.values()) + list(self._pending.values())
+        self._watches.clear()
+        self._pending.clear()
+        self._by_hash.clear()
+        for watch in watches:
+            self._evict_request(watch)

@@ -1,0 +1,202 @@
+"""A real vLLM (CPU build) with automatic prefix caching: one server for the whole module.
+
+The server runs the small random-weight llama (``hf_model_dir()``) with 32-token blocks and a
+64-block KV cache (2,048 tokens), so that a few prompts evict each other. It is owned by a separate
+process (``_vllm_owner.py``) so that the last test can ``kill -9`` that owner and check that vLLM's
+three processes and its files go with it — without a second start-up.
+
+Expectations are vLLM's block rules: a prompt of ``n`` tokens can hit at most
+``floor((n - 1) / 32) * 32`` tokens (the last token is always computed), only full blocks are
+cached, and blocks are chained (a block matches only after the same prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cp_memory
+from tests.support import missing, random_text
+
+from .test_lifecycle import alive, wait_gone
+
+pytestmark = pytest.mark.vllm
+
+BLOCK = 32
+NUM_BLOCKS = 64
+OWNER = Path(__file__).with_name("_vllm_owner.py")
+
+
+def _prerequisites() -> Path:
+    from cp_memory.engine.vllm import VLLMUnavailable, find_vllm_python
+
+    try:
+        find_vllm_python()
+    except VLLMUnavailable as exc:
+        missing(str(exc))
+    for module in ("zmq", "msgspec"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing("the kv-events extra (pyzmq, msgspec) is not installed")
+    from cp_memory.engine import hf_model_dir
+
+    try:
+        return hf_model_dir()
+    except (FileNotFoundError, ImportError) as exc:
+        missing(f"cannot build the vLLM test model: {exc}")
+
+
+class OwnedServer:
+    """The owner process and what it printed (base_url, model, kv_events, pids, workdir, log)."""
+
+    def __init__(self, model: Path) -> None:
+        self.model = model
+        self.owner: subprocess.Popen[str] | None = None
+        self.info: dict[str, Any] = {}
+
+    def ensure(self) -> dict[str, Any]:
+        if self.owner is not None and self.owner.poll() is None:
+            return self.info
+        root = str(Path(cp_memory.__file__).resolve().parent.parent)
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        args = [
+            f"block_size={BLOCK}",
+            f"num_blocks={NUM_BLOCKS}",
+            f"max_model_len={BLOCK * (NUM_BLOCKS - 1)}",  # vLLM keeps one block back (the null block)
+            "enforce_eager=true",
+            "cpu_bind=nobind",
+            "stop_timeout=5",
+        ]
+        self.owner = subprocess.Popen(
+            [sys.executable, str(OWNER), str(self.model), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        assert self.owner.stdout is not None and self.owner.stderr is not None
+        line = self.owner.stdout.readline()
+        if not line:
+            self.owner.wait()
+            pytest.fail(f"the vLLM owner exited with {self.owner.returncode}:\n{self.owner.stderr.read()[-12000:]}")
+        self.info = json.loads(line)
+        return self.info
+
+    def kill_owner(self) -> None:
+        if self.owner is not None and self.owner.poll() is None:
+            self.owner.send_signal(signal.SIGKILL)
+            self.owner.wait()
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Iterator[OwnedServer]:
+    owned = OwnedServer(_prerequisites())
+    owned.ensure()
+    yield owned
+    pids = owned.info.get("pids", [])
+    owned.kill_owner()
+    wait_gone(pids, 60.0)
+
+
+@pytest.fixture()
+def client(vllm: OwnedServer) -> Iterator[Any]:
+    from cp_memory.engine import EngineClient
+
+    info = vllm.ensure()
+    with EngineClient(info["base_url"], model=info["model"], timeout=120.0) as c:
+        assert c.flush_cache(), "POST /reset_prefix_cache refused"
+        yield c
+
+
+def hit_limit(n: int) -> int:
+    return (n - 1) // BLOCK * BLOCK
+
+
+def test_cached_tokens_of_a_known_prompt_sequence(client: Any) -> None:
+    """Cold, repeated, extended, diverging: vLLM reports what the block rules say, and what
+    cp_memory.cache_model's radix policy with vLLM's block size predicts."""
+    from cp_memory.cache_model import BlockPrefixCache
+
+    base = random_text(1, 180)
+    prompts = [base, base, base + " " + random_text(2, 60), random_text(3, 20) + " " + base]
+    model = BlockPrefixCache(None, block_size=BLOCK)
+    seen = []
+    for prompt in prompts:
+        tokens = client.tokenize(prompt)
+        assert tokens, "vLLM /tokenize answered nothing"
+        r = client.complete(prompt, max_tokens=1, temperature=0.0)
+        assert r.prompt_tokens == len(tokens)
+        seen.append((r.cached_tokens, model.serve(tokens, generated=1).cached, len(tokens)))
+    (c0, _, _), (c1, _, n1), (c2, _, _), (c3, _, _) = seen
+    n_base = len(client.tokenize(base))
+    assert c0 == 0
+    assert c1 == hit_limit(n1)  # everything but the last block boundary
+    assert c2 >= (n_base - 1) // BLOCK * BLOCK - BLOCK  # the base's full blocks (its last token may merge)
+    assert c3 == 0  # a different first block: nothing matches after it (chained hashes)
+    assert [s[0] for s in seen] == [s[1] for s in seen], f"vLLM vs model (cached, model, prompt): {seen}"
+
+
+def test_flush_empties_the_cache(client: Any) -> None:
+    prompt = random_text(4, 150)
+    client.complete(prompt, max_tokens=1)
+    assert client.complete(prompt, max_tokens=1).cached_tokens > 0
+    assert client.flush_cache()
+    assert client.complete(prompt, max_tokens=1).cached_tokens == 0
+
+
+def test_the_eviction_feed_keeps_the_index_in_step(vllm: OwnedServer, client: Any) -> None:
+    """The engine's own evictions (its KV events) evict the request from its ContextIndex; requests
+    whose blocks stay are kept."""
+    from cp_memory.engine import KVCacheSync, KVEventFeed
+    from cp_memory.index import ContextIndex
+
+    sync = KVCacheSync()
+    index = ContextIndex(capacity_tokens=10**9)  # a model that would never evict: only the feed does
+    sync.attach(index)
+    with KVEventFeed(vllm.info["kv_events"], sync.apply, on_lost=sync.lost):
+        assert client.flush_cache()
+        sync.flushed()
+        target = random_text(5, 300)
+        p = index.insert(["m1", "m2"])
+        client.complete(target, max_tokens=1)
+        sync.track(index, p.request_id, client.tokenize(target))
+        deadline = time.monotonic() + 30
+        while sync.tracked and not sync.mirror.lookup(client.tokenize(target)).hashes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sync.live and sync.mirror.block_size == BLOCK
+        assert p.request_id in index
+        # other prompts, together larger than the 2,048-token cache: the engine frees the target's blocks
+        for i in range(8):
+            client.complete(random_text(100 + i, 300), max_tokens=1)
+        deadline = time.monotonic() + 30
+        while p.request_id in index and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.request_id not in index, f"still indexed; sync {sync.stats}"
+        assert client.complete(target, max_tokens=1).cached_tokens < hit_limit(len(client.tokenize(target)))
+        assert sync.stats.lost == 0
+
+
+def test_killed_owner_takes_vllm_with_it(vllm: OwnedServer) -> None:
+    """Last: kill -9 the process that started vLLM: API server, engine core and worker die, and the
+    work directory (KV-event socket and vLLM's own ipc sockets) is removed."""
+    info = vllm.ensure()
+    pids = info["pids"]
+    assert len(pids) >= 3, f"expected vLLM's API server, engine core and worker, got {pids}"
+    assert all(alive(p) for p in pids)
+    assert Path(info["workdir"]).is_dir()
+    vllm.kill_owner()
+    assert wait_gone(pids, 60.0) == []
+    deadline = time.monotonic() + 30
+    while Path(info["workdir"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(info["workdir"]).exists()

@@ -1,0 +1,237 @@
+"""The engine's evictions reach the context index: BlockMirror + KVCacheSync on hand-written event batches.
+
+The events are the ones vLLM publishes (block size 4 here to keep token lists short): a prompt's full
+blocks are stored as a chain of hashes; removing any block of a tracked request's chain evicts that
+request from its ContextIndex — and only that request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from cp_memory.engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent
+from cp_memory.engine.kv_mirror import BlockMirror, Presence
+from cp_memory.engine.kv_sync import KVCacheSync
+from cp_memory.index import ContextIndex
+
+B = 4  # tokens per block
+
+
+class Engine:
+    """Writes the event batches an engine with ``B``-token blocks would publish (hash = position + tokens)."""
+
+    def __init__(self, sync: KVCacheSync) -> None:
+        self.sync = sync
+        self.seq = 0
+
+    def chain(self, tokens: Sequence[int]) -> list[tuple[int, ...]]:
+        return [tuple(tokens[: (i + 1) * B]) for i in range(len(tokens) // B)]
+
+    @staticmethod
+    def h(prefix: tuple[int, ...]) -> int:
+        return hash(("block", prefix))
+
+    def stored(self, tokens: Sequence[int], start_block: int = 0) -> BlockStored:
+        chain = self.chain(tokens)[start_block:]
+        parent = self.h(self.chain(tokens)[start_block - 1]) if start_block else None
+        toks = tuple(tokens[start_block * B : (start_block + len(chain)) * B])
+        return BlockStored(tuple(self.h(c) for c in chain), parent, toks, B, "GPU")
+
+    def removed(self, tokens: Sequence[int], *blocks: int) -> BlockRemoved:
+        chain = self.chain(tokens)
+        return BlockRemoved(tuple(self.h(chain[i]) for i in blocks), "GPU")
+
+    def publish(self, *events: KVEvent) -> None:
+        self.sync.apply(EventBatch(self.seq, 0.0, tuple(events)))
+        self.seq += 1
+
+
+SHARED = list(range(100, 108))  # two blocks both prompts start with (the aligned memories)
+P1 = SHARED + [1, 2, 3, 4, 5, 6, 7, 8]
+P2 = SHARED + [9, 9, 9, 9]
+
+
+@pytest.fixture()
+def setup() -> tuple[KVCacheSync, Engine, ContextIndex]:
+    sync = KVCacheSync()
+    engine = Engine(sync)
+    index = ContextIndex(capacity_tokens=1000)
+    sync.attach(index)
+    return sync, engine, index
+
+
+def test_a_removed_block_evicts_the_request_that_needs_it_and_no_other(setup) -> None:
+    sync, engine, index = setup
+    r1 = index.insert(["m1", "m2", "m3"], "r1")
+    r2 = index.insert(["m1", "m2", "m4"], "r2")
+    engine.publish(engine.stored(P1), engine.stored(P2, start_block=2))
+    sync.track(index, r1.request_id, P1)
+    sync.track(index, r2.request_id, P2)
+    assert sync.live and len(sync.mirror) == 5
+
+    engine.publish(engine.removed(P1, 3))  # the engine frees r1's last block (tail first)
+    assert "r1" not in index and "r2" in index
+    assert index.order_of("r2") == ("m1", "m2", "m4")
+
+    engine.publish(engine.removed(P1, 1))  # a shared block: r2 can no longer hit its prefix either
+    assert "r2" not in index
+    assert sync.stats.evicted == 2 and sync.tracked == 0
+
+
+def test_only_the_tracked_prefix_counts(setup) -> None:
+    """The question after the memories is not the index's business: its blocks may go."""
+    sync, engine, index = setup
+    index.insert(["m1", "m2"], "r1")
+    engine.publish(engine.stored(P1))
+    sync.track(index, "r1", SHARED)  # the block section: the first 8 tokens
+    engine.publish(engine.removed(P1, 3, 2))
+    assert "r1" in index
+    engine.publish(engine.removed(P1, 0))
+    assert "r1" not in index
+
+
+def test_events_after_the_request_resolve_it(setup) -> None:
+    """The response can beat the engine's BlockStored to us: the request waits, then is watched."""
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    sync.track(index, "r1", P1)
+    assert sync.mirror.lookup(P1).presence is Presence.UNKNOWN
+    engine.publish(engine.stored(P1))
+    engine.publish(engine.removed(P1, 2))
+    assert "r1" not in index
+
+
+def test_blocks_stored_and_removed_before_tracking_evict_after_the_grace(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    engine.publish(engine.stored(P1))
+    engine.publish(engine.removed(P1, 3, 2, 1, 0))
+    sync.track(index, "r1", P1)
+    assert "r1" in index  # it might be stored again, in a batch still on its way
+    for _ in range(sync.pending_batches):
+        engine.publish()
+    assert "r1" not in index
+
+
+def test_unknown_blocks_expire_without_evicting(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    sync.track(index, "r1", P1)
+    for _ in range(sync.pending_batches):
+        engine.publish()
+    assert "r1" in index and sync.stats.expired == 1 and sync.tracked == 0
+
+
+def test_an_engine_cache_reset_evicts_every_tracked_request(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    index.insert(["m5"], "untracked")
+    engine.publish(engine.stored(P1))
+    sync.track(index, "r1", P1)
+    engine.publish(AllBlocksCleared())
+    assert "r1" not in index
+    assert "untracked" in index  # the sync only answers for requests it was told about
+    assert len(sync.mirror) == 0
+
+
+def test_our_flush_is_not_applied_twice(setup) -> None:
+    """vLLM reports a reset with its next step: by then requests sent after the flush are tracked."""
+    sync, engine, index = setup
+    index.insert(["m1"], "before")
+    engine.publish(engine.stored(P1))
+    sync.track(index, "before", P1)
+    sync.flushed()  # POST /reset_prefix_cache answered 200
+    assert "before" not in index
+    index.insert(["m1"], "after")
+    sync.track(index, "after", P1)
+    engine.publish(AllBlocksCleared(), engine.stored(P1))  # the next step: the clear, then the new blocks
+    assert "after" in index
+    engine.publish(engine.removed(P1, 0))
+    assert "after" not in index
+
+
+def test_the_capacity_model_is_paused_while_the_feed_is_live_and_back_when_it_is_lost() -> None:
+    sync = KVCacheSync()
+    engine = Engine(sync)
+    index = ContextIndex(capacity_tokens=3)
+    sync.attach(index)
+    index.insert(["a"], "r1", token_lens=[2])
+    index.insert(["b"], "r2", token_lens=[2])
+    assert "r1" not in index  # not live yet (no event seen): the model evicts
+    engine.publish()  # sequence 0: the engine's first batch, we have seen everything
+    assert sync.live
+    index.insert(["c"], "r3", token_lens=[2])
+    index.insert(["d"], "r4", token_lens=[2])
+    assert {"r2", "r3", "r4"} <= set(index.request_ids())  # 6 tokens > 3: the engine decides now
+
+    sync.lost("1 message(s) lost before sequence 7")
+    assert not sync.live
+    assert index.request_ids() == ["r4"]  # the fallback evicts down to capacity at once
+    assert index.cached_tokens <= 3
+
+    engine.publish(AllBlocksCleared())  # a known state again
+    assert sync.live
+
+
+def test_a_feed_joined_late_keeps_the_capacity_model_until_a_clear() -> None:
+    sync = KVCacheSync()
+    index = ContextIndex(capacity_tokens=2)
+    sync.attach(index)
+    sync.apply(EventBatch(41, 0.0, ()))  # blocks stored before we listened are unknown
+    assert not sync.live
+    index.insert(["a"], "r1", token_lens=[2])
+    index.insert(["b"], "r2", token_lens=[2])
+    assert "r1" not in index
+
+
+def test_removals_are_applied_while_the_feed_is_lost(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    engine.publish(engine.stored(P1))
+    sync.track(index, "r1", P1)
+    sync.lost("malformed message")
+    engine.publish(engine.removed(P1, 0))
+    assert "r1" not in index
+
+
+def test_use_capacity_model_without_capacity_is_a_no_op() -> None:
+    index = ContextIndex()
+    index.use_capacity_model(False)
+    index.insert(["a"], "r1")
+    index.use_capacity_model(True)
+    assert "r1" in index
+
+
+def test_the_mirror_follows_chains_and_ignores_other_media() -> None:
+    mirror = BlockMirror()
+    engine = Engine(KVCacheSync())
+    mirror.apply(engine.stored(P1))
+    assert mirror.block_size == B and mirror.medium == "GPU"
+    assert mirror.lookup(P1).presence is Presence.HELD
+    assert mirror.lookup(P1[:6]).blocks == 1  # one full block in 6 tokens
+    assert mirror.lookup(P2).presence is Presence.UNKNOWN
+    offload = BlockRemoved(engine.removed(P1, 0).block_hashes, "CPU")
+    assert mirror.apply(offload) == []  # an offload tier's event
+    assert mirror.lookup(P1).presence is Presence.HELD
+    assert mirror.apply(engine.removed(P1, 1)) == [engine.h(tuple(P1[:8]))]
+    assert mirror.lookup(P1).presence is Presence.REMOVED
+    assert mirror.cached_tokens == B * 3
+
+
+def test_a_request_without_token_ids_is_left_to_the_capacity_model(setup, caplog) -> None:
+    """tokenize() answered nothing: the request is not tracked, and nothing is raised into its flow."""
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    assert sync.track(index, "r1", None) is False
+    assert sync.track(index, "r1", ["not", "ids"]) is False
+    assert sync.tracked == 0 and "not tracked" in caplog.text
+    assert sync.track(index, "r1", P1) is True
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="pending_batches"):
+        KVCacheSync(pending_batches=0)
+    with pytest.raises(ValueError, match="block_size"):
+        BlockMirror(block_size=0)
