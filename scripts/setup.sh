@@ -42,9 +42,8 @@ PY
         rm -rf "$VLLM_VENV"
         "$PY" -m venv "$VLLM_VENV"
         "$VLLM_VENV/bin/python" -m pip install -q --upgrade pip
-        # torch==2.13.0+cpu: from a local wheel house if pip has one, else PyTorch's CPU index
-        "$VLLM_VENV/bin/python" -m pip install -q "$VLLM_REQ" \
-            || "$VLLM_VENV/bin/python" -m pip install -q "$VLLM_REQ" --extra-index-url https://download.pytorch.org/whl/cpu
+        # torch==2.13.0+cpu comes from the package index pip is configured with (as for .venv's torch)
+        "$VLLM_VENV/bin/python" -m pip install -q "$VLLM_REQ"
         # torchvision/torchaudio/torchcodec come built for another torch; with them
         # `from transformers import LlamaConfig` fails (torchvision::nms missing). Text models need none.
         "$VLLM_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
