@@ -83,7 +83,8 @@ def vllm_available(python: str | os.PathLike[str] | None = None) -> bool:
     """Whether ``python`` (default: this interpreter) can import ``vllm`` (checked without importing it
     here: importing vLLM takes seconds and pulls torch)."""
     exe = str(python) if python is not None else sys.executable
-    if os.path.realpath(exe) == os.path.realpath(sys.executable):
+    # absolute paths, never realpath: every virtualenv's python links to the same base interpreter
+    if os.path.abspath(exe) == os.path.abspath(sys.executable):
         import importlib.util
 
         return importlib.util.find_spec("vllm") is not None

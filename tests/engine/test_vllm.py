@@ -209,3 +209,20 @@ def test_locomo_makes_a_vllm_engine(model_dir: Path) -> None:
     )
     assert isinstance(engine, VLLMEngine) and engine.kind == "vllm"
     assert engine.describe()["block_size"] == 32 and engine.random_weights
+
+
+def test_a_virtualenv_python_is_asked_itself_though_it_links_to_this_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: virtualenv pythons are links to one base interpreter, so comparing resolved paths took
+    vLLM's own venv for this one (which has no vllm) and reported vLLM missing."""
+    import os
+
+    other = tmp_path / "bin" / "python"
+    other.parent.mkdir()
+    os.symlink(os.path.realpath(sys.executable), other)
+    fake = tmp_path / "site" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    assert vllm_available(other)  # asked in its own process, where this vllm imports
