@@ -22,7 +22,7 @@ from benchmarks.locomo.metrics import (
     percentile,
     token_f1,
 )
-from benchmarks.locomo.modes import KSpec, mode_order, parse_top_k
+from benchmarks.locomo.modes import MODES, KSpec, mode_order, parse_top_k
 from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
 
 
@@ -289,9 +289,11 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
     result = run_benchmark(_config(tmp_path, engine="model-cache"), memory=memory)
     data = _check_outputs(result, ttft=False)
     reqs = data["requests"]
+    # the default modes show the recommended setting beside baseline and aligned
+    assert MODES == ("baseline", "aligned", "aligned+swap@0.1/0.75", "aligned+superset")
     modes = ["baseline", "aligned", "aligned+superset"]
-    assert len(reqs) == 3 * 3 * len(modes)
-    assert {(r["k"], r["mode"]) for r in reqs} == {(k, m) for k in ("4", "8", "2x3") for m in modes}
+    assert len(reqs) == 3 * 3 * len(MODES)
+    assert {(r["k"], r["mode"]) for r in reqs} == {(k, m) for k in ("4", "8", "2x3") for m in MODES}
     assert data["meta"]["engine"]["kind"] == "model-cache"
     assert "no LLM ran" in result.table
     # fairness: the same questions and memories in every mode; an aligned prompt is the baseline's length plus
@@ -306,7 +308,7 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
             assert b["extra"] == a["extra"] == 0
     # NxM: 2 memories shown 3 times -> 6 [Doc i] labels; the engine cache is new for every mode
     assert all(r["flush"] == "new-cache" for r in reqs)
-    assert data["meta"]["engine"]["flushes"] == {"new-cache": 9}
+    assert data["meta"]["engine"]["flushes"] == {"new-cache": 3 * len(MODES)}
     # mode order rotates between k values (k index shifts it)
     first = {r["k"]: r["mode"] for r in reqs if r["run_position"] == 0}
     assert len(set(first.values())) == 3

@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes",
         default=None,
         help=f"comma list from {','.join(CHAT_MODES)}, aligned+superset@B, aligned+swap[@B[/P]] "
-        "(default: baseline,aligned,aligned+superset; dedup only with --chat)",
+        "(default: baseline,aligned,aligned+swap@0.1/0.75 (recommended),aligned+superset; dedup only with --chat)",
     )
     m.add_argument(
         "--extra-budget",
