@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.locomo.metrics import percentile
-from cp_memory.annotations import doc_label, order_annotation
-from cp_memory.blocks import ContextBlock
 from cp_memory.cache_model import BlockPrefixCache
-from cp_memory.dedup import Deduplicator
-from cp_memory.index import ContextIndex
+from cp_memory.core.annotations import doc_label, order_annotation
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.render import render_context
 from cp_memory.locomo import load_locomo
-from cp_memory.render import render_context
 
 from .retrieval import TfidfRetriever
 

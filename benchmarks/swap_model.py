@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cp_memory.cache_model import BlockPrefixCache
-from cp_memory.index import ContextIndex
+from cp_memory.core.index import ContextIndex
 from cp_memory.locomo import load_locomo
 
 from .index_bench import render

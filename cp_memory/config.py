@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .alignment import DEFAULT_TAIL_ORDER, TailOrder
-from .alignment_mode import DEFAULT_PROTECT, AlignmentMode
-from .distance import DEFAULT_ALPHA
-from .index_snapshot import MAX_SNAPSHOT_BYTES
-from .special_tokens import SpecialTokens
+from .core.alignment import DEFAULT_TAIL_ORDER, TailOrder
+from .core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
+from .core.distance import DEFAULT_ALPHA
+from .core.index_snapshot import MAX_SNAPSHOT_BYTES
+from .core.special_tokens import SpecialTokens
 
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 
@@ -124,7 +124,7 @@ class ContextPilotConfig(BaseModel):
 
     @property
     def alignment(self) -> AlignmentMode:
-        """The :class:`~cp_memory.alignment_mode.AlignmentMode` that ``extra_budget``, ``swap_budget`` and
+        """The :class:`~cp_memory.core.alignment_mode.AlignmentMode` that ``extra_budget``, ``swap_budget`` and
         ``protect`` describe: what every index of the wrapper aligns with, restored snapshots included."""
         return AlignmentMode.from_options(self.extra_budget, self.swap_budget, self.protect)
 

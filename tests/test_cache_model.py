@@ -211,8 +211,8 @@ def test_model_equals_llama_server_on_locomo_prompts(server: Any) -> None:
     from benchmarks.index_bench import render
     from benchmarks.locomo.engines import WARMUP_PROMPT
     from benchmarks.retrieval import TfidfRetriever
+    from cp_memory.core.index import ContextIndex
     from cp_memory.engine import EngineClient
-    from cp_memory.index import ContextIndex
     from cp_memory.locomo import LocomoNotFound, load_locomo
 
     try:

@@ -117,7 +117,7 @@ def test_the_locomo_benchmark_uses_the_librarys_modes_and_defaults() -> None:
     from benchmarks.locomo.modes import parse_mode
     from benchmarks.locomo.run import BenchConfig
     from benchmarks.locomo.runner import RunSettings
-    from cp_memory.alignment_mode import DEFAULT_PROTECT, AlignmentMode
+    from cp_memory.core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
 
     assert parse_mode("aligned+swap").alignment == AlignmentMode.swap(0.25, DEFAULT_PROTECT)
     assert parse_mode("aligned+swap@0.1/0.5").alignment == AlignmentMode.swap(0.1, 0.5)

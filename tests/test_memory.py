@@ -21,9 +21,9 @@ from tests.mem0_fixtures import require_mem0
 
 require_mem0()
 
-from cp_memory.index import ContextIndex
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.render import build_messages, build_prompt
 from cp_memory.memory import ContextPilotConfig, ContextPilotInfo, ContextPilotMemory
-from cp_memory.render import build_messages, build_prompt
 
 pytestmark = pytest.mark.mem0
 

@@ -11,10 +11,10 @@ from tests.mem0_fixtures import aingest, observations, require_mem0
 
 require_mem0()
 
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.render import build_prompt
 from cp_memory.embedded import default_memory
-from cp_memory.index import ContextIndex
 from cp_memory.memory import AsyncContextPilotMemory
-from cp_memory.render import build_prompt
 
 pytestmark = pytest.mark.mem0
 

@@ -27,7 +27,7 @@ require_mem0()
 import httpx  # noqa: E402
 from mem0 import MemoryClient  # noqa: E402
 
-from cp_memory.blocks import ContextBlock  # noqa: E402
+from cp_memory.core.blocks import ContextBlock  # noqa: E402
 from cp_memory.embedded import default_memory  # noqa: E402
 from cp_memory.memory import AsyncContextPilotMemory, ContextPilotMemory, admission  # noqa: E402
 from cp_memory.memory.filters import StoredCopy, Verdict, admits, evaluate  # noqa: E402

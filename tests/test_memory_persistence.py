@@ -24,7 +24,7 @@ from tests.mem0_fixtures import require_mem0
 
 require_mem0()
 
-from cp_memory.index import ContextIndex  # noqa: E402
+from cp_memory.core.index import ContextIndex  # noqa: E402
 from cp_memory.memory import ContextPilotMemory, scope_of  # noqa: E402
 
 pytestmark = pytest.mark.mem0
@@ -156,7 +156,7 @@ def test_two_processes_sharing_an_index_dir_never_corrupt_a_snapshot(tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from cp_memory.config import ContextPilotConfig
-        from cp_memory.scope import scope_of
+        from cp_memory.core.scope import scope_of
         from cp_memory.memory.state import ScopeStore
         store = ScopeStore(ContextPilotConfig(index_dir={str(tmp_path)!r}, snapshot_every=1))
         who = sys.argv[1]

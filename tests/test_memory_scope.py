@@ -19,7 +19,7 @@ from tests.mem0_fixtures import require_mem0
 
 require_mem0()
 
-from cp_memory.blocks import ContextBlock  # noqa: E402
+from cp_memory.core.blocks import ContextBlock  # noqa: E402
 from cp_memory.embedded import default_memory  # noqa: E402
 from cp_memory.memory import ContextPilotMemory  # noqa: E402
 from cp_memory.memory.filters import admits  # noqa: E402

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import Deduplicator
-from cp_memory.render import (
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator
+from cp_memory.core.render import (
     PROMPT_TEMPLATE,
     build_messages,
     build_prompt,
@@ -19,7 +19,7 @@ from cp_memory.render import (
     render_blocks,
     render_context,
 )
-from cp_memory.special_tokens import DEFAULT_SPECIAL_TOKENS, FAMILIES, SEPARATOR, SpecialTokens
+from cp_memory.core.special_tokens import DEFAULT_SPECIAL_TOKENS, FAMILIES, SEPARATOR, SpecialTokens
 
 ORDER = "Please read the context in the following priority order: [Doc 2] > [Doc 1] and answer the question."
 LOC = "Please refer to [Doc 1] in the previous conversation (turn 1)."

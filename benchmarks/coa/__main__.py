@@ -29,7 +29,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from cp_memory.blocks import ContextBlock
+from cp_memory.core.blocks import ContextBlock
 from cp_memory.engine import (
     EngineClient,
     LlamaServer,

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cp_memory.blocks import ContextBlock
+from cp_memory.core.blocks import ContextBlock
 from cp_memory.locomo import Conversation
 
 from ..locomo.metrics import token_f1

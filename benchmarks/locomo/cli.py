@@ -17,7 +17,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cp_memory.alignment_mode import DEFAULT_PROTECT
+from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 
 from .ingest import MEMORY_SOURCES
 from .model_cache import CACHE_POLICIES

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from benchmarks.locomo.modes import CachedSearch, KSpec, ModeBuilder
 from benchmarks.locomo.runner import PROMPT_TEMPLATE
+from cp_memory.core.render import build_prompt
 from cp_memory.locomo import QA
-from cp_memory.render import build_prompt
 
 from .dispatch import Dispatcher
 

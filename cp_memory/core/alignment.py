@@ -17,8 +17,8 @@ A request's blocks are aligned as **matched prefix + tail**:
   benchmark (benchmarks/index_bench.py) measures both on LoCoMo; the default follows it.
 
 Beyond the paper, a request may adopt a cached prefix holding blocks it did not retrieve: superset
-alignment adds them, swap alignment replaces its lowest-ranked blocks with them (:mod:`cp_memory.superset`;
-the choice is one :class:`~cp_memory.alignment_mode.AlignmentMode`).
+alignment adds them, swap alignment replaces its lowest-ranked blocks with them (:mod:`cp_memory.core.superset`;
+the choice is one :class:`~cp_memory.core.alignment_mode.AlignmentMode`).
 :func:`align_request` puts it together for one request; the index calls it for insert and match.
 """
 
@@ -137,7 +137,7 @@ def align_request(
     """Align distinct ``blocks`` (retrieval order) against the trie under ``root``; changes nothing.
 
     Exact matched prefix; then, when ``mode`` is superset or swap, a wider prefix if it reuses more (see
-    :mod:`cp_memory.superset`); the request's remaining blocks follow in ``tail_order``. ``mode`` None:
+    :mod:`cp_memory.core.superset`); the request's remaining blocks follow in ``tail_order``. ``mode`` None:
     exact alignment.
     """
     if mode is None:

@@ -6,9 +6,9 @@
                                            # in the top DEFAULT_PROTECT fraction of the ranking
     AlignmentMode.swap(0.25, protect=0.5)
 
-The mode is chosen once and travels whole: the index aligns with it (:mod:`cp_memory.superset` explains
+The mode is chosen once and travels whole: the index aligns with it (:mod:`cp_memory.core.superset` explains
 the two wider modes), the mem0 wrapper builds it from its configuration, a restored snapshot takes the
-caller's mode (never a stored one, see :meth:`~cp_memory.index.ContextIndex.restore`) and the benchmarks
+caller's mode (never a stored one, see :meth:`~cp_memory.core.index.ContextIndex.restore`) and the benchmarks
 parse their mode names into it. Superset and swap exclude each other by construction.
 
 The flat form — three numbers ``extra_budget``, ``swap_budget``, ``protect``, as ``ContextPilotConfig``,

@@ -28,11 +28,11 @@ Beyond the paper's id match:
 * a block counts as sent only when its id **and** its text digest match, so an edited memory (same id,
   new text) is sent again rather than pointing to stale text;
 * with ``content=True`` (default) a block whose normalized text (whitespace folded, case kept: see
-  :func:`~cp_memory.blocks.normalize_text`) equals a block already sent — earlier in the conversation or
+  :func:`~cp_memory.core.blocks.normalize_text`) equals a block already sent — earlier in the conversation or
   earlier in this very turn — is a duplicate too, even under another id (identical mem0 memories filling
   the prompt);
 * with ``spans=True`` (off by default) repeated sentences inside longer blocks are cut and pointed to
-  (:class:`~cp_memory.dedup_plan.SpanTrim`). Off by default because a trimmed block's tokens change, so it
+  (:class:`~cp_memory.core.dedup_plan.SpanTrim`). Off by default because a trimmed block's tokens change, so it
   can no longer hit a prefix cached with its full text; on LoCoMo's one-fact memories it saves nothing, on
   templated documents most of the repeated text (``python -m benchmarks.index_bench spans``).
 """

@@ -1,8 +1,8 @@
 """The I/O-free, lock-free part of de-duplication: records, a conversation's sent-record, planning a turn.
 
-:class:`~cp_memory.dedup.Deduplicator` holds the state and the lock; this module computes one turn against
+:class:`~cp_memory.core.dedup.Deduplicator` holds the state and the lock; this module computes one turn against
 a committed :class:`Conversation` (read only) plus the turn's own sends (same-turn duplicates), and says
-what committing it registers (:class:`Send`). Rules (module doc of :mod:`cp_memory.dedup`):
+what committing it registers (:class:`Send`). Rules (module doc of :mod:`cp_memory.core.dedup`):
 
 * by id: an id sent before with the same text digest (or without digests: bare ids) is a duplicate; the
   same id with another digest is an edited block and is sent again (never pointed to stale text);
@@ -96,7 +96,7 @@ class DedupResult:
     """Outcome of one turn: kept blocks (input order; kept block i is labelled ``[Doc i+1]``) and the
     input blocks dropped as duplicates, in input order.
 
-    ``committed`` is False for a plan (:meth:`~cp_memory.dedup.Deduplicator.plan`) until it is committed;
+    ``committed`` is False for a plan (:meth:`~cp_memory.core.dedup.Deduplicator.plan`) until it is committed;
     ``turn`` is final once committed.
     """
 

@@ -9,8 +9,8 @@ The index mirrors what the engine's prefix cache holds for the block sections of
 request is a leaf (request id <-> engine request id). ``capacity_tokens`` makes the index model the
 engine's cache size: it keeps a token count over the trie and evicts least recently used leaves — as
 SGLang's RadixCache does — so it never aligns a request to a prefix the engine has already dropped
-(:mod:`cp_memory.capacity`). Alignment itself is :mod:`cp_memory.alignment` (exact) and
-:mod:`cp_memory.superset` (superset and swap); snapshots are :mod:`cp_memory.index_snapshot`.
+(:mod:`cp_memory.core.live_trie`). Alignment itself is :mod:`cp_memory.core.alignment` (exact) and
+:mod:`cp_memory.core.superset` (superset and swap); snapshots are :mod:`cp_memory.core.index_snapshot`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 from .alignment import DEFAULT_TAIL_ORDER, TAIL_ORDERS, Alignment, TailOrder, align_request
 from .alignment_mode import AlignmentMode
 from .blocks import check_block_ids
-from .capacity import LiveTrie
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
 from .index_snapshot import MAX_SNAPSHOT_BYTES, OPTION_NAMES, dump, load
+from .live_trie import LiveTrie
 from .scheduling import schedule as schedule_paths
 from .tree import Node, path_of, prefix_of
 
@@ -91,7 +91,7 @@ class ContextIndex:
 
     Args:
         alpha: Eq. 1 positional weight, used by the batch build's clustering (default 0.001).
-        mode: the :class:`~cp_memory.alignment_mode.AlignmentMode` (default exact). Or, in the flat form
+        mode: the :class:`~cp_memory.core.alignment_mode.AlignmentMode` (default exact). Or, in the flat form
             (not together with ``mode``):
         extra_budget: superset alignment, as a fraction of the request size (0 = off). A request may adopt
             a cached prefix holding up to ``int(extra_budget * len(blocks))`` blocks it did not retrieve,
@@ -99,15 +99,15 @@ class ContextIndex:
         swap_budget: swap alignment, length-neutral (0 = off): a request may adopt up to
             ``B = int(swap_budget * len(blocks))`` cached blocks it did not retrieve, each *replacing* one
             of its own lowest-ranked blocks that is not on the adopted prefix. Exclusive with
-            ``extra_budget`` (``ValueError`` when both are on); see :mod:`cp_memory.superset`.
+            ``extra_budget`` (``ValueError`` when both are on); see :mod:`cp_memory.core.superset`.
         protect: swap alignment never drops a block ranked in the top ``protect`` fraction of the request
             (``ceil(protect * len(blocks))`` blocks; input order is the retrieval rank; default
-            :data:`~cp_memory.alignment_mode.DEFAULT_PROTECT`).
+            :data:`~cp_memory.core.alignment_mode.DEFAULT_PROTECT`).
         capacity_tokens: engine cache size to model (None = unbounded). Block sizes come from
             ``token_lens`` given to :meth:`insert`, else ``token_len(block_id)``, else 1 per block.
         token_len: callable block id -> token count.
-        tail_order: ``"frequency"`` (default) or ``"retrieval"``; see :mod:`cp_memory.alignment`.
-        linkage: scipy linkage method for :meth:`build`, one of :data:`~cp_memory.clustering.LINKAGES`.
+        tail_order: ``"frequency"`` (default) or ``"retrieval"``; see :mod:`cp_memory.core.alignment`.
+        linkage: scipy linkage method for :meth:`build`, one of :data:`~cp_memory.core.clustering.LINKAGES`.
 
     Superset and swap apply to :meth:`insert` and :meth:`match`; the offline :meth:`build` only reorders.
     Thread-safe: one lock per index.
@@ -338,7 +338,7 @@ class ContextIndex:
 
     def snapshot(self) -> bytes:
         """Serialise the index (tree, live requests in LRU order, access clock, options) to compact bytes
-        (zlib'd JSON, format in :mod:`cp_memory.index_snapshot`).
+        (zlib'd JSON, format in :mod:`cp_memory.core.index_snapshot`).
 
         Block and request ids must be str, int, finite float, bool, bytes or tuples of those.
         """
@@ -358,7 +358,7 @@ class ContextIndex:
         alignment whatever the snapshot used. A smaller ``capacity_tokens`` than the snapshot holds evicts
         least recently used leaves at once. Live requests keep their least-recently-used order
         (:meth:`request_ids`). ``max_bytes`` bounds the decompressed snapshot (and so the memory a restore
-        may take; see :mod:`cp_memory.index_snapshot`).
+        may take; see :mod:`cp_memory.core.index_snapshot`).
 
         Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, over
         ``max_bytes``, not a JSON object, wrong field types, unknown version, inconsistent tree). Bad

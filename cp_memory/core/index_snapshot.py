@@ -1,4 +1,4 @@
-"""Snapshot format of :class:`~cp_memory.index.ContextIndex`: zlib'd JSON, validated on the way in.
+"""Snapshot format of :class:`~cp_memory.core.index.ContextIndex`: zlib'd JSON, validated on the way in.
 
 Version 2 (written now)::
 

@@ -8,7 +8,7 @@ its radix tree when it needs room; a leaf's ancestors become leaves in turn once
 gone. :class:`LeafLRU` keeps that order as a lazy heap of ``(last_access, seq, node)`` entries: an entry
 is stale once its node is dead, has children, or was touched again (a newer entry exists), and stale
 entries are skipped when popped and dropped when the heap is compacted. Nothing here is thread-safe on
-its own: :class:`~cp_memory.index.ContextIndex` holds the lock.
+its own: :class:`~cp_memory.core.index.ContextIndex` holds the lock.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """LRUMap: the one bounded, thread-safe least-recently-used map of cp_memory.
 
-Used for per-conversation dedup records (:class:`~cp_memory.dedup.Deduplicator`) and meant for every other
+Used for per-conversation dedup records (:class:`~cp_memory.core.dedup.Deduplicator`) and meant for every other
 bounded per-key state (per-scope indexes in the mem0 wrapper, per-conversation state of the agents):
 
     users = LRUMap(1000, on_evict=save_snapshot)      # keep at most 1000, save the ones that fall out

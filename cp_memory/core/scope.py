@@ -4,7 +4,7 @@ mem0 scopes a memory by three entity ids (``user_id``, ``agent_id``, ``run_id``)
 entity ids and any metadata/operator conditions in its ``filters``. cp_memory keys its state by the
 **full** scope, never by one field:
 
-* the per-scope :class:`~cp_memory.index.ContextIndex` by the entity ids *and* a digest of every other
+* the per-scope :class:`~cp_memory.core.index.ContextIndex` by the entity ids *and* a digest of every other
   filter condition, so its cached prefixes (and superset/swap extras taken from them) only ever come from
   searches with exactly the same filters;
 * the dedup record of a conversation by the entity ids plus the conversation id, so two agents (or runs) of

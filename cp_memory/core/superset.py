@@ -1,8 +1,8 @@
 """Adopting a cached prefix that holds blocks the request did not retrieve (not in the paper).
 
-Exact alignment (:func:`~cp_memory.alignment.longest_prefix`) reuses only prefixes made of the request's
+Exact alignment (:func:`~cp_memory.core.alignment.longest_prefix`) reuses only prefixes made of the request's
 own blocks. When a live context's prefix holds most of the request's blocks plus a few others, adopting
-that prefix reuses far more cache. Two modes, one option each on :class:`~cp_memory.index.ContextIndex`:
+that prefix reuses far more cache. Two modes, one option each on :class:`~cp_memory.core.index.ContextIndex`:
 
 * **superset** (``extra_budget``, :func:`superset_prefix`): the prompt *adds* up to ``B`` unretrieved
   blocks; every retrieved block stays, the prompt grows by up to ``B`` blocks. The prefix is chosen to

@@ -12,7 +12,7 @@ the same shape as SGLang's RadixCache over the prompts' block sections. We store
 * requests end at a node (``requests``); a node can end requests and have children (a request whose blocks
   are a prefix of another's).
 
-Nothing here is thread-safe on its own: :class:`~cp_memory.index.ContextIndex` holds the lock.
+Nothing here is thread-safe on its own: :class:`~cp_memory.core.index.ContextIndex` holds the lock.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
-    from cp_memory.render import build_prompt
+    from cp_memory.core.render import build_prompt
 
     memory = ContextPilotMemory(default_memory())          # or any mem0 Memory / MemoryClient
     memory.add("Alice lives in Lisbon", user_id="alice", infer=False)
@@ -31,8 +31,8 @@ import os
 # mem0's classes): keep cp_memory's offline default unless the application chose otherwise.
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
+from ..core.scope import ENTITY_KEYS, Scope, scope_of
 from ..extras import requires
-from ..scope import ENTITY_KEYS, Scope, scope_of
 
 with requires("mem0", "cp_memory.memory"):  # mem0ai (and pydantic, tenacity with it)
     from ..config import ContextPilotConfig

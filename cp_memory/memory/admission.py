@@ -23,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..scope import ENTITY_KEYS
+from ..core.scope import ENTITY_KEYS
 
 __all__ = ["Admitted", "admitted_payloads", "direct_filters", "store_admission"]
 

@@ -24,13 +24,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..annotations import doc_label, order_annotation
-from ..blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..config import ContextPilotConfig
-from ..dedup import Deduplicator, DedupResult
-from ..index import Placement
-from ..render import render_context
-from ..scope import Scope
+from ..core.annotations import doc_label, order_annotation
+from ..core.blocks import ContextBlock, blocks_from_mem0, estimate_tokens
+from ..core.dedup import Deduplicator, DedupResult
+from ..core.index import Placement
+from ..core.render import render_context
+from ..core.scope import Scope
 from .calls import SearchCall
 from .filters import StoredCopy, admits
 from .state import ScopeState, ScopeStore

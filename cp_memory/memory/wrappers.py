@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 
 from ..config import ContextPilotConfig
-from ..dedup import Deduplicator
-from ..index import ContextIndex
+from ..core.dedup import Deduplicator
+from ..core.index import ContextIndex
+from ..core.scope import ENTITY_KEYS, entity_ids, scope_of
 from ..providers.account import Savings, SavingsAccount
-from ..scope import ENTITY_KEYS, entity_ids, scope_of
 from .admission import store_admission
 from .calls import SearchCall, hosted_call, local_call
 from .flow import adrive, drive, search_flow

@@ -19,7 +19,7 @@ from cp_memory.agents import (
     manager_prompt,
     worker_prompt,
 )
-from cp_memory.blocks import ContextBlock
+from cp_memory.core.blocks import ContextBlock
 from cp_memory.engine import EngineClient, EngineError
 
 from .conftest import AsyncFakeEngine, FakeEngine

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cp_memory.annotations import doc_label, location_annotation, order_annotation
-from cp_memory.blocks import ContextBlock, blocks_from_mem0, normalize_text
-from cp_memory.index import ContextIndex
+from cp_memory.core.annotations import doc_label, location_annotation, order_annotation
+from cp_memory.core.blocks import ContextBlock, blocks_from_mem0, normalize_text
+from cp_memory.core.index import ContextIndex
 
 
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=20, unique=True), st.randoms())

@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from cp_memory.capacity import LiveTrie
-from cp_memory.index import ContextIndex
-from cp_memory.tree import Node
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.live_trie import LiveTrie
+from cp_memory.core.tree import Node
 
 CAP, TOK = 400, 4
 

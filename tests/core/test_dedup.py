@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import Deduplicator
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator
 
 turns = st.lists(st.lists(st.integers(0, 12), max_size=8), min_size=1, max_size=8)
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import Deduplicator, DedupResult, DroppedBlock, Location
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator, DedupResult, DroppedBlock, Location
 
 
 def blocks(*ids):

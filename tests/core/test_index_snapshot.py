@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cp_memory.index import ContextIndex
-from cp_memory.index_snapshot import MAX_SNAPSHOT_BYTES
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.index_snapshot import MAX_SNAPSHOT_BYTES
 
 
 def decode(data: bytes):

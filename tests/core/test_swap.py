@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.annotations import doc_label, order_annotation
-from cp_memory.index import ContextIndex
+from cp_memory.core.annotations import doc_label, order_annotation
+from cp_memory.core.index import ContextIndex
 from tests.core.oracles import best_reusable_prefix, live_orders
 
 request = st.lists(st.integers(0, 30), min_size=0, max_size=14)
