@@ -32,7 +32,7 @@ Beyond the paper's id match:
   earlier in this very turn — is a duplicate too, even under another id (identical mem0 memories filling
   the prompt);
 * with ``spans=True`` (off by default) repeated sentences inside longer blocks are cut and pointed to
-  (:class:`~cp_memory.core.dedup_plan.SpanTrim`). Off by default because a trimmed block's tokens change, so it
+  (:class:`~cp_memory.core.dedup_records.SpanTrim`). Off by default because a trimmed block's tokens change, so it
   can no longer hit a prefix cached with its full text; on LoCoMo's one-fact memories it saves nothing, on
   templated documents most of the repeated text (``python -m benchmarks.index_bench spans``).
 """
@@ -50,17 +50,8 @@ from typing import Literal
 
 from .annotations import LOCATION_TEMPLATE
 from .blocks import ContextBlock
-from .dedup_plan import (
-    Conversation,
-    DedupResult,
-    DroppedBlock,
-    Location,
-    PlanTicket,
-    SpanTrim,
-    plan_turn,
-    register_send,
-    sent_location,
-)
+from .dedup_plan import plan_turn, register_send, sent_location
+from .dedup_records import Conversation, DedupResult, DroppedBlock, Location, PlanTicket, SpanTrim
 from .lru import LRUMap
 
 __all__ = ["DedupResult", "Deduplicator", "DroppedBlock", "Location", "SpanTrim"]

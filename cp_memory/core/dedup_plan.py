@@ -1,8 +1,10 @@
-"""The I/O-free, lock-free part of de-duplication: records, a conversation's sent-record, planning a turn.
+"""The I/O-free, lock-free part of de-duplication: planning a turn against a conversation's sent-record.
 
-:class:`~cp_memory.core.dedup.Deduplicator` holds the state and the lock; this module computes one turn against
-a committed :class:`Conversation` (read only) plus the turn's own sends (same-turn duplicates), and says
-what committing it registers (:class:`Send`). Rules (module doc of :mod:`cp_memory.core.dedup`):
+:class:`~cp_memory.core.dedup.Deduplicator` holds the state and the lock; this module computes one turn
+against a committed :class:`~cp_memory.core.dedup_records.Conversation` (read only) plus the turn's own
+sends (same-turn duplicates), and says what committing it registers (a
+:class:`~cp_memory.core.dedup_records.Send` per kept block; the records are in
+:mod:`cp_memory.core.dedup_records`). Rules (module doc of :mod:`cp_memory.core.dedup`):
 
 * by id: an id sent before with the same text digest (or without digests: bare ids) is a duplicate; the
   same id with another digest is an edited block and is sent again (never pointed to stale text);
@@ -14,118 +16,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 
-from .annotations import SAME_TURN_TEMPLATE, doc_label, location_annotation
+from .annotations import SAME_TURN_TEMPLATE, location_annotation
 from .blocks import ContextBlock, normalize_text, text_digest
+from .dedup_records import Conversation, DroppedBlock, Location, Send, SpanTrim
 
-__all__ = [
-    "SPAN_TEMPLATE",
-    "Conversation",
-    "DedupResult",
-    "DroppedBlock",
-    "Location",
-    "PlanTicket",
-    "Send",
-    "SpanTrim",
-    "plan_turn",
-    "register_send",
-    "sent_location",
-]
+__all__ = ["SPAN_TEMPLATE", "plan_turn", "register_send", "sent_location"]
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 SPAN_TEMPLATE = "Parts of {label} repeat {where}."
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a block was sent: 1-based ``turn`` and 1-based ``position`` among that turn's kept blocks."""
-
-    block_id: Hashable
-    turn: int
-    position: int
-
-    @property
-    def label(self) -> str:
-        """The label the prompt showed for it, e.g. ``[Doc 3]``."""
-        return doc_label(self.position)
-
-
-@dataclass(frozen=True)
-class DroppedBlock:
-    """An input block left out of the turn because its copy was sent at ``location``; ``annotation`` is
-    the location annotation that replaces it in the prompt."""
-
-    block_id: Hashable
-    location: Location
-    annotation: str
-
-
-@dataclass(frozen=True)
-class SpanTrim:
-    """Sentences removed from a kept block because they were sent before (``spans=True``)."""
-
-    block_id: Hashable
-    removed: tuple[str, ...]
-    locations: tuple[Location, ...]  # parallel to ``removed``: where each was sent first
-    annotation: str
-
-
-@dataclass(frozen=True)
-class Send:
-    """What committing registers for one kept block."""
-
-    block_id: Hashable
-    digest: str | None  # of the block's full text; None for a bare id
-    position: int
-    content_key: str | None  # digest registered for content dedup (None: not registered)
-    spans: tuple[str, ...] = ()  # span digests registered for span dedup
-
-
-@dataclass(frozen=True)
-class PlanTicket:
-    """Identifies a pending plan to its Deduplicator and carries what its commit registers."""
-
-    owner: str
-    seq: int
-    sends: tuple[Send, ...]
-
-
-@dataclass(frozen=True)
-class DedupResult:
-    """Outcome of one turn: kept blocks (input order; kept block i is labelled ``[Doc i+1]``) and the
-    input blocks dropped as duplicates, in input order.
-
-    ``committed`` is False for a plan (:meth:`~cp_memory.core.dedup.Deduplicator.plan`) until it is committed;
-    ``turn`` is final once committed.
-    """
-
-    turn: int
-    blocks: tuple[ContextBlock, ...]
-    dropped: tuple[DroppedBlock, ...] = ()
-    trims: tuple[SpanTrim, ...] = ()
-    conversation_id: Hashable = None
-    committed: bool = True
-    _ticket: PlanTicket | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def kept_ids(self) -> tuple[Hashable, ...]:
-        return tuple(b.id for b in self.blocks)
-
-    @property
-    def duplicates(self) -> tuple[Hashable, ...]:
-        """Ids of the dropped blocks, input order."""
-        return tuple(d.block_id for d in self.dropped)
-
-
-@dataclass
-class Conversation:
-    """A conversation's sent-record: committed turns, or (as the overlay of a plan) one turn's sends."""
-
-    turns: int = 0
-    by_id: dict[Hashable, tuple[str | None, Location]] = field(default_factory=dict)
-    by_digest: dict[str, Location] = field(default_factory=dict)
-    by_span: dict[str, Location] = field(default_factory=dict)
 
 
 def _same_text(sent: str | None, now: str | None) -> bool:
