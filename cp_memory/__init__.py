@@ -23,7 +23,7 @@ _LAZY = {  # name -> its module (each behind the mem0 extra)
     "AsyncContextPilotMemory": "cp_memory.memory",
     "ContextPilotMemoryClient": "cp_memory.memory",
     "AsyncContextPilotMemoryClient": "cp_memory.memory",
-    "ContextPilotConfig": "cp_memory.config",
+    "ContextPilotConfig": "cp_memory.memory",
     "default_memory": "cp_memory.embedded",
 }
 

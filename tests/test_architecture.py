@@ -49,7 +49,7 @@ def test_the_core_imports_no_io_stack():
     import sys
 
     code = (
-        "import sys, cp_memory, cp_memory.render, cp_memory.scope, cp_memory.cache_model\n"
+        "import sys, cp_memory, cp_memory.core.render, cp_memory.core.scope, cp_memory.render\n"
         "heavy = [m for m in ('mem0', 'httpx', 'pydantic', 'torch', 'qdrant_client') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )

@@ -1,4 +1,4 @@
-"""cp_memory.cache_model: the project's own prefix-cache model, and its fit to llama-server.
+"""benchmarks.common.cache_model: the project's own prefix-cache model, and its fit to llama-server.
 
 The unit tests are small worked examples; the engine-marked tests replay prompt sequences on a real
 llama-server (random-weight model, 1 slot, host prompt cache) and require the model's cached-token
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cp_memory.cache_model import (
+from benchmarks.common.cache_model import (
     BlockPrefixCache,
     LlamaServerCache,
     Served,
@@ -208,12 +208,12 @@ def test_model_equals_llama_server_cached_tokens(server: Any, max_tokens: int) -
 def test_model_equals_llama_server_on_locomo_prompts(server: Any) -> None:
     """The benchmark's own prompt shapes: LoCoMo observations, TF-IDF top-12, baseline then aligned order,
     the warm-up prompt first, 8 generated tokens per answer."""
+    from benchmarks.common.locomo import LocomoNotFound, load_locomo
     from benchmarks.index_bench import render
     from benchmarks.locomo.engines import WARMUP_PROMPT
     from benchmarks.retrieval import TfidfRetriever
     from cp_memory.core.index import ContextIndex
     from cp_memory.engine import EngineClient
-    from cp_memory.locomo import LocomoNotFound, load_locomo
 
     try:
         conv = load_locomo()[0]

@@ -152,7 +152,7 @@ def test_evidence_score_like_the_docstring() -> None:
 
 
 def test_locomo_evidence_ids_are_normalized() -> None:
-    from cp_memory.locomo import QA, evidence_ids
+    from benchmarks.common.locomo import QA, evidence_ids
 
     assert evidence_ids("D8:6; D9:17", "D", "D:11:26", "D9:1 D4:4", "D8:6") == (
         "D8:6",
@@ -192,7 +192,7 @@ def test_select_conversations() -> None:
 
 # ------------------------------------------------------------------------------------------ end to end
 def _locomo_path() -> Path:
-    from cp_memory.locomo import LocomoNotFound, find_locomo
+    from benchmarks.common.locomo import LocomoNotFound, find_locomo
 
     try:
         return find_locomo()
@@ -455,7 +455,7 @@ class _FakeMemory:
 
 
 def _tiny_conversation() -> Any:
-    from cp_memory.locomo import QA, Conversation, Observation, Turn
+    from benchmarks.common.locomo import QA, Conversation, Observation, Turn
 
     turns = (
         Turn("D1:1", "Ann", "I adopted a cat.", 1, "1:56 pm on 8 May, 2023"),

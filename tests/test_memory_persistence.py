@@ -155,7 +155,7 @@ def test_two_processes_sharing_an_index_dir_never_corrupt_a_snapshot(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from cp_memory.config import ContextPilotConfig
+        from cp_memory.memory.config import ContextPilotConfig
         from cp_memory.core.scope import scope_of
         from cp_memory.memory.state import ScopeStore
         store = ScopeStore(ContextPilotConfig(index_dir={str(tmp_path)!r}, snapshot_every=1))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cp_memory.config import ContextPilotConfig
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.scope import Scope, scope_of
+from cp_memory.memory.config import ContextPilotConfig
 from cp_memory.memory.state import ScopeStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_a_snapshot_replaced_by_another_process_is_reported_once(tmp_path, caplo
     other = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from cp_memory.config import ContextPilotConfig
+        from cp_memory.memory.config import ContextPilotConfig
         from cp_memory.memory.state import ScopeStore
         from cp_memory.core.scope import scope_of
         s = ScopeStore(ContextPilotConfig(index_dir={str(tmp_path)!r}))

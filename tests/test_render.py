@@ -244,7 +244,7 @@ def test_bad_options_are_refused_with_the_reason():
 
 
 def test_the_option_in_the_wrapper_config():
-    from cp_memory.config import ContextPilotConfig
+    from cp_memory.memory.config import ContextPilotConfig
 
     assert ContextPilotConfig().special_tokens == DEFAULT_SPECIAL_TOKENS
     off = ContextPilotConfig(special_tokens={"enabled": False})

@@ -1,7 +1,7 @@
 """Prompt export (``--export-prompts``) and replay (``python -m benchmarks.replay``).
 
 * The export round-trips exactly (every prompt's text, run order, flush and warm-up points).
-* Replayed against an OpenAI-compatible stand-in whose cache is :mod:`cp_memory.cache_model` (the
+* Replayed against an OpenAI-compatible stand-in whose cache is :mod:`benchmarks.common.cache_model` (the
   model-cache engine's model), the replay reproduces the live run's hit ratios exactly.
 * Engine-marked: the live benchmark on llama-server and the replay on a llama-server it launches
   (restarted per run) agree on every request's cached tokens, hence on the hit ratios.
@@ -162,8 +162,8 @@ def model_server() -> Iterator[_ModelServer]:
 
 @pytest.fixture(scope="module")
 def memory() -> Any:
+    from benchmarks.common.locomo import LocomoNotFound, find_locomo
     from cp_memory.embedded import set_offline_env
-    from cp_memory.locomo import LocomoNotFound, find_locomo
 
     set_offline_env()
     pytest.importorskip("mem0", reason="mem0ai not installed: pip install -e '.[mem0]'")

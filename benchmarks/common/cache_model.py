@@ -23,7 +23,7 @@ Both leave at least one prompt token to compute (an engine needs the last positi
 ``generated`` tokens appended after a prompt (unique, they never match a later prompt) are cached with it.
 
 The hosted providers' caches (:class:`OpenAIPromptCache`, :class:`AnthropicPromptCache`, after their
-documented rules) live in :mod:`cp_memory.provider_cache` and are importable from here too.
+documented rules) live in :mod:`benchmarks.common.provider_cache` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _HOSTED = ("AnthropicPromptCache", "OpenAIPromptCache")
 
 
 def __getattr__(name: str) -> Any:
-    """The hosted providers' cache models, from :mod:`cp_memory.provider_cache` (imported on first use)."""
+    """The hosted providers' cache models, from :mod:`benchmarks.common.provider_cache` (imported on first use)."""
     if name in _HOSTED:
         from . import provider_cache
 

@@ -1,8 +1,8 @@
 """Deterministic models of the hosted providers' prompt caches, after their documented rules.
 
-Beside the engine policies of :mod:`cp_memory.cache_model` (also importable from there). No I/O, no clock of
+Beside the engine policies of :mod:`benchmarks.common.cache_model` (also importable from there). No I/O, no clock of
 their own: every request passes its simulated time ``now`` (seconds), so TTLs, idle eviction and request
-rates are exact and machine-independent. The numbers are :mod:`cp_memory.provider_rules`'.
+rates are exact and machine-independent. The numbers are :mod:`cp_memory.providers.rules`'.
 
 :class:`OpenAIPromptCache` — automatic prefix caching: prompts of 1,024 tokens or more; a hit is the longest
     cached prefix, counted from 1,024 in 128-token steps; requests are routed to one of ``machines`` by a hash
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from .provider_rules import (
+from cp_memory.providers.rules import (
     ANTHROPIC_LOOKBACK_BLOCKS,
     ANTHROPIC_MAX_BREAKPOINTS,
     ANTHROPIC_TTL_SECONDS,

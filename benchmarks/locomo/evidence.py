@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cp_memory.locomo import evidence_ids
+from benchmarks.common.locomo import evidence_ids
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cp_memory.cache_model import BlockPrefixCache, LlamaServerCache, PrefixCacheModel
+from benchmarks.common.cache_model import BlockPrefixCache, LlamaServerCache, PrefixCacheModel
 
 from .engines import BenchEngine, Reply, messages_text
 

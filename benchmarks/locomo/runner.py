@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from benchmarks.common.locomo import QA, Conversation
 from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 from cp_memory.core.render import build_messages, build_prompt
-from cp_memory.locomo import QA, Conversation
 
 from .engines import BenchEngine, Reply
 from .evidence import EvidenceIndex

@@ -135,7 +135,7 @@ class SpecialTokens:
             same single pass as the built-in families; a match is broken like theirs (a space after its
             first character), so a pattern should match whole token texts of at least two characters.
 
-    In :class:`~cp_memory.config.ContextPilotConfig` it is the ``special_tokens`` option
+    In :class:`~cp_memory.memory.config.ContextPilotConfig` it is the ``special_tokens`` option
     (``special_tokens={"enabled": False}`` or ``{"extra_patterns": [r"<\\|custom\\|>"]}``).
     """
 

@@ -223,7 +223,7 @@ def default_memory(
         if torch.get_num_threads() != torch_threads:
             torch.set_num_threads(torch_threads)
     config = default_config(path, **kwargs)
-    from .extras import requires
+    from ..extras import requires
 
     with requires("mem0", "cp_memory.embedded.default_memory"):
         from mem0 import AsyncMemory, Memory

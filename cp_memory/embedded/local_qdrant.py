@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .core.scope import ENTITY_KEYS, entity_partition
+from ..core.scope import ENTITY_KEYS, entity_partition
 
 __all__ = [
     "PARTITION_KEYS",

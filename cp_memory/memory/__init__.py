@@ -35,7 +35,7 @@ from ..core.scope import ENTITY_KEYS, Scope, scope_of
 from ..extras import requires
 
 with requires("mem0", "cp_memory.memory"):  # mem0ai (and pydantic, tenacity with it)
-    from ..config import ContextPilotConfig
+    from .config import ContextPilotConfig
     from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
     from .wrappers import (
         AsyncContextPilotMemory,

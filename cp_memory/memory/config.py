@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .core.alignment import DEFAULT_TAIL_ORDER, TailOrder
-from .core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
-from .core.distance import DEFAULT_ALPHA
-from .core.index_snapshot import MAX_SNAPSHOT_BYTES
-from .core.special_tokens import SpecialTokens
+from ..core.alignment import DEFAULT_TAIL_ORDER, TailOrder
+from ..core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
+from ..core.distance import DEFAULT_ALPHA
+from ..core.index_snapshot import MAX_SNAPSHOT_BYTES
+from ..core.special_tokens import SpecialTokens
 
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 

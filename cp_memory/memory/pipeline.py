@@ -24,7 +24,6 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ContextPilotConfig
 from ..core.annotations import doc_label, order_annotation
 from ..core.blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..core.dedup import Deduplicator, DedupResult
@@ -32,6 +31,7 @@ from ..core.index import Placement
 from ..core.render import render_context
 from ..core.scope import Scope
 from .calls import SearchCall
+from .config import ContextPilotConfig
 from .filters import StoredCopy, admits
 from .state import ScopeState, ScopeStore
 from .turns import Turns

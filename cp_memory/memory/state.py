@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ContextPilotConfig
 from ..core.clustering import DEFAULT_LINKAGE
 from ..core.index import ContextIndex
 from ..core.lru import LRUMap
 from ..core.scope import Scope
+from .config import ContextPilotConfig
 from .snapshots import SNAPSHOT_SUFFIX, FileId, SnapshotFolder, snapshot_name
 
 __all__ = ["SNAPSHOT_SUFFIX", "ScopeState", "ScopeStore"]

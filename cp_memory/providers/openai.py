@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..core.scope import Scope, scope_of
-from ..provider_rules import OPENAI_RETENTIONS
 from .layout import context_pieces, info_of
+from .rules import OPENAI_RETENTIONS
 
 __all__ = ["PromptCacheKeys", "openai_request"]
 

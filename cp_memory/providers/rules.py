@@ -1,7 +1,7 @@
 """The documented prompt-cache rules of the hosted providers: one source for every number.
 
 Each constant names the page it comes from (docs/hosted.md quotes and cites them). The cache models
-(:mod:`cp_memory.provider_cache`) and the request builders (:mod:`cp_memory.providers`) read them from here.
+(:mod:`benchmarks.common.provider_cache`) and the request builders (:mod:`cp_memory.providers`) read them from here.
 
 OpenAI (developers.openai.com/api/docs/guides/prompt-caching; the Azure OpenAI copy of the same page for the
 numbers the OpenAI page keeps in collapsed sections): automatic caching of exact prefixes from 1,024 tokens,

@@ -8,11 +8,11 @@ import inspect
 
 import pytest
 
-from cp_memory.config import ContextPilotConfig
 from cp_memory.core.alignment import DEFAULT_TAIL_ORDER, align_request
 from cp_memory.core.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
 from cp_memory.core.distance import DEFAULT_ALPHA
 from cp_memory.core.index import ContextIndex
+from cp_memory.memory.config import ContextPilotConfig
 
 
 def test_the_three_modes_and_their_flat_form():

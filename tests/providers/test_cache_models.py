@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cp_memory.cache_model import AnthropicPromptCache, OpenAIPromptCache
-from cp_memory.provider_cache import CacheBlock
+from benchmarks.common.cache_model import AnthropicPromptCache, OpenAIPromptCache
+from benchmarks.common.provider_cache import CacheBlock
 
 
 def toks(n: int, start: int = 0) -> list[int]:

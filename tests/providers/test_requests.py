@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.common.provider_cache import AnthropicPromptCache, CacheBlock
 from cp_memory.core.render import render_context
 from cp_memory.integrations.chat import user_content
-from cp_memory.provider_cache import AnthropicPromptCache, CacheBlock
 from cp_memory.providers import Counting, PromptCacheKeys, anthropic_request, openai_request
 from cp_memory.providers.anthropic import block_texts
 
