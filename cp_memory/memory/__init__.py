@@ -2,7 +2,7 @@
 
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
-    from cp_memory.core.render import build_prompt
+    from cp_memory.render import build_prompt
 
     memory = ContextPilotMemory(default_memory())          # or any mem0 Memory / MemoryClient
     memory.add("Alice lives in Lisbon", user_id="alice", infer=False)
@@ -14,7 +14,7 @@
 
 Modules, one responsibility each (data flows top to bottom):
 
-* :mod:`.scope` — the full scope of a call (entity ids + other filter conditions) as a key;
+* :mod:`cp_memory.core.scope` — the full scope of a call (entity ids + other filter conditions) as a key;
 * :mod:`.calls` — the caller's arguments, read without changing them (local and hosted mem0 shapes);
 * :mod:`.state` — per-scope context indexes: LRU, snapshots (0600, atomic, malformed -> cold);
 * :mod:`.filters` — would mem0 return this memory for these filters? (superset/swap extras);
