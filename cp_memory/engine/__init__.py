@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..extras import requires
 
 with requires("engine", "cp_memory.engine"):  # httpx, tenacity
-    from ._server import running
+    from ._server import ServerStartError, running
     from .client import AsyncEngineClient, EngineClient
     from .deadline import Clock
     from .errors import (
@@ -30,7 +30,7 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
         random_model_path,
         smollm2_model_path,
     )
-    from .router import SGLangRouter, sglang_router_available
+    from .router import SGLangRouter, SGLangRouterUnavailable, sglang_router_available
     from .sglang import SGLangServer, SGLangUnavailable, sglang_available
     from .sse import CompletionResult
 
@@ -50,8 +50,10 @@ __all__ = [
     "LlamaServerNotFound",
     "RandomModelSpec",
     "SGLangRouter",
+    "SGLangRouterUnavailable",
     "SGLangServer",
     "SGLangUnavailable",
+    "ServerStartError",
     "find_llama_server",
     "random_model_path",
     "running",
