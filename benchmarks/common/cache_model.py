@@ -17,7 +17,7 @@ policies, both fed token ids (from the engine's ``/tokenize``) or text (split by
     ``slot_similarity`` (0.1) of the prompt, or keeps less than half of the slot, saves the slot into the
     host cache and loads the cached prompt that keeps more of itself *and* covers more of the request
     (``f_keep`` >= 0.25). Cached tokens = common prefix with the slot after that swap. Exact per request
-    on llama-server (tests/test_cache_model.py checks it against the reported ``cached_tokens``).
+    on llama-server (tests/benchmarks/test_cache_model.py checks it against the reported ``cached_tokens``).
 
 Both leave at least one prompt token to compute (an engine needs the last position's logits), and
 ``generated`` tokens appended after a prompt (unique, they never match a later prompt) are cached with it.

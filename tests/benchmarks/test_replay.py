@@ -306,7 +306,7 @@ def test_gpu_script_model_loads_in_llama_server(tmp_path: Path) -> None:
             pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
         pytest.skip(f"llama-server or the SmolLM2 GGUF absent: {exc}")
     spec = importlib.util.spec_from_file_location(
-        "random_gguf", Path(__file__).parents[1] / "scripts/gpu/random_gguf.py"
+        "random_gguf", Path(__file__).parents[2] / "scripts/gpu/random_gguf.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """One alignment mode — exact, superset(budget) or swap(budget, protect) — with one source of defaults,
 used alike by the index, its snapshots and the wrapper's configuration (the LoCoMo benchmark's use is
-tested in tests/test_locomo_bench.py)."""
+tested in tests/benchmarks/test_locomo.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ translation of the filters, :mod:`cp_memory.memory.admission`), then the three-v
 (hosted platform, other vector stores) only extras of entity-id-only scopes are read and checked.
 
 The evaluator cases below are the leaks an adversarial review found (the previous evaluator admitted each,
-mem0 excludes each); ``tests/test_memory_filters_differential.py`` compares both gates with real mem0 on
+mem0 excludes each); ``tests/memory/test_filters_differential.py`` compares both gates with real mem0 on
 random filters.
 """
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OLDEST = ROOT / ".venv" / "mem0-oldest"
 
 
@@ -49,10 +49,10 @@ def test_the_oldest_supported_mem0_passes_the_contract_and_scope_tests():
             "-x",
             "-p",
             "no:cacheprovider",
-            "tests/test_memory_contract.py",
-            "tests/test_memory_scope.py",
-            "tests/test_memory_filters.py",
-            "tests/test_memory_turns.py",
+            "tests/memory/test_contract.py",
+            "tests/memory/test_scope.py",
+            "tests/memory/test_filters.py",
+            "tests/memory/test_turns.py",
         ],
         env=env,
         capture_output=True,

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.mem0
 Q1 = "What does Caroline want to do for her career?"
 QB = "What does Melanie like to paint?"
 FA = {"user_id": A}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

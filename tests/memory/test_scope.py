@@ -4,7 +4,7 @@ Superset alignment (``extra_budget``) shows memories the query did not retrieve,
 prefixes. Each case below first caches prefixes that hold memories *outside* a narrower scope, then
 searches the narrower scope with a large superset budget, and checks that every memory shown is one mem0
 itself returns for those very filters. The second line of defence (every extra checked by the store and
-against the caller's whole filter set, tests/test_memory_filters.py) is tested here by planting foreign
+against the caller's whole filter set, tests/memory/test_filters.py) is tested here by planting foreign
 blocks in a scope's own index.
 """
 

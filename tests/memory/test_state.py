@@ -23,7 +23,7 @@ from cp_memory.core.scope import Scope, scope_of
 from cp_memory.memory.config import ContextPilotConfig
 from cp_memory.memory.state import ScopeStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALICE = scope_of({"user_id": "alice"})
 
 
