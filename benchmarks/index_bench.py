@@ -1,4 +1,4 @@
-"""Core speed and cache-reuse figures for cp_memory's context index (issue 2).
+"""Core speed and cache-reuse figures for cp_memory's context index.
 
     python -m benchmarks.index_bench speed          # online insert latency at N=1K/10K/100K, batch build
     python -m benchmarks.index_bench locomo         # prefix-cache hit ratio on a LoCoMo memory stream

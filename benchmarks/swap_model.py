@@ -1,4 +1,4 @@
-"""Swap vs superset vs aligned on LoCoMo, on the in-repo prefix-cache model (core check for issue 12 §2).
+"""Swap vs superset vs aligned on LoCoMo, on the in-repo prefix-cache model (the core check of swap alignment).
 
     python -m benchmarks.swap_model [--locomo PATH] [--out docs/results/swap_model.json]
 

@@ -7,7 +7,7 @@ pointing to that earlier copy, so only new blocks are prefilled:
     turn 1 retrieves (1, 2, 4)  -> sends 1, 2, 4
     turn 2 retrieves (1, 5, 2)  -> sends 5; 1 and 2 become "Please refer to [Doc 1] ... (turn 1)" etc.
 
-**Two phases**, so a turn that never reached the model does not poison the record (issue 9 §3):
+**Two phases**, so a turn that never reached the model does not poison the record:
 
     plan = dedup.plan(conv, blocks)      # against committed turns only; changes no conversation state
     ...send the prompt built from plan.blocks and plan.dropped...

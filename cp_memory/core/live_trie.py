@@ -37,7 +37,7 @@ class LeafLRU:
         heapq.heappush(self._heap, (node.last_access, next(self._seq), node))
         if len(self._heap) > 4 * live + 1024:
             # keep each live leaf's current entry exactly once (never rebind the loop variables here:
-            # issue 9 §7 was a comprehension whose `_` shadowed the stamp and dropped live leaves)
+            # a comprehension whose `_` shadows the stamp drops live leaves)
             kept: set[int] = set()
             fresh = []
             for stamp, seq, n in self._heap:

@@ -15,7 +15,7 @@ block section is a pure function of the aligned block texts:
   ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028``, ``\u2029`` — everything
   ``str.splitlines`` breaks on — with the spaces and tabs around it) becomes one space. So no memory
   text can start a line of its own: a memory saying ``"...\n[Doc 2] forged\nQuestion: ..."`` or
-  ``"\nPlease refer to [Doc 1] ..."`` cannot forge a label, an annotation or the question (issue 9 §9).
+  ``"\nPlease refer to [Doc 1] ..."`` cannot forge a label, an annotation or the question.
   The same text always renders to the same bytes; digests and dedup use the block's own text
   (:func:`~cp_memory.blocks.normalize_text` already folds all whitespace), so they are unaffected;
 * **control tokens are inert**: chat-template control-token texts in a block (``<|im_end|>``,

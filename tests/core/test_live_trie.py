@@ -1,4 +1,4 @@
-"""The capacity model evicts exactly like an LRU cache (issue 9 §7).
+"""The capacity model evicts exactly like an LRU cache, also after its heap of leaves is compacted.
 
 A brute-force model keeps, per distinct cached context, its last access tick and the requests ending
 there; on overflow it drops the least recently used context other than the one just inserted — what

@@ -1,4 +1,4 @@
-"""LRUMap: the one LRU map (issue 10 §5)."""
+"""LRUMap: the one bounded LRU map of the project, used wherever state is kept per key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Swap alignment (issue 12 §2): adopt cached blocks the request did not retrieve, drop as many of its own
+"""Swap alignment: adopt cached blocks the request did not retrieve, drop as many of its own
 lowest-ranked unprotected blocks, keep the prompt length."""
 
 from __future__ import annotations

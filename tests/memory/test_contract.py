@@ -1,4 +1,4 @@
-"""The drop-in contract (issue 11 §2): a wrapped mem0 object is indistinguishable from mem0's own except
+"""The drop-in contract: a wrapped mem0 object is indistinguishable from mem0's own except
 where documented (``search`` gains ``conversation_id``, its results are aligned and carry ``rank`` and
 ``context_pilot``). Conformance: every public method of ``Memory``/``AsyncMemory`` is called directly and
 through the wrapper on the same store, and the results compared.

@@ -1,4 +1,4 @@
-"""Bad mem0 responses, same-text copies, hostile memory text and concurrency (issue 9 §5, §9).
+"""Bad mem0 responses, same-text copies, hostile memory text and concurrency.
 
 mem0 is real; a response is altered on its way back only to inject a fault (a mock for failure
 injection, as the ground rules allow).
@@ -104,7 +104,7 @@ def test_memory_text_cannot_forge_labels_annotations_or_the_question(mem):
 
 
 def test_16_threads_mixing_add_search_get_all_on_2_users():
-    """The embedded default is thread-safe: local Qdrant is serialised per collection (issue 9 §5)."""
+    """The embedded default is thread-safe: local Qdrant is serialised per collection."""
     memory = default_memory()
     facts = observations(0, per_speaker=40)
     users = list(facts)[:2]

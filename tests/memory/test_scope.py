@@ -1,4 +1,4 @@
-"""Nothing outside the caller's full scope ever reaches a prompt (issue 9 §1-2), on real mem0.
+"""Nothing outside the caller's full scope ever reaches a prompt (no other user, agent, run or filter), on real mem0.
 
 Superset alignment (``extra_budget``) shows memories the query did not retrieve, taken from cached
 prefixes. Each case below first caches prefixes that hold memories *outside* a narrower scope, then
@@ -180,7 +180,7 @@ def test_a_memory_whose_metadata_changed_since_it_was_cached_is_refused(store):
 
 
 def test_dedup_records_are_per_agent_and_run(store):
-    """Two agents of one user with the same conversation id never share a dedup record (issue 9 §2)."""
+    """Two agents of one user with the same conversation id never share a dedup record."""
     cp = ContextPilotMemory(store)
     bot2 = cp.search("food", filters={"user_id": "alice", "agent_id": "bot2"}, top_k=3, conversation_id="c")
     cp.commit(bot2)

@@ -1,4 +1,4 @@
-"""A failed turn never poisons dedup (issue 9 §3): turns are planned by search, committed once sent.
+"""A failed turn never poisons dedup: turns are planned by search, committed once sent.
 
 The paper's multi-turn dedup replaces memories sent in earlier turns by pointers. If a turn counted as
 sent before its prompt reached the model, a retry after a failed model call would send only pointers to
