@@ -242,7 +242,7 @@ async def test_async_client_wrapper():
 
 def test_every_method_is_async_exactly_where_the_clients_is():
     """``async def`` stays ``async def`` (delete_all and reset were plain functions returning a coroutine)."""
-    from tests.test_memory_contract import assert_same_coroutine_kinds
+    from tests.memory.test_contract import assert_same_coroutine_kinds
 
     assert_same_coroutine_kinds(ContextPilotMemoryClient, MemoryClient)
     assert_same_coroutine_kinds(AsyncContextPilotMemoryClient, AsyncMemoryClient)
