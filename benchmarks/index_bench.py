@@ -1,11 +1,11 @@
-"""Core speed and cache-reuse figures for cp_memory's context index (issue 2).
+"""Core speed and cache-reuse figures for cp_memory's context index.
 
     python -m benchmarks.index_bench speed          # online insert latency at N=1K/10K/100K, batch build
     python -m benchmarks.index_bench locomo         # prefix-cache hit ratio on a LoCoMo memory stream
     python -m benchmarks.index_bench spans          # what span-level dedup saves (off by default)
     python -m benchmarks.index_bench                # speed and locomo
 
-Hit ratios come from :class:`cp_memory.cache_model.BlockPrefixCache` (vLLM-style chained 16-token blocks,
+Hit ratios come from :class:`benchmarks.common.cache_model.BlockPrefixCache` (vLLM-style chained 16-token blocks,
 LRU, regex tokens): machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
 """
 
@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.locomo import load_locomo
 from benchmarks.locomo.metrics import percentile
-from cp_memory.annotations import doc_label, order_annotation
-from cp_memory.blocks import ContextBlock
-from cp_memory.cache_model import BlockPrefixCache
-from cp_memory.dedup import Deduplicator
-from cp_memory.index import ContextIndex
-from cp_memory.locomo import load_locomo
-from cp_memory.render import render_context
+from cp_memory.core.annotations import doc_label, order_annotation
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.render import render_context
 
 from .retrieval import TfidfRetriever
 

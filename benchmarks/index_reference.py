@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.locomo.metrics import percentile
-from cp_memory.index import ContextIndex
+from cp_memory.core.index import ContextIndex
 
 from .index_bench import _git_commit, _machine, zipf_contexts
 

@@ -43,9 +43,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common.locomo import LocomoNotFound, find_locomo  # noqa: E402
 from benchmarks.locomo.metrics import percentile  # noqa: E402 - the one percentile convention
 from cp_memory.embedded import set_offline_env  # noqa: E402
-from cp_memory.locomo import LocomoNotFound, find_locomo  # noqa: E402
 
 set_offline_env()
 

@@ -1,10 +1,10 @@
-"""Swap vs superset vs aligned on LoCoMo, on the in-repo prefix-cache model (core check for issue 12 §2).
+"""Swap vs superset vs aligned on LoCoMo, on the in-repo prefix-cache model (the core check of swap alignment).
 
     python -m benchmarks.swap_model [--locomo PATH] [--out docs/results/swap_model.json]
 
 Same workload as ``benchmarks.index_bench locomo``: per LoCoMo conversation, every question (category
 != 5) retrieves its top-k observations with a TF-IDF retriever; one ContextIndex per conversation; all
-prompts go through one :class:`~cp_memory.cache_model.BlockPrefixCache` (vLLM-style 16-token chained
+prompts go through one :class:`~benchmarks.common.cache_model.BlockPrefixCache` (vLLM-style 16-token chained
 blocks, 65,536 tokens, LRU, regex tokens). Machine-independent: hit ratio, prompt and prefilled tokens
 (relative to the baseline = retrieval order), and evidence recall (share of a question's coverable
 evidence dialogue ids carried by a memory in the prompt; uncoverable ids left out). Not the LoCoMo
@@ -20,9 +20,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from cp_memory.cache_model import BlockPrefixCache
-from cp_memory.index import ContextIndex
-from cp_memory.locomo import load_locomo
+from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.locomo import load_locomo
+from cp_memory.core.index import ContextIndex
 
 from .index_bench import render
 from .retrieval import TfidfRetriever

@@ -1,9 +1,9 @@
-"""``python -m benchmarks.vllm_fidelity PROMPTS``: does ``cp_memory.cache_model`` predict vLLM's cache hits?
+"""``python -m benchmarks.vllm_fidelity PROMPTS``: does ``benchmarks.common.cache_model`` predict vLLM's cache hits?
 
 Replays a LoCoMo prompt export (``python -m benchmarks.locomo ... --export-prompts PROMPTS``; any engine,
 ``--engine model-cache`` makes it in seconds) on vLLM — launched here (:class:`~cp_memory.engine.VLLMServer`,
 CPU build) or at ``--engine-url`` — in the export's order with its cache flushes, and serves the same
-token ids (vLLM's own ``/tokenize``) to :class:`~cp_memory.cache_model.BlockPrefixCache` with vLLM's
+token ids (vLLM's own ``/tokenize``) to :class:`~benchmarks.common.cache_model.BlockPrefixCache` with vLLM's
 block size and KV-cache capacity. Per request: vLLM's ``cached_tokens`` against the model's. Writes
 ``<out>/vllm_fidelity.{json,md}``: the agreement, the gap of every disagreeing request and its class.
 
@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.cache_model import BlockPrefixCache
 from benchmarks.locomo.export import join_lines, load_prompts
-from cp_memory.cache_model import BlockPrefixCache
 from cp_memory.engine import EngineClient
 
 logger = logging.getLogger("benchmarks.vllm_fidelity")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     summary = summarize(rows)
     header = (
-        f"vLLM vs cp_memory.cache_model (BlockPrefixCache, block {block}, capacity "
+        f"vLLM vs benchmarks.common.cache_model (BlockPrefixCache, block {block}, capacity "
         f"{capacity if capacity is not None else 'unbounded'} tokens) on {a.prompts}: per request, cached tokens."
     )
     out = Path(a.out)

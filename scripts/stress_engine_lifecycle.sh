@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the kill-the-owner engine test many times in a row and report how many runs passed.
-# Issue 9 §4: it must pass 50/50 (it used to fail about one run in three on 2 cores). Not run in
+# Engines must never outlive their owner: it must pass 50/50 (it used to fail about one run in three on 2 cores). Not run in
 # CI, which keeps one run of the test; takes ~10 s a run on 2 shared cores.
 #
 #     scripts/stress_engine_lifecycle.sh [RUNS]          # default 50

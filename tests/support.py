@@ -4,7 +4,7 @@ Locally a missing prerequisite (the llama-server binary, the LoCoMo file, an opt
 with the reason. In CI it must fail instead, so nothing is skipped silently: ``.ci/run`` sets
 ``CP_MEMORY_STRICT=1`` (``CP_MEMORY_REQUIRE_ENGINE=1``, its older name, means the same).
 
-The LoCoMo file is found like the library finds it (:func:`cp_memory.locomo.find_locomo`): the one
+The LoCoMo file is found like the benchmarks find it (:func:`benchmarks.common.locomo.find_locomo`): the one
 environment variable is ``CP_MEMORY_LOCOMO``, else ``../shared/data/locomo10.json``.
 """
 
@@ -30,7 +30,7 @@ def missing(reason: str) -> NoReturn:
 
 def locomo_file() -> Path:
     """The LoCoMo file, or skip/fail with where to get it."""
-    from cp_memory.locomo import LocomoNotFound, find_locomo
+    from benchmarks.common.locomo import LocomoNotFound, find_locomo
 
     try:
         return find_locomo()

@@ -1,57 +1,188 @@
-"""docs/ARCHITECTURE.md stays true: every module it names imports, and every module of the package is named.
+"""docs/ARCHITECTURE.md stays true: the floors hold, every module is on the map, every module it names imports.
 
-Modules behind an optional extra that is not installed are skipped by name (their extra is listed).
+The floors are checked by parsing every module's imports (``ast``), so they hold without the optional
+extras installed; only the test that imports the named modules needs them (a module whose extra is missing
+is skipped, or fails in strict mode: tests/support.py).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
-import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-import cp_memory
+from tests.support import missing
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
-NAMED = sorted(set(re.findall(r"`(cp_memory(?:\.[a-z_0-9]+)+)`", DOC.read_text())))
-OPTIONAL = {  # module -> the import its extra provides
-    "cp_memory.integrations.langgraph": "langgraph",
-    "cp_memory.integrations.llamaindex": "llama_index.memory.mem0",
-    "cp_memory.integrations.openai_agents": "agents",
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cp_memory"
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+TEXT = DOC.read_text()
+NAMED = sorted(set(re.findall(r"`(cp_memory(?:\.[a-z_0-9]+)+)`", TEXT)))
+
+#: imports allowed between different packages on one floor (importer's package, imported package)
+SIDEWAYS = {
+    # the providers' request builders cut the integrations' chat message, byte for byte; the
+    # integrations' provider settings call the request builders
+    ("cp_memory.providers", "cp_memory.integrations"),
+    ("cp_memory.integrations", "cp_memory.providers"),
 }
+#: the public re-exports: users import them, code inside the package imports where things live
+FRONT = {"cp_memory", "cp_memory.render", "cp_memory.special_tokens"}
+#: what the floor-0 modules may import besides the standard library and themselves
+FLOOR0_THIRD_PARTY = {"numpy", "scipy"}
 
 
-def all_modules() -> set[str]:
-    out = set()
-    for info in pkgutil.walk_packages(cp_memory.__path__, "cp_memory."):
-        if not info.name.rsplit(".", 1)[-1].startswith("__"):
-            out.add(info.name)
+def _floors() -> dict[str, int]:
+    """The "Floors" table of docs/ARCHITECTURE.md: module or package prefix -> floor."""
+    section = TEXT.split("## Floors", 1)[1].split("\n## ", 1)[0]
+    floors = {}
+    for number, names in re.findall(r"^\| (\d) \| (.+?) \|", section, flags=re.M):
+        for name in re.findall(r"`(cp_memory(?:\.[a-z_0-9]+)*)`", names):
+            floors[name] = int(number)
+    assert floors, "docs/ARCHITECTURE.md has no Floors table"
+    return floors
+
+
+FLOORS = _floors()
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package, found on disk (importing nothing)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
     return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in the module, relative ones resolved; ``from x import y``
+    yields ``x.y`` when that is a module of the package, else ``x``."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((node.lineno, sub if sub in MODULES else target))
+    return found
+
+
+def _floor(module: str) -> tuple[str, int]:
+    """The Floors entry a module falls under (the longest prefix; ``cp_memory`` only for itself)."""
+    if module == "cp_memory":
+        return module, FLOORS[module]
+    best = max((p for p in FLOORS if p != "cp_memory" and (module == p or module.startswith(p + "."))), key=len)
+    return best, FLOORS[best]
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _internal_imports() -> list[tuple[str, int, str]]:
+    return [
+        (name, line, target)
+        for name, path in MODULES.items()
+        for line, target in _imports(name, path)
+        if target == "cp_memory" or target.startswith("cp_memory.")
+    ]
+
+
+def test_every_module_is_on_the_floors():
+    unplaced = []
+    for name in MODULES:
+        try:
+            _floor(name)
+        except ValueError:
+            unplaced.append(name)
+    assert unplaced == [], f"modules on no floor of docs/ARCHITECTURE.md: {unplaced}"
+
+
+def test_no_module_imports_a_higher_floor():
+    """core <- embedded / engine / providers <- memory <- agents / integrations (docs/ARCHITECTURE.md)."""
+    wrong = []
+    for name, line, target in _internal_imports():
+        (_, mine), (_, theirs) = _floor(name), _floor(target)
+        if theirs > mine:
+            wrong.append(f"{name}:{line} imports {target} (floor {mine} imports floor {theirs})")
+        elif theirs == mine and _package(name) != _package(target):
+            if (_package(name), _package(target)) not in SIDEWAYS:
+                wrong.append(f"{name}:{line} imports {target} (another package on floor {mine})")
+    assert wrong == []
+
+
+def test_the_package_imports_the_core_where_it_lives_never_its_public_re_exports():
+    wrong = [f"{name}:{line} imports {target}" for name, line, target in _internal_imports() if target in FRONT]
+    assert wrong == []
+
+
+def test_floor_zero_needs_only_the_standard_library_numpy_and_scipy():
+    allowed = set(sys.stdlib_module_names) | FLOOR0_THIRD_PARTY | {"cp_memory", "__future__"}
+    wrong = [
+        f"{name}:{line} imports {target}"
+        for name, path in MODULES.items()
+        if _floor(name)[1] == 0
+        for line, target in _imports(name, path)
+        if target.split(".")[0] not in allowed
+    ]
+    assert wrong == []
+
+
+def test_the_package_never_imports_the_benchmarks_or_the_tests():
+    wrong = [
+        f"{name}:{line} imports {target}"
+        for name, path in MODULES.items()
+        for line, target in _imports(name, path)
+        if target.split(".")[0] in ("benchmarks", "tests")
+    ]
+    assert wrong == []
+
+
+def test_every_module_is_on_the_map():
+    missing_ = sorted(set(MODULES) - set(NAMED) - {"cp_memory"})
+    assert missing_ == [], f"modules missing from docs/ARCHITECTURE.md: {missing_}"
+
+
+def test_the_map_names_only_modules_that_exist():
+    gone = sorted(n for n in NAMED if n not in MODULES)
+    assert gone == [], f"docs/ARCHITECTURE.md names modules that do not exist: {gone}"
 
 
 @pytest.mark.parametrize("name", NAMED)
 def test_every_named_module_imports(name):
-    if name in OPTIONAL:
-        pytest.importorskip(OPTIONAL[name])
-    importlib.import_module(name)
-
-
-def test_every_module_is_on_the_map():
-    missing = sorted(all_modules() - set(NAMED))
-    assert missing == [], f"modules missing from docs/ARCHITECTURE.md: {missing}"
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and not exc.name.startswith("cp_memory"):
+            missing(f"{name} needs an optional extra: {exc}")
+        raise
 
 
 def test_the_core_imports_no_io_stack():
     """The core needs only numpy and scipy: importing it must not pull mem0, httpx or pydantic."""
-    import subprocess
-    import sys
-
+    core = sorted(n for n in MODULES if _floor(n)[1] == 0 or n in FRONT)
     code = (
-        "import sys, cp_memory, cp_memory.render, cp_memory.scope, cp_memory.cache_model\n"
+        f"import importlib, sys\nfor m in {core!r}: importlib.import_module(m)\n"
         "heavy = [m for m in ('mem0', 'httpx', 'pydantic', 'torch', 'qdrant_client') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""

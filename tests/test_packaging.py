@@ -1,4 +1,4 @@
-"""Packaging: the wheel installs only ``cp_memory`` and lives next to the OpenAI Agents SDK (issue 11 §1).
+"""Packaging: the wheel installs only ``cp_memory`` and lives next to the OpenAI Agents SDK.
 
 ``openai-agents`` installs a top-level ``agents`` package. cp-memory's Chain-of-Agents used to install
 one too, so whichever was installed last silently replaced the other's ``agents/__init__.py``. The

@@ -35,3 +35,16 @@ def test_mem0_example_runs():
     assert "Bob" not in printed  # another user's memory never shows up
     assert printed.rstrip().splitlines()[-1].count("in the previous conversation (turn 1)") >= 1
     assert "Question: Where does Alice live?\nAnswer:" in printed
+
+
+def test_every_python_example_runs_as_written(tmp_path, monkeypatch):
+    """Each ```python block of the README runs in a fresh namespace, in an empty folder (a newcomer's)."""
+    from tests.mem0_fixtures import require_mem0
+
+    require_mem0()
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    for i, code in enumerate(blocks, start=1):
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, f"README-python-{i}", "exec"), {})

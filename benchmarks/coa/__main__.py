@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import workers as engines
-from cp_memory.blocks import ContextBlock
+from benchmarks.common.locomo import load_locomo
+from cp_memory.core.blocks import ContextBlock
 from cp_memory.engine import (
     EngineClient,
     LlamaServer,
@@ -40,7 +41,6 @@ from cp_memory.engine import (
     smollm2_model_path,
 )
 from cp_memory.engine.router import SGLangRouter
-from cp_memory.locomo import load_locomo
 
 from .arms import ARMS, Arm, parse_arm, parse_overrides
 from .report import markdown, plot, summarize

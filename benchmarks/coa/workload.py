@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.locomo import Conversation
+from benchmarks.common.locomo import Conversation
+from cp_memory.core.blocks import ContextBlock
 
 from ..locomo.metrics import token_f1
 from ..retrieval import TfidfRetriever

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cp_memory.locomo import Conversation, load_locomo
+from benchmarks.common.locomo import Conversation, load_locomo
 
 __all__ = ["ANSWER_MODES", "Chat", "TurnRecord", "count_shown", "fixed_answer", "load_workload"]
 

@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records += recs
         accounts[providers[0]] = acc
     else:
-        target = "local server applying the documented cache rules (cp_memory.provider_cache)"
+        target = "local server applying the documented cache rules (benchmarks.common.provider_cache)"
         with ProviderServer(step_s=args.step_s) as server:
             for provider in providers:
                 base = server.url + ("/v1" if provider == "openai" else "")

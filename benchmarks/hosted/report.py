@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cp_memory.provider_rules import OPENAI_MIN_TOKENS
+from cp_memory.providers.rules import OPENAI_MIN_TOKENS
 
 from .run import Record
 

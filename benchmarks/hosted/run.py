@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cp_memory.provider_rules import default_prices
 from cp_memory.providers import (
     CacheUsage,
     PromptCacheKeys,
@@ -35,6 +34,7 @@ from cp_memory.providers import (
     read_usage,
 )
 from cp_memory.providers.account import call_cost
+from cp_memory.providers.rules import default_prices
 
 from .prompts import SYSTEMS, mem0_system, tools_for
 from .workload import Searched, Workload, fixed_answer

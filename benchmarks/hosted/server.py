@@ -1,5 +1,5 @@
 """A local stand-in for the OpenAI and Anthropic APIs (127.0.0.1 only) that applies the providers' documented
-cache rules (:mod:`cp_memory.provider_cache`) and answers in their shapes, streamed or not.
+cache rules (:mod:`benchmarks.common.provider_cache`) and answers in their shapes, streamed or not.
 
 ``POST /v1/chat/completions`` (OpenAI Chat Completions, ``stream`` + ``stream_options.include_usage``) and
 ``POST /v1/messages`` (Anthropic Messages, SSE ``message_start`` ... ``message_delta`` ... ``message_stop``).
@@ -21,10 +21,10 @@ from collections.abc import Callable, Hashable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cp_memory.cache_model import regex_tokens
-from cp_memory.provider_cache import AnthropicPromptCache, CacheBlock, OpenAIPromptCache
-from cp_memory.provider_rules import anthropic_min_tokens
+from benchmarks.common.cache_model import regex_tokens
+from benchmarks.common.provider_cache import AnthropicPromptCache, CacheBlock, OpenAIPromptCache
 from cp_memory.providers.anthropic import block_texts
+from cp_memory.providers.rules import anthropic_min_tokens
 
 __all__ = ["ANSWER", "ProviderServer", "default_tokenizer"]
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cp_memory.blocks import text_digest
-from cp_memory.locomo import Conversation, load_locomo
+from benchmarks.common.locomo import Conversation, load_locomo
+from cp_memory.core.blocks import text_digest
 
 __all__ = ["SWAP_BUDGET", "SWAP_PROTECT", "Searched", "Workload", "build_workload", "fixed_answer"]
 

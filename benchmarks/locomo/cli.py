@@ -18,7 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cp_memory.alignment_mode import DEFAULT_PROTECT
+from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 
 from .ingest import MEMORY_SOURCES
 from .model_cache import CACHE_POLICIES
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "vllm: vLLM's OpenAI server launched here (CPU build or GPU; --model as for llama, or a HF "
         "folder/id); "
         "sglang: SGLang launched here (GPU, --model); model-cache: no LLM, "
-        "cp_memory.cache_model hit ratios only",
+        "benchmarks.common.cache_model hit ratios only",
     )
     e.add_argument("--engine-url", metavar="URL", help="use a running OpenAI-compatible server instead")
     e.add_argument(

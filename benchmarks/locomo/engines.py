@@ -9,7 +9,7 @@
 ``openai-compatible`` any server at ``--engine-url`` (SGLang, vLLM, llama.cpp ...)   ``/flush_cache`` (SGLang),
                                                                                    ``/reset_prefix_cache`` (vLLM);
                                                                                    llama.cpp: slots erased only
-``model-cache``     no LLM: ``cp_memory.cache_model`` scores prompts (.model_cache)   a new cache object
+``model-cache``     no LLM: ``benchmarks.common.cache_model`` scores prompts (.model_cache)   a new cache object
 ==================  =============================================================  ======================
 
 The HTTP engines (``llama.cpp``, ``sglang``, ``openai-compatible``) are in :mod:`.http_engines`, the

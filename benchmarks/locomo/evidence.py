@@ -4,7 +4,7 @@ LoCoMo lists, for every question, the dialogue turns that answer it (``evidence`
 every observation names the turn(s) it was derived from. A memory *covers* an evidence id when it was
 derived from that turn. For one prompt:
 
-* ``evidence``     — the question's evidence ids (normalized: :func:`cp_memory.locomo.evidence_ids`);
+* ``evidence``     — the question's evidence ids (normalized: :func:`benchmarks.common.locomo.evidence_ids`);
 * ``coverable``    — those that at least one of the user's memories covers (the rest cannot be in any
                      prompt: they are reported as the uncoverable share and left out of the denominator);
 * ``hit``          — coverable ids covered by a memory the prompt carries (blocks shown, plus memories
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cp_memory.locomo import evidence_ids
+from benchmarks.common.locomo import evidence_ids
 
 logger = logging.getLogger(__name__)
 

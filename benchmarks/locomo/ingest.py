@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cp_memory.locomo import Conversation, evidence_ids
+from benchmarks.common.locomo import Conversation, evidence_ids
 
 logger = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
-"""The model-cache engine: no LLM, every prompt served by :mod:`cp_memory.cache_model` (deterministic,
+"""The model-cache engine: no LLM, every prompt served by :mod:`benchmarks.common.cache_model` (deterministic,
 machine-independent hit ratios; TTFT, answers and F1 are n/a)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cp_memory.cache_model import BlockPrefixCache, LlamaServerCache, PrefixCacheModel
+from benchmarks.common.cache_model import BlockPrefixCache, LlamaServerCache, PrefixCacheModel
 
 from .engines import BenchEngine, Reply, messages_text
 
@@ -18,7 +18,7 @@ CACHE_POLICIES = ("radix", "llama.cpp")
 def make_cache_model(
     policy: str = "radix", *, capacity_tokens: int | None = 65_536, block_size: int = 16
 ) -> PrefixCacheModel:
-    """A fresh :mod:`cp_memory.cache_model` cache: ``radix`` (SGLang/vLLM: chained blocks of ``block_size``
+    """A fresh :mod:`benchmarks.common.cache_model` cache: ``radix`` (SGLang/vLLM: chained blocks of ``block_size``
     tokens, LRU over ``capacity_tokens``) or ``llama.cpp`` (one slot + host prompt cache of
     ``capacity_tokens``). Both on regex tokens (no tokenizer needed)."""
     if policy == "radix":
@@ -29,14 +29,14 @@ def make_cache_model(
 
 
 class ModelCacheEngine(BenchEngine):
-    """No LLM: every prompt is served by :mod:`cp_memory.cache_model` (deterministic, machine-independent).
+    """No LLM: every prompt is served by :mod:`benchmarks.common.cache_model` (deterministic, machine-independent).
     Gives the hit ratio only (regex tokens); TTFT, answers and F1 are n/a."""
 
     kind = "model-cache"
     measures_ttft = False
 
     def __init__(self, *, capacity_tokens: int = 65_536, policy: str = "radix", block_size: int = 16) -> None:
-        super().__init__(f"cp_memory.cache_model {policy} (no LLM)")
+        super().__init__(f"benchmarks.common.cache_model {policy} (no LLM)")
         self.capacity_tokens = capacity_tokens
         self.policy = policy
         self.block_size = block_size
@@ -62,5 +62,5 @@ class ModelCacheEngine(BenchEngine):
             "capacity_tokens": self.capacity_tokens,
             "policy": self.policy,
             "block_tokens": self.block_size if self.policy == "radix" else 1,
-            "note": "hit ratio from cp_memory.cache_model (regex tokens); no LLM, TTFT not measured",
+            "note": "hit ratio from benchmarks.common.cache_model (regex tokens); no LLM, TTFT not measured",
         }

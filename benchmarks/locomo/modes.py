@@ -37,10 +37,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cp_memory.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
-from cp_memory.distance import DEFAULT_ALPHA
+from cp_memory.core.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
+from cp_memory.core.distance import DEFAULT_ALPHA
+from cp_memory.core.render import render_context
 from cp_memory.memory import ContextPilotMemory
-from cp_memory.render import render_context
 
 logger = logging.getLogger(__name__)
 

@@ -92,7 +92,7 @@ def pareto_plot(
     """Prefilled tokens (vs baseline) against evidence recall, one panel per k, one point per mode.
 
     Modes at the same point share one label; hollow markers: the prompt is longer than the baseline's. The
-    shaded box is the aim of issue 12 §2 (prefill <= ``aim_prefill`` x baseline, recall within
+    shaded box is swap alignment's aim (prefill <= ``aim_prefill`` x baseline, recall within
     ``aim_recall_drop`` of the baseline's)."""
     pts = [s for s in summaries if s.prefill_vs_baseline is not None and s.evidence_recall is not None]
     ks = list(dict.fromkeys(s.k for s in pts))

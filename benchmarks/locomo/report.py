@@ -88,7 +88,7 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
             else "one slot + host prompt cache"
         )
         lines.append(
-            f"- **no LLM ran**: hit ratios come from cp_memory.cache_model ({policy}: regex tokens, "
+            f"- **no LLM ran**: hit ratios come from benchmarks.common.cache_model ({policy}: regex tokens, "
             f"{shape}); TTFT, answers and F1 are n/a"
         )
     lines += [

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cp_memory.alignment_mode import DEFAULT_PROTECT
-from cp_memory.locomo import Conversation, load_locomo
+from benchmarks.common.locomo import Conversation, load_locomo
+from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 
 from .engines import WARMUP_PROMPT, BenchEngine, slug
 from .export import PromptExport

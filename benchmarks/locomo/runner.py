@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cp_memory.alignment_mode import DEFAULT_PROTECT
-from cp_memory.locomo import QA, Conversation
-from cp_memory.render import build_messages, build_prompt
+from benchmarks.common.locomo import QA, Conversation
+from cp_memory.core.alignment_mode import DEFAULT_PROTECT
+from cp_memory.core.render import build_messages, build_prompt
 
 from .engines import BenchEngine, Reply
 from .evidence import EvidenceIndex

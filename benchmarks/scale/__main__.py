@@ -23,12 +23,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks import workers as engines
+from benchmarks.common.locomo import load_locomo
 from benchmarks.locomo.cli import select_conversations
 from benchmarks.locomo.ingest import ingest, make_memory
 from benchmarks.locomo.modes import CachedSearch, parse_top_k
 from benchmarks.locomo.runner import select_questions
 from cp_memory.engine.router import SGLangRouter
-from cp_memory.locomo import load_locomo
 
 from .dispatch import ROUTERS, make_dispatcher, replicas
 from .report import markdown, plot, summarize

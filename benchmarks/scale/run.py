@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from benchmarks.common.locomo import QA
 from benchmarks.locomo.modes import CachedSearch, KSpec, ModeBuilder
 from benchmarks.locomo.runner import PROMPT_TEMPLATE
-from cp_memory.locomo import QA
-from cp_memory.render import build_prompt
+from cp_memory.core.render import build_prompt
 
 from .dispatch import Dispatcher
 

@@ -16,7 +16,7 @@ Reuse comes from three pieces:
   before, so recurring documents give byte-identical segments;
 * :class:`~cp_memory.agents.routing.AgentRouter` sends each segment to the worker whose engine cache holds it;
 * in a conversation (``conversation_id``), documents already processed in an earlier turn are not sent
-  again (:class:`cp_memory.dedup.Deduplicator`): a location annotation (``Please refer to [Doc X] in the
+  again (:class:`cp_memory.core.dedup.Deduplicator`): a location annotation (``Please refer to [Doc X] in the
   previous conversation (turn 1).``) and the CU that turn ended with take their place, ahead of this
   turn's chain.
 
@@ -41,8 +41,8 @@ from collections.abc import Generator, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cp_memory.blocks import ContextBlock, text_digest
-from cp_memory.dedup import Deduplicator
+from cp_memory.core.blocks import ContextBlock, text_digest
+from cp_memory.core.dedup import Deduplicator
 
 from .config import ChainConfig, config_fields
 from .conversation import Conversations

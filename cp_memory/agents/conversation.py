@@ -1,7 +1,7 @@
 """Multi-turn Chain-of-Agents: which documents a turn still sends, and what it says about the others.
 
 In a conversation (``conversation_id``), documents a committed earlier turn already processed are not
-sent again (:class:`cp_memory.dedup.Deduplicator`, two-phase). In their place the first worker's
+sent again (:class:`cp_memory.core.dedup.Deduplicator`, two-phase). In their place the first worker's
 "previous summary" carries the CU each referenced earlier turn ended with and the location annotations:
 
     Summary of the previous conversation (turn 1): <final CU of turn 1>
@@ -19,14 +19,14 @@ import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from cp_memory.annotations import (
+from cp_memory.core.annotations import (
     LOCATION_TEMPLATE,
     SAME_TURN_TEMPLATE,
     location_annotation,
 )
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import Deduplicator, DedupResult
-from cp_memory.lru import LRUMap
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator, DedupResult
+from cp_memory.core.lru import LRUMap
 
 from .prompts import PRIOR_TURN_TEMPLATE
 from .segment import block_label

@@ -12,7 +12,7 @@ is the caller's own text and is left as given.
 
 from __future__ import annotations
 
-from cp_memory.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
+from cp_memory.core.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = [
     "MANAGER_TEMPLATE",

@@ -8,8 +8,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import DedupResult
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import DedupResult
 
 from .routes import Route, RouteReason
 from .segment import Segment

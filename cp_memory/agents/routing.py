@@ -2,7 +2,7 @@
 
 A pool of workers, each bound to one engine endpoint — a llama-server instance, an SGLang replica, or one
 slot of a server (an :class:`~cp_memory.engine.EngineClient` with ``extra_body={"id_slot": i}``). Each
-worker has its own :class:`~cp_memory.index.ContextIndex` modelling what its engine's prefix cache holds:
+worker has its own :class:`~cp_memory.core.index.ContextIndex` modelling what its engine's prefix cache holds:
 routed segments are inserted under the engine request id, least recently used ones are dropped once
 ``capacity_tokens`` is exceeded, and :meth:`AgentRouter.evict` syncs an eviction the engine reported.
 
@@ -52,8 +52,8 @@ import uuid
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from cp_memory.index import ContextIndex
-from cp_memory.lru import LRUMap
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.lru import LRUMap
 
 from .routes import (
     BalanceScope,

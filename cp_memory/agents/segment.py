@@ -9,7 +9,7 @@ can serve it from its engine's prefix cache.
 
 * a block is never split and never dropped (a block larger than the budget becomes a segment alone);
   a block repeated verbatim in the request (same id and text) is processed once;
-* segments are aligned with a :class:`~cp_memory.index.ContextIndex` over the segments built so far:
+* segments are aligned with a :class:`~cp_memory.core.index.ContextIndex` over the segments built so far:
   each new segment starts with the longest already-built segment prefix made only of the question's
   remaining blocks, then is filled (first fit) with the remaining blocks in the index's tail order
   (blocks more live segments contain first). Recurring document sets therefore yield byte-identical
@@ -30,10 +30,10 @@ import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from cp_memory.blocks import ContextBlock, estimate_tokens
-from cp_memory.index import ContextIndex
-from cp_memory.lru import LRUMap
-from cp_memory.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
+from cp_memory.core.blocks import ContextBlock, estimate_tokens
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.lru import LRUMap
+from cp_memory.core.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "block_label", "estimate_tokens", "render_segment"]
 
@@ -103,7 +103,7 @@ class Segmenter:
         budget_tokens: token budget of one worker's segment (the worker's context minus the prompt
             overhead: previous CU, question and instructions).
         token_len: callable text -> token count for blocks without ``tokens``; default
-            :func:`cp_memory.blocks.estimate_tokens` (the project's one chars/4 rule).
+            :func:`cp_memory.core.blocks.estimate_tokens` (the project's one chars/4 rule).
         index: the alignment index over built segments (default: a fresh ``ContextIndex`` with
             frequency tail order). Its ids are block keys ``(id, digest)``.
         max_segments: how many built segments the index remembers (oldest forgotten first).

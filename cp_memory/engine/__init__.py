@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..extras import requires
 
 with requires("engine", "cp_memory.engine"):  # httpx, tenacity
-    from ._server import running
+    from ._server import ServerStartError, running
     from .client import AsyncEngineClient, EngineClient
     from .deadline import Clock
     from .errors import (
@@ -34,7 +34,7 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
         random_model_path,
         smollm2_model_path,
     )
-    from .router import SGLangRouter, sglang_router_available
+    from .router import SGLangRouter, SGLangRouterUnavailable, sglang_router_available
     from .sglang import SGLangServer, SGLangUnavailable, sglang_available
     from .sse import CompletionResult
     from .vllm import VLLMModelError, VLLMServer, VLLMUnavailable, vllm_available
@@ -58,8 +58,10 @@ __all__ = [
     "RandomModelSpec",
     "SMOLLM2_135M",
     "SGLangRouter",
+    "SGLangRouterUnavailable",
     "SGLangServer",
     "SGLangUnavailable",
+    "ServerStartError",
     "VLLMModelError",
     "VLLMServer",
     "VLLMUnavailable",

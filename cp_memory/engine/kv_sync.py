@@ -1,4 +1,4 @@
-"""Keep :class:`~cp_memory.index.ContextIndex` requests in step with what the engine really holds.
+"""Keep :class:`~cp_memory.core.index.ContextIndex` requests in step with what the engine really holds.
 
 A :class:`KVCacheSync` listens to an engine's KV-cache events (:class:`~.kv_events.KVEventFeed`),
 mirrors its blocks (:class:`~.kv_mirror.BlockMirror`) and, for every request a caller *tracks* —
@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from ..index import ContextIndex
+from ..core.index import ContextIndex
 from .kv_events import AllBlocksCleared, BlockStored, EventBatch
 from .kv_mirror import BlockMirror, Presence
 

@@ -37,11 +37,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..blocks import normalize_text
-from ..config import ContextPilotConfig
-from ..lru import LRUMap
-from ..render import USER_TEMPLATE, context_of, one_line
-from ..special_tokens import DEFAULT_SPECIAL_TOKENS
+from ..core.blocks import normalize_text
+from ..core.lru import LRUMap
+from ..core.render import USER_TEMPLATE, context_of, one_line
+from ..core.special_tokens import DEFAULT_SPECIAL_TOKENS
+from ..memory.config import ContextPilotConfig
 
 __all__ = [
     "CHAT_CONFIG",

@@ -36,7 +36,7 @@ def openai_cache_kwargs(
 ) -> dict[str, Any]:
     """``{"prompt_cache_key": ..., "prompt_cache_retention": ...}`` (only what is set) for the scope of a
     search ``response`` (or ``filters``)."""
-    from ..provider_rules import OPENAI_RETENTIONS
+    from ..providers.rules import OPENAI_RETENTIONS
 
     if retention is not None and retention not in OPENAI_RETENTIONS:
         raise ValueError(f"retention must be one of {OPENAI_RETENTIONS} or None, got {retention!r}")

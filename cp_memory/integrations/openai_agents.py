@@ -35,9 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.lru import LRUMap
+from ..core.render import context_of
 from ..extras import requires
-from ..lru import LRUMap
-from ..render import context_of
 from .chat import ChatMemory, MemoryTurn
 
 with requires("openai-agents", "cp_memory.integrations.openai_agents"):

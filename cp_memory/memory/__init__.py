@@ -14,7 +14,7 @@
 
 Modules, one responsibility each (data flows top to bottom):
 
-* :mod:`.scope` — the full scope of a call (entity ids + other filter conditions) as a key;
+* :mod:`cp_memory.core.scope` — the full scope of a call (entity ids + other filter conditions) as a key;
 * :mod:`.calls` — the caller's arguments, read without changing them (local and hosted mem0 shapes);
 * :mod:`.state` — per-scope context indexes: LRU, snapshots (0600, atomic, malformed -> cold);
 * :mod:`.filters` — would mem0 return this memory for these filters? (superset/swap extras);
@@ -31,11 +31,11 @@ import os
 # mem0's classes): keep cp_memory's offline default unless the application chose otherwise.
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
+from ..core.scope import ENTITY_KEYS, Scope, scope_of
 from ..extras import requires
-from ..scope import ENTITY_KEYS, Scope, scope_of
 
 with requires("mem0", "cp_memory.memory"):  # mem0ai (and pydantic, tenacity with it)
-    from ..config import ContextPilotConfig
+    from .config import ContextPilotConfig
     from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
     from .wrappers import (
         AsyncContextPilotMemory,

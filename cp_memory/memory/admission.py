@@ -5,7 +5,7 @@ very filters once, but its payload may have changed since (tagged ``archived``, 
 with its text unchanged. mem0's public API cannot ask "which of these ids match these filters": memory ids
 are Qdrant point ids, not payload fields, so no filter names them, and ``get_all`` cannot be restricted to
 ids (it would read the whole scope). For mem0's Qdrant store — plain, serialised or partitioned
-(:mod:`cp_memory.local_qdrant`) — :func:`store_admission` therefore asks Qdrant itself, **once per search**:
+(:mod:`cp_memory.embedded.local_qdrant`) — :func:`store_admission` therefore asks Qdrant itself, **once per search**:
 one scroll over exactly the candidate ids, with mem0's own translation of the caller's filters
 (``Qdrant._create_filter``, the one ``get_all`` uses; ``search`` applies the same translation after merging
 top-level ``AND`` conditions, which can only drop conditions) ANDed to a ``HasIdCondition``. The answer holds
@@ -23,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..scope import ENTITY_KEYS
+from ..core.scope import ENTITY_KEYS
 
 __all__ = ["Admitted", "admitted_payloads", "direct_filters", "store_admission"]
 
@@ -71,7 +71,7 @@ def _unlocked(store: Any) -> Iterator[Any]:
 def _collections(vector_store: Any, filters: Mapping[str, Any]) -> list[contextlib.AbstractContextManager[Any]]:
     """Context managers yielding the stores a search with ``filters`` reads (holding their lock where the
     collection is shared with other threads)."""
-    from ..local_qdrant import SerialisedStore, UserPartitionedQdrant
+    from ..embedded.local_qdrant import SerialisedStore, UserPartitionedQdrant
 
     parts = vector_store.partitions_for(filters) if isinstance(vector_store, UserPartitionedQdrant) else [vector_store]
     return [part.held() if isinstance(part, SerialisedStore) else _unlocked(part) for part in parts]

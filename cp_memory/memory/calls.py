@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scope import Scope, scope_of
+from ..core.scope import Scope, scope_of
 
 __all__ = ["SearchCall", "hosted_call", "local_call", "valid_top_k"]
 

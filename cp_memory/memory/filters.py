@@ -27,7 +27,7 @@ from datetime import date, datetime, timezone
 from enum import Enum
 from typing import Any
 
-from ..scope import ENTITY_KEYS
+from ..core.scope import ENTITY_KEYS
 
 __all__ = ["StoredCopy", "Verdict", "admits", "evaluate", "is_expired"]
 

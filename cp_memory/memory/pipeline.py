@@ -24,14 +24,14 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..annotations import NUMBER_ORDER_TEMPLATE, block_label, grouped_locations, order_annotation, order_differs
-from ..blocks import ContextBlock, blocks_from_mem0, estimate_tokens
-from ..config import ContextPilotConfig
-from ..dedup import Deduplicator, DedupResult
-from ..index import Placement
-from ..render import render_context
-from ..scope import Scope
+from ..core.annotations import NUMBER_ORDER_TEMPLATE, block_label, grouped_locations, order_annotation, order_differs
+from ..core.blocks import ContextBlock, blocks_from_mem0, estimate_tokens
+from ..core.dedup import Deduplicator, DedupResult
+from ..core.index import Placement
+from ..core.render import render_context
+from ..core.scope import Scope
 from .calls import SearchCall
+from .config import ContextPilotConfig
 from .filters import StoredCopy, admits
 from .state import ScopeState, ScopeStore
 from .turns import Turns

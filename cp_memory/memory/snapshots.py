@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..scope import ENTITY_KEYS, Scope
+from ..core.scope import ENTITY_KEYS, Scope
 
 __all__ = ["SNAPSHOT_SUFFIX", "FileId", "SnapshotFolder", "SnapshotRead", "WriteResult", "snapshot_name"]
 

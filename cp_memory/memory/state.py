@@ -1,9 +1,9 @@
 """Per-scope state of the mem0 wrapper: one context index per full scope, LRU-bounded, snapshotted.
 
-* one :class:`~cp_memory.index.ContextIndex` per full scope, created on first use, at most ``max_scopes``
+* one :class:`~cp_memory.core.index.ContextIndex` per full scope, created on first use, at most ``max_scopes``
   in memory (LRU); an evicted scope with changes is snapshotted first;
 * every index — new or restored — aligns with the wrapper's configuration and nothing else: alpha, the
-  one :class:`~cp_memory.alignment_mode.AlignmentMode` (exact, superset or swap), capacity, tail order,
+  one :class:`~cp_memory.core.alignment_mode.AlignmentMode` (exact, superset or swap), capacity, tail order,
   linkage. A snapshot stores options too, but restoring passes every one of them, so neither an old
   snapshot nor a planted one can switch swap (or anything else) on;
 * persistence (``index_dir``) is :mod:`.snapshots`: unambiguous file names, defensive reads (only regular
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..clustering import DEFAULT_LINKAGE
-from ..config import ContextPilotConfig
-from ..index import ContextIndex
-from ..lru import LRUMap
-from ..scope import Scope
+from ..core.clustering import DEFAULT_LINKAGE
+from ..core.index import ContextIndex
+from ..core.lru import LRUMap
+from ..core.scope import Scope
+from .config import ContextPilotConfig
 from .snapshots import SNAPSHOT_SUFFIX, FileId, SnapshotFolder, snapshot_name
 
 __all__ = ["SNAPSHOT_SUFFIX", "ScopeState", "ScopeStore"]

@@ -18,9 +18,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..dedup import Deduplicator, DedupResult
-from ..lru import LRUMap
-from ..scope import Scope
+from ..core.dedup import Deduplicator, DedupResult
+from ..core.lru import LRUMap
+from ..core.scope import Scope
 from .state import ScopeState, ScopeStore
 
 __all__ = ["PendingTurn", "Turns"]

@@ -25,13 +25,13 @@ from typing import Any, ClassVar
 
 from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 
-from ..config import ContextPilotConfig
-from ..dedup import Deduplicator
-from ..index import ContextIndex
+from ..core.dedup import Deduplicator
+from ..core.index import ContextIndex
+from ..core.scope import ENTITY_KEYS, entity_ids, scope_of
 from ..providers.account import Savings, SavingsAccount
-from ..scope import ENTITY_KEYS, entity_ids, scope_of
 from .admission import store_admission
 from .calls import SearchCall, hosted_call, local_call
+from .config import ContextPilotConfig
 from .flow import adrive, drive, search_flow
 from .pipeline import SearchPipeline
 from .proxy import (
@@ -154,7 +154,7 @@ class _Wrapper(ForwardingProxy):
 
     @property
     def cp_config(self) -> ContextPilotConfig:
-        """This wrapper's :class:`~cp_memory.config.ContextPilotConfig` (``mem0``'s own is ``.config``)."""
+        """This wrapper's :class:`~cp_memory.memory.config.ContextPilotConfig` (``mem0``'s own is ``.config``)."""
         return self._cp_config
 
     @property
@@ -263,7 +263,7 @@ class ContextPilotMemory(_Wrapper, Memory):
     """A mem0 ``Memory`` whose ``search`` aligns, annotates and de-duplicates memories. Thread-safe.
 
     ``ContextPilotMemory(memory, config=ContextPilotConfig(...))`` or keyword options
-    (``ContextPilotMemory(memory, extra_budget=0.1)``); see :class:`~cp_memory.config.ContextPilotConfig`.
+    (``ContextPilotMemory(memory, extra_budget=0.1)``); see :class:`~cp_memory.memory.config.ContextPilotConfig`.
     Wrapping a hosted ``MemoryClient`` returns a :class:`ContextPilotMemoryClient`.
     """
 

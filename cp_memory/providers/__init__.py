@@ -1,7 +1,7 @@
 """Hosted LLM providers' prompt caches: shape cp_memory's prompts for them, read what they report, count it.
 
 cp_memory's layout (stable system and history first, memories late, dedup pointers) is what a provider's
-prefix cache rewards; this package adapts it to each provider's rules (:mod:`cp_memory.provider_rules`)
+prefix cache rewards; this package adapts it to each provider's rules (:mod:`cp_memory.providers.rules`)
 without any framework and without a network call of its own:
 
 ====================================================  =====================================================
@@ -34,7 +34,7 @@ _LAZY = {
     "read_usage": "cp_memory.providers.usage",
     "Counting": "cp_memory.providers.tokens",
     "default_counting": "cp_memory.providers.tokens",
-    "PriceRatios": "cp_memory.provider_rules",
+    "PriceRatios": "cp_memory.providers.rules",
     "PromptCacheKeys": "cp_memory.providers.openai",
     "openai_request": "cp_memory.providers.openai",
     "Savings": "cp_memory.providers.account",

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..provider_rules import PriceRatios, default_prices, openai_prices
+from .rules import PriceRatios, default_prices, openai_prices
 from .usage import CacheUsage, read_usage
 
 __all__ = ["Savings", "SavingsAccount"]
@@ -79,7 +79,7 @@ def call_cost(usage: CacheUsage, prices: PriceRatios) -> float:
 
 class SavingsAccount:
     """Running totals over calls. ``prices``: model name -> :class:`PriceRatios` (overrides the documented
-    defaults of :func:`cp_memory.provider_rules.default_prices`); ``log_every``: log the totals at INFO
+    defaults of :func:`cp_memory.providers.rules.default_prices`); ``log_every``: log the totals at INFO
     every that many calls (0: only when :meth:`log` is called)."""
 
     def __init__(self, prices: Mapping[str, PriceRatios] | None = None, *, log_every: int = 0) -> None:

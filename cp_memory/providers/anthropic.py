@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..provider_rules import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, anthropic_min_tokens
 from .layout import context_pieces, info_of
+from .rules import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, anthropic_min_tokens
 from .tokens import Counting, default_counting
 
 __all__ = ["AnthropicRequest", "Breakpoint", "anthropic_request", "block_texts", "count_breakpoints"]

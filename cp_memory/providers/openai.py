@@ -5,7 +5,7 @@ by a hash of about the first 256 tokens together with ``prompt_cache_key``, and 
 for one prefix and key the surplus overflows to machines that do not hold the prefix. Every request of an
 application starts with the same system prompt, so without a key all users share one routing group. With
 :class:`PromptCacheKeys` each scope (user, agent, run ids and every filter: cp_memory's
-:class:`~cp_memory.scope.Scope`) gets its own key, a keyed hash (HMAC-SHA256 with a per-application secret)
+:class:`~cp_memory.core.scope.Scope`) gets its own key, a keyed hash (HMAC-SHA256 with a per-application secret)
 of the scope: the same scope always maps to the same key, no raw id leaves the process, and without the
 secret nobody can tell which user a key belongs to or test a guess.
 
@@ -22,9 +22,9 @@ import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ..provider_rules import OPENAI_RETENTIONS
-from ..scope import Scope, scope_of
+from ..core.scope import Scope, scope_of
 from .layout import context_pieces, info_of
+from .rules import OPENAI_RETENTIONS
 
 __all__ = ["PromptCacheKeys", "openai_request"]
 

@@ -7,7 +7,7 @@ OpenAI's current models; for Claude, whose tokenizer is not public, it is a lowe
 (Claude's tokenizer yields more tokens than ``o200k_base`` for English text), which is the safe side: a
 breakpoint is only placed where the prefix certainly reaches the model's minimum.
 
-Without ``bpe-openai`` the count falls back to :func:`cp_memory.blocks.estimate_tokens` (about 4 characters
+Without ``bpe-openai`` the count falls back to :func:`cp_memory.core.blocks.estimate_tokens` (about 4 characters
 per token) with a safety ``margin`` of 1.25: a prefix must reach 1.25x the minimum by that estimate.
 Pass your own counter (``Counting("mine", fn)``) for exact counts of another tokenizer.
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..blocks import estimate_tokens
+from ..core.blocks import estimate_tokens
 
 __all__ = ["ESTIMATE_MARGIN", "Counting", "default_counting", "estimated_counting"]
 

@@ -19,7 +19,7 @@ from cp_memory.agents import (
     manager_prompt,
     worker_prompt,
 )
-from cp_memory.blocks import ContextBlock
+from cp_memory.core.blocks import ContextBlock
 from cp_memory.engine import EngineClient, EngineError
 
 from .conftest import AsyncFakeEngine, FakeEngine
@@ -380,7 +380,7 @@ class AsyncFlaky(AsyncFakeEngine):
 
 
 def test_a_failed_turn_is_rolled_back_so_the_retry_sends_the_documents_again():
-    """Issue 9 §3: the failed turn's documents were never read by a model; the retry must send them,
+    """The failed turn's documents were never read by a model; the retry must send them,
     not "Please refer to [Doc d0] in the previous conversation" pointers to a turn that never happened."""
     engine = Flaky("w0", failures=1)
     coa = ChainOfAgents(AgentRouter([engine]), segmenter=Segmenter(1000, token_len=words))

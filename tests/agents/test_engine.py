@@ -4,7 +4,7 @@ prefix cache and its cached_tokens are real)."""
 import pytest
 
 from cp_memory.agents import AgentRouter, ChainConfig, ChainOfAgents, CoAResult, RouteReason, Segmenter
-from cp_memory.blocks import ContextBlock
+from cp_memory.core.blocks import ContextBlock
 from tests.support import random_text
 
 pytestmark = pytest.mark.engine

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cp_memory.agents.segment import Segmenter, estimate_tokens, render_segment
-from cp_memory.blocks import ContextBlock
-from cp_memory.index import ContextIndex
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.index import ContextIndex
 
 
 def blk(i, n_words=10):
@@ -130,7 +130,7 @@ def test_control_tokens_in_documents_are_made_inert_in_segments():
 
 
 def test_the_segmenter_option_switches_it_off_or_extends_it():
-    from cp_memory.special_tokens import SpecialTokens
+    from cp_memory.core.special_tokens import SpecialTokens
 
     off = Segmenter(100, token_len=words, special_tokens=SpecialTokens(enabled=False))
     assert off.split([ContextBlock("r1", INJECTED)])[0].text == f"[Doc r1] {INJECTED}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 
-from cp_memory.index import ContextIndex
+from cp_memory.core.index import ContextIndex
 
 
 def live_orders(index: ContextIndex) -> list[tuple[Hashable, ...]]:

@@ -1,6 +1,6 @@
 """One alignment mode — exact, superset(budget) or swap(budget, protect) — with one source of defaults,
 used alike by the index, its snapshots and the wrapper's configuration (the LoCoMo benchmark's use is
-tested in tests/test_locomo_bench.py)."""
+tested in tests/benchmarks/test_locomo.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import inspect
 
 import pytest
 
-from cp_memory.alignment import DEFAULT_TAIL_ORDER, align_request
-from cp_memory.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
-from cp_memory.config import ContextPilotConfig
-from cp_memory.distance import DEFAULT_ALPHA
-from cp_memory.index import ContextIndex
+from cp_memory.core.alignment import DEFAULT_TAIL_ORDER, align_request
+from cp_memory.core.alignment_mode import DEFAULT_PROTECT, AlignmentKind, AlignmentMode
+from cp_memory.core.distance import DEFAULT_ALPHA
+from cp_memory.core.index import ContextIndex
+from cp_memory.memory.config import ContextPilotConfig
 
 
 def test_the_three_modes_and_their_flat_form():

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cp_memory.annotations import doc_label, location_annotation, order_annotation
-from cp_memory.blocks import ContextBlock, blocks_from_mem0, normalize_text
-from cp_memory.index import ContextIndex
+from cp_memory.core.annotations import doc_label, location_annotation, order_annotation
+from cp_memory.core.blocks import ContextBlock, blocks_from_mem0, normalize_text
+from cp_memory.core.index import ContextIndex
 
 
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=20, unique=True), st.randoms())
@@ -68,7 +68,7 @@ def test_context_block():
 
 
 def test_an_order_annotation_is_owed_only_when_the_prompt_order_is_not_the_ranking():
-    from cp_memory.annotations import order_differs
+    from cp_memory.core.annotations import order_differs
 
     assert not order_differs(["a", "b", "c"], ["a", "b", "c"])
     assert not order_differs(["a", "x", "b"], ["a", "b"])  # x not shown (a pointer): a, b still in rank order
@@ -76,7 +76,7 @@ def test_an_order_annotation_is_owed_only_when_the_prompt_order_is_not_the_ranki
 
 
 def test_the_numbered_style_puts_every_pointer_of_a_turn_on_one_line():
-    from cp_memory.annotations import block_label, grouped_locations
+    from cp_memory.core.annotations import block_label, grouped_locations
 
     assert (block_label(3), block_label(3, "number")) == ("[Doc 3]", "3.")
     assert grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3) == (

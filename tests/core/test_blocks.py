@@ -1,4 +1,4 @@
-"""The one mem0-result converter and the one token estimate (issue 10 §5, issue 9 §9)."""
+"""The one mem0-result converter and the one token estimate; duplicate ids in a mem0 response."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cp_memory.blocks import ContextBlock, Mem0Blocks, blocks_from_mem0, estimate_tokens
+from cp_memory.core.blocks import ContextBlock, Mem0Blocks, blocks_from_mem0, estimate_tokens
 
 
 def test_mem0_results_become_blocks_in_mem0s_order():
@@ -32,9 +32,9 @@ def test_mem0_results_become_blocks_in_mem0s_order():
 
 
 def test_duplicate_ids_collapse_to_the_first_with_a_warning(caplog):
-    # issue 9 §9: duplicate ids lost one result and doubled another ("[Doc 2] > [Doc 2] > [Doc 3]")
+    # duplicate ids must not lose one result and double another ("[Doc 2] > [Doc 2] > [Doc 3]")
     results = [{"id": "a", "memory": "one"}, {"id": "b", "memory": "two"}, {"id": "a", "memory": "one again"}]
-    with caplog.at_level(logging.WARNING, logger="cp_memory.blocks"):
+    with caplog.at_level(logging.WARNING, logger="cp_memory.core.blocks"):
         got = blocks_from_mem0(results)
     assert got.ids == ("a", "b") and got.blocks[0].text == "one"
     assert got.indices == (0, 1) and got.collapsed == (2,)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import Deduplicator
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator
 
 turns = st.lists(st.lists(st.integers(0, 12), max_size=8), min_size=1, max_size=8)
 
@@ -108,7 +108,7 @@ def test_bad_input(bad):
 
 
 def _check_conversation(d: Deduplicator, results: list, *, sent_once: bool) -> None:
-    """Exact invariants of one conversation's committed turns (issue 10 §7)."""
+    """Exact invariants of one conversation's committed turns."""
     by_turn = {r.turn: r for r in results}
     assert sorted(by_turn) == list(range(1, len(results) + 1))  # turns 1..n, no gaps, no repeats
     first_send: dict = {}

@@ -1,4 +1,4 @@
-"""Two-phase dedup (issue 9 §3): plan against committed turns, commit once the prompt was sent."""
+"""Two-phase dedup: plan against committed turns, commit once the prompt was sent."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.blocks import ContextBlock
-from cp_memory.dedup import Deduplicator, DedupResult, DroppedBlock, Location
+from cp_memory.core.blocks import ContextBlock
+from cp_memory.core.dedup import Deduplicator, DedupResult, DroppedBlock, Location
 
 
 def blocks(*ids):
@@ -30,7 +30,7 @@ def test_plan_changes_nothing_and_includes_same_turn_duplicates():
 
 
 def test_a_failed_turn_does_not_poison_the_retry():
-    # issue 9 §3: the documents of a turn that never reached the model must be sent again on retry
+    # the documents of a turn that never reached the model must be sent again on retry
     d = Deduplicator()
     plan = d.plan("c", blocks(1, 2))
     d.rollback(plan)  # the worker failed

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.index import ContextIndex, Placement
-from cp_memory.tree import prefix_of
+from cp_memory.core.index import ContextIndex, Placement
+from cp_memory.core.tree import prefix_of
 from tests.core.oracles import best_reusable_prefix, live_orders
 
 request = st.lists(st.integers(0, 30), min_size=0, max_size=12)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cp_memory.index import ContextIndex
-from cp_memory.index_snapshot import MAX_SNAPSHOT_BYTES
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.index_snapshot import MAX_SNAPSHOT_BYTES
 
 
 def decode(data: bytes):
@@ -32,7 +32,7 @@ def sample_index(**options) -> ContextIndex:
 
 
 def test_overrides_win_over_the_stored_configuration():
-    # issue 9 §6: a snapshot written with extra_budget=0.5, capacity 1000 restored by a wrapper configured
+    # a snapshot written with extra_budget=0.5, capacity 1000 restored by a wrapper configured
     # with extra_budget=0, capacity None must not keep adopting extras
     index = ContextIndex(extra_budget=0.5, capacity_tokens=1000, tail_order="retrieval")
     index.insert(list(range(10)), "warm")

@@ -1,4 +1,4 @@
-"""LRUMap: the one LRU map (issue 10 §5)."""
+"""LRUMap: the one bounded LRU map of the project, used wherever state is kept per key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.lru import LRUMap
+from cp_memory.core.lru import LRUMap
 
 ops = st.lists(st.tuples(st.sampled_from(["set", "get", "peek", "pop", "create"]), st.integers(0, 6)), max_size=60)
 

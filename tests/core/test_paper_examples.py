@@ -1,10 +1,10 @@
 """The paper's worked examples (ALGORITHMS.md), as tests."""
 
-from cp_memory.annotations import order_annotation
-from cp_memory.dedup import Deduplicator
-from cp_memory.distance import context_distance, pairwise_distances
-from cp_memory.index import ContextIndex
-from cp_memory.scheduling import schedule
+from cp_memory.core.annotations import order_annotation
+from cp_memory.core.dedup import Deduplicator
+from cp_memory.core.distance import context_distance, pairwise_distances
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.scheduling import schedule
 
 A, B, C, D = (3, 5, 1, 7), (2, 6, 3, 5), (3, 5, 8, 9), (2, 6, 4, 0)
 

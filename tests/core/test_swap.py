@@ -1,4 +1,4 @@
-"""Swap alignment (issue 12 §2): adopt cached blocks the request did not retrieve, drop as many of its own
+"""Swap alignment: adopt cached blocks the request did not retrieve, drop as many of its own
 lowest-ranked unprotected blocks, keep the prompt length."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_memory.annotations import doc_label, order_annotation
-from cp_memory.index import ContextIndex
+from cp_memory.core.annotations import doc_label, order_annotation
+from cp_memory.core.index import ContextIndex
 from tests.core.oracles import best_reusable_prefix, live_orders
 
 request = st.lists(st.integers(0, 30), min_size=0, max_size=14)

@@ -1,4 +1,4 @@
-"""Engine processes never outlive their owner (issue 9 §4), without llama-server: a fake engine
+"""Engine processes never outlive their owner, not even when it is killed, without llama-server: a fake engine
 of two processes that both ignore SIGTERM, owned by a Python process that gets ``kill -9``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Secrets never reach a log line, a repr or an error message (issue 9 §9): API keys and tokens
+"""Secrets never reach a log line, a repr or an error message: API keys and tokens
 given to a server on its command line, and the API key / URL password of a client."""
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ def hit_limit(n: int) -> int:
 
 def test_cached_tokens_of_a_known_prompt_sequence(client: Any) -> None:
     """Cold, repeated, extended, diverging: vLLM reports what the block rules say, and what
-    cp_memory.cache_model's radix policy with vLLM's block size predicts."""
-    from cp_memory.cache_model import BlockPrefixCache
+    benchmarks.common.cache_model's radix policy with vLLM's block size predicts."""
+    from benchmarks.common.cache_model import BlockPrefixCache
 
     base = random_text(1, 180)
     prompts = [base, base, base + " " + random_text(2, 60), random_text(3, 20) + " " + base]
@@ -157,8 +157,8 @@ def test_flush_empties_the_cache(client: Any) -> None:
 def test_the_eviction_feed_keeps_the_index_in_step(vllm: OwnedServer, client: Any) -> None:
     """The engine's own evictions (its KV events) evict the request from its ContextIndex; requests
     whose blocks stay are kept."""
+    from cp_memory.core.index import ContextIndex
     from cp_memory.engine import KVCacheSync, KVEventFeed
-    from cp_memory.index import ContextIndex
 
     sync = KVCacheSync()
     index = ContextIndex(capacity_tokens=10**9)  # a model that would never evict: only the feed does

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from cp_memory.core.index import ContextIndex
 from cp_memory.engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent
 from cp_memory.engine.kv_mirror import BlockMirror, Presence
 from cp_memory.engine.kv_sync import KVCacheSync
-from cp_memory.index import ContextIndex
 
 B = 4  # tokens per block
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.common.provider_cache import AnthropicPromptCache, CacheBlock
+from cp_memory.core.render import render_context
 from cp_memory.integrations.chat import user_content
-from cp_memory.provider_cache import AnthropicPromptCache, CacheBlock
 from cp_memory.providers import Counting, PromptCacheKeys, anthropic_request, openai_request
 from cp_memory.providers.anthropic import block_texts
-from cp_memory.render import render_context
 
 WORDS = Counting("words", lambda text: len(text.split()))  # 1 token per word: readable arithmetic
 SYSTEM = "word " * 1100  # 1,100 tokens: above Claude Sonnet 4.5's 1,024 minimum

@@ -1,0 +1,161 @@
+"""Context annotations (paper §5.3 and §6).
+
+* The **order annotation** tells the model the retriever's ranking after alignment moved blocks around:
+  ``Please read the context in the following priority order: [Doc 2] > [Doc 1] > [Doc 4] and answer the
+  question.`` It goes after the blocks and before the question.
+* A **location annotation** replaces a block that was already sent earlier in the same conversation:
+  ``Please refer to [Doc 1] in the previous conversation (turn 1).`` The paper's wording has no turn; we add
+  it because labels are per turn ("[Doc 1]" of turn 1 is not "[Doc 1]" of turn 2).
+
+One wording each, as module constants; every function takes a ``template`` to override it.
+
+Two label styles (:data:`LabelStyle`, ``ContextPilotConfig.labels``):
+
+* ``"doc"`` (default, the paper's): ``[Doc 3] text``, one location annotation per line, as above;
+* ``"number"`` (the chat integrations'): ``3. text``, a numbered list. Measured with the engine's
+  ``/tokenize`` (SmolLM2 / the test model's tokenizer, 10 LoCoMo-sized memories): 199 tokens as mem0's
+  ``- text`` lines, 210 numbered, 240 with ``[Doc i]`` labels. The pointers of one turn share one line,
+  ``Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.`` (:func:`grouped_locations`: ~2
+  tokens per further pointer instead of ~17 for the paper's sentence), and the order annotation names
+  items by number: ``Read the items in this priority order: 2 > 1 > 3, then answer the question.``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Literal
+
+__all__ = [
+    "DOC_LABEL_TEMPLATE",
+    "GROUPED_LOCATION_TEMPLATE",
+    "LABEL_STYLES",
+    "NUMBER_LABEL_TEMPLATE",
+    "NUMBER_ORDER_TEMPLATE",
+    "LabelStyle",
+    "LOCATION_TEMPLATE",
+    "ORDER_TEMPLATE",
+    "SAME_TURN_TEMPLATE",
+    "block_label",
+    "doc_label",
+    "grouped_locations",
+    "location_annotation",
+    "order_differs",
+    "order_annotation",
+]
+
+ORDER_TEMPLATE = "Please read the context in the following priority order: {ranking} and answer the question."
+LOCATION_TEMPLATE = "Please refer to {label} in the previous conversation (turn {turn})."
+LOCATION_TEMPLATE_NO_TURN = "Please refer to {label} in the previous conversation."
+SAME_TURN_TEMPLATE = "{label} above has the same content."
+#: The label of a block in a prompt: "[Doc 3]". Positional in rendered prompts ({n} = 1-based position);
+#: the default labeller of order_annotation/location_annotation fills it with a block id, as the paper does.
+#: (Not the agents' segment-label template, which has its own name in cp_memory.agents.segment.)
+DOC_LABEL_TEMPLATE = "[Doc {n}]"
+#: The label of the block at position {n} in the ``"number"`` style: "3." (a numbered list).
+NUMBER_LABEL_TEMPLATE = "{n}."
+#: The order annotation of the ``"number"`` style (``{ranking}``: "2 > 1 > 3").
+NUMBER_ORDER_TEMPLATE = "Read the items in this priority order: {ranking}, then answer the question."
+#: The one line holding every pointer of a turn in the ``"number"`` style (``{where}``: "turn 1 items 3, 7").
+GROUPED_LOCATION_TEMPLATE = "Also relevant, shown before: {where}."
+
+LabelStyle = Literal["doc", "number"]
+LABEL_STYLES: tuple[str, ...] = ("doc", "number")
+
+Label = Callable[[Hashable], str] | Mapping[Hashable, str] | None
+
+
+def doc_label(position: int) -> str:
+    """The label a prompt shows for the block at 1-based ``position``: ``[Doc 3]``."""
+    return DOC_LABEL_TEMPLATE.format(n=position)
+
+
+def block_label(position: int, style: LabelStyle = "doc") -> str:
+    """The label of the block at 1-based ``position`` in ``style``: ``[Doc 3]`` or ``3.``."""
+    if style == "number":
+        return NUMBER_LABEL_TEMPLATE.format(n=position)
+    if style == "doc":
+        return DOC_LABEL_TEMPLATE.format(n=position)
+    raise ValueError(f"label style must be one of {LABEL_STYLES}, got {style!r}")
+
+
+def order_differs(ranking: Sequence[Hashable], shown: Sequence[Hashable]) -> bool:
+    """Whether an order annotation would tell the model anything: the blocks ``shown`` (prompt order) are
+    not in the order of ``ranking`` (the retriever's, restricted to what is shown)."""
+    where = set(shown)
+    return [b for b in ranking if b in where] != list(shown)
+
+
+def grouped_locations(pointers: Sequence[tuple[int, int]], *, turn: int) -> str:
+    """One line for all pointers of a turn in the ``"number"`` style: ``pointers`` are (earlier turn,
+    position there); a position in ``turn`` itself (a same-text copy within this search) reads ``item 2 above``.
+
+    >>> grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3)
+    'Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.'
+    """
+    by_turn: dict[int, list[int]] = {}
+    for t, pos in pointers:
+        by_turn.setdefault(t, []).append(pos)
+    parts = []
+    for t in sorted(by_turn):
+        positions = sorted(set(by_turn[t]))
+        items = ("items " if len(positions) > 1 else "item ") + ", ".join(str(p) for p in positions)
+        parts.append(f"{items} above" if t == turn else f"turn {t} {items}")
+    return GROUPED_LOCATION_TEMPLATE.format(where="; ".join(parts)) if parts else ""
+
+
+def _labeller(label: Label) -> Callable[[Hashable], str]:
+    if label is None:
+        return lambda b: DOC_LABEL_TEMPLATE.format(n=b)
+    if isinstance(label, Mapping):
+
+        def from_map(b: Hashable) -> str:
+            try:
+                return label[b]
+            except KeyError:
+                raise ValueError(f"no label for block {b!r}") from None
+
+        return from_map
+    if callable(label):
+        return label
+    raise TypeError(f"label must be a callable or a mapping, got {type(label).__name__}")
+
+
+def order_annotation(
+    original: Sequence[Hashable],
+    aligned: Sequence[Hashable],
+    label: Label = None,
+    template: str = ORDER_TEMPLATE,
+    *,
+    dropped: Collection[Hashable] = (),
+) -> str:
+    """Annotation restoring the retrieval ranking ``original`` after alignment to ``aligned``.
+
+    ``label`` maps a block id to the label the prompt shows (callable or mapping); the default is
+    ``[Doc {id}]`` as in the paper's example. Blocks in ``aligned`` but not in ``original`` (superset or
+    swap alignment's extra blocks) are not ranked: the model is told only what was actually retrieved.
+    ``dropped`` (swap alignment's :attr:`~cp_memory.core.index.Placement.dropped`) are retrieved blocks left
+    out on purpose: they are not ranked either. Raises ``ValueError`` when ``original`` has any other
+    block that ``aligned`` lacks (a block was lost).
+    """
+    aligned_set = set(aligned)
+    left_out = set(dropped)
+    missing = [b for b in original if b not in aligned_set and b not in left_out]
+    if missing:
+        raise ValueError(f"aligned order lost block(s) {missing!r} of the original ranking")
+    name = _labeller(label)
+    ranking = " > ".join(name(b) for b in original if b in aligned_set)
+    return template.format(ranking=ranking)
+
+
+def location_annotation(
+    block_id: Hashable, *, label: str | None = None, turn: int | None = None, template: str | None = None
+) -> str:
+    """Annotation pointing to where ``block_id`` was sent earlier in this conversation.
+
+    ``label`` is the label the block had when it was sent (default ``[Doc {block_id}]``); ``turn`` the
+    1-based turn it was sent in. Without a turn the paper's own wording is used.
+    """
+    text = label if label is not None else DOC_LABEL_TEMPLATE.format(n=block_id)
+    if template is None:
+        template = LOCATION_TEMPLATE if turn is not None else LOCATION_TEMPLATE_NO_TURN
+    return template.format(label=text, turn=turn, id=block_id)

@@ -1,0 +1,219 @@
+"""The snapshot folder behind the mem0 wrapper's per-scope indexes (``index_dir``), at the store level.
+
+One file per full scope, named without ambiguity; only regular files are read, size-capped; the folder is
+private and bounded; a snapshot replaced by another process is reported. mem0 is not needed here: the
+store is fed block ids directly, as the search pipeline does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cp_memory.core.index import ContextIndex
+from cp_memory.core.scope import Scope, scope_of
+from cp_memory.memory.config import ContextPilotConfig
+from cp_memory.memory.state import ScopeStore
+
+ROOT = Path(__file__).resolve().parents[2]
+ALICE = scope_of({"user_id": "alice"})
+
+
+def store(folder: Path, **options) -> ScopeStore:
+    return ScopeStore(ContextPilotConfig(index_dir=folder, **options))
+
+
+def remember(s: ScopeStore, scope: Scope, *blocks: str) -> None:
+    """One request of ``blocks`` in the scope's index, snapshotted at once."""
+    state = s.get(scope)
+    with state.lock:
+        state.index.insert([(b, "d") for b in blocks])
+        s.save_state(state)
+
+
+def blocks_of(s: ScopeStore, scope: Scope) -> set:
+    index = s.get(scope).index
+    return {b for rid in index.request_ids() for b, _ in index.order_of(rid)}
+
+
+# --- names ------------------------------------------------------------------------------------------
+
+
+def test_scopes_whose_string_forms_collide_never_share_a_snapshot(tmp_path):
+    pair = scope_of({"user_id": "alice", "agent_id": "support"})
+    forged = scope_of({"user_id": "alice&agent_id=support"})
+    assert str(pair) == str(forged)  # the display form is ambiguous ...
+    first = store(tmp_path)
+    remember(first, pair, "support-memory")
+    remember(first, forged, "forged-memory")
+    assert first.path(pair) != first.path(forged)  # ... the file name is not
+    second = store(tmp_path)  # after a restart each scope gets its own index back
+    assert blocks_of(second, pair) == {"support-memory"} and blocks_of(second, forged) == {"forged-memory"}
+
+
+def test_snapshots_named_by_earlier_versions_are_not_read(tmp_path):
+    index = ContextIndex()
+    index.insert([("old", "d")])
+    legacy = tmp_path / (hashlib.sha1(str(ALICE).encode()).hexdigest()[:24] + ".cpidx")
+    legacy.write_bytes(index.snapshot())  # such a name could belong to a colliding scope
+    s = store(tmp_path)
+    assert len(s.get(ALICE).index) == 0 and legacy.exists()  # cold, and the old file is left alone
+
+
+# --- odd files ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "folder", "socket", "oversized"])
+def test_only_a_regular_file_is_read(tmp_path, caplog, kind):
+    s = store(tmp_path / "index", max_snapshot_bytes=4096)
+    path = s.path(ALICE)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "socket":
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.bind(str(path))
+        except OSError as exc:  # a path too long for AF_UNIX
+            pytest.skip(f"cannot bind a socket there: {exc}")
+        sock.close()
+    else:
+        path.write_bytes(b"x" * 4097)
+    with caplog.at_level(logging.ERROR, logger="cp_memory.memory"):
+        state = s.get(ALICE)  # returns (a FIFO would block an ordinary open; /dev/zero never ends)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "starting cold" in errors[0]
+    assert len(state.index) == 0
+    with state.lock:  # the next snapshot replaces the odd entry with a regular file
+        state.index.insert([("m", "d")])
+        s.save_state(state)
+    if kind != "folder":  # a folder cannot be replaced by a file: it stays cold, with one error per restore
+        assert stat.S_ISREG(os.lstat(path).st_mode) and len(store(tmp_path / "index").get(ALICE).index) == 1
+
+
+def test_a_snapshot_over_the_size_bound_is_not_written(tmp_path, caplog):
+    s = store(tmp_path, max_snapshot_bytes=1024)
+    state = s.get(ALICE)
+    with state.lock, caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
+        state.index.insert([(os.urandom(8).hex(), "d") for _ in range(200)])
+        s.save_state(state)
+    assert not s.path(ALICE).exists()
+    assert any("over max_snapshot_bytes" in r.getMessage() for r in caplog.records)
+
+
+# --- the folder ---------------------------------------------------------------------------------------
+
+
+def test_index_dir_is_created_private(tmp_path):
+    folder = tmp_path / "a" / "cpidx"
+    store(folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_a_world_writable_index_dir_is_used_with_a_warning(tmp_path, caplog):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
+        remember(store(folder), ALICE, "m")
+    assert any("world-writable" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
+def test_an_index_dir_owned_by_another_user_is_used_with_a_warning(tmp_path, caplog):
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 4242, 4242)
+    with caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
+        store(folder)
+    assert any("owned by uid 4242" in r.getMessage() for r in caplog.records)
+
+
+# --- bounds -------------------------------------------------------------------------------------------
+
+
+def test_snapshot_files_and_the_record_of_used_scopes_are_bounded(tmp_path):
+    s = store(tmp_path, max_scopes=2, max_snapshots=5)
+    users = [scope_of({"user_id": f"u{i}"}) for i in range(30)]
+    for i, scope in enumerate(users):
+        remember(s, scope, f"m{i}")
+        os.utime(s.path(scope), ns=(i * 10**9, i * 10**9))  # a distinct age per file (no sleeping)
+    on_disk = sorted(tmp_path.glob("*.cpidx"))
+    assert len(on_disk) == 5 and on_disk == sorted(s.path(u) for u in users[-5:])  # the most recent kept
+    assert len(s._used) == 5
+    assert len(store(tmp_path).get(users[0]).index) == 0  # a trimmed scope starts cold
+    assert blocks_of(store(tmp_path), users[-1]) == {"m29"}
+
+
+def test_a_restart_trims_a_folder_over_the_bound(tmp_path):
+    s = store(tmp_path)
+    for i in range(12):
+        scope = scope_of({"user_id": f"u{i}"})
+        remember(s, scope, "m")
+        os.utime(s.path(scope), ns=(i * 10**9, i * 10**9))
+    store(tmp_path, max_snapshots=4)
+    assert sorted(tmp_path.glob("*.cpidx")) == sorted(s.path(scope_of({"user_id": f"u{i}"})) for i in range(8, 12))
+
+
+def test_delete_all_finds_every_snapshot_of_a_user_even_after_a_restart(tmp_path):
+    first = store(tmp_path)
+    alice_scopes = [
+        ALICE,
+        scope_of({"user_id": "alice", "agent_id": "support"}),
+        scope_of({"user_id": "alice", "k": 1}),
+    ]
+    bob = scope_of({"user_id": "bob"})
+    for scope in [*alice_scopes, bob]:
+        remember(first, scope, "m")
+    second = store(tmp_path)  # a new process: it never used these scopes
+    second.forget_matching({"user_id": "alice"})
+    assert [p.exists() for p in map(second.path, alice_scopes)] == [False, False, False]
+    assert second.path(bob).exists()
+
+
+# --- several processes --------------------------------------------------------------------------------
+
+
+def test_a_snapshot_replaced_by_another_process_is_reported_once(tmp_path, caplog):
+    mine = store(tmp_path)
+    remember(mine, ALICE, "mine")
+    other = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from cp_memory.memory.config import ContextPilotConfig
+        from cp_memory.memory.state import ScopeStore
+        from cp_memory.core.scope import scope_of
+        s = ScopeStore(ContextPilotConfig(index_dir={str(tmp_path)!r}))
+        state = s.get(scope_of({{"user_id": "alice"}}))
+        with state.lock:
+            state.index.insert([("theirs", "d")])
+            s.save_state(state)
+    """)
+    subprocess.run([sys.executable, "-c", other], check=True, timeout=120)
+    with caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
+        remember(mine, ALICE, "mine again")
+        remember(mine, ALICE, "and again")
+    warnings = [r.getMessage() for r in caplog.records if "another writer" in r.getMessage()]
+    assert len(warnings) == 1 and "sticky routing" in warnings[0]
+
+
+def test_no_report_when_only_this_process_writes(tmp_path, caplog):
+    mine = store(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
+        for i in range(3):
+            remember(mine, ALICE, f"m{i}")
+        remember(store(tmp_path), ALICE, "after a restart")  # a restore counts as this process's read
+    assert not [r for r in caplog.records if "another writer" in r.getMessage()]
