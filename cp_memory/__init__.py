@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .core.alignment_mode import AlignmentKind, AlignmentMode
 from .core.annotations import location_annotation, order_annotation
 from .core.blocks import ContextBlock
 from .core.dedup import Deduplicator, DedupResult, Location
@@ -28,6 +29,8 @@ _LAZY = {  # name -> its module (each behind the mem0 extra)
 }
 
 __all__ = [
+    "AlignmentKind",
+    "AlignmentMode",
     "ContextIndex",
     "Placement",
     "BatchPlan",
