@@ -24,7 +24,7 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
         EngineTimeout,
     )
     from .hf_model import SMOLLM2_135M, hf_model_dir
-    from .kv_events import KVEventFeed
+    from .kv_events import KVEventFeed, MalformedEvents
     from .kv_sync import KVCacheSync
     from .llamacpp import (
         LlamaServer,
@@ -54,6 +54,7 @@ __all__ = [
     "KVCacheSync",
     "KVEventFeed",
     "LlamaServer",
+    "MalformedEvents",
     "LlamaServerNotFound",
     "RandomModelSpec",
     "SMOLLM2_135M",

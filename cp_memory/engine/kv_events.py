@@ -31,6 +31,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import EngineError
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -49,8 +51,9 @@ __all__ = [
 BlockHash = Hashable
 
 
-class MalformedEvents(ValueError):
-    """A message of the feed is not a KV-event batch."""
+class MalformedEvents(EngineError, ValueError):
+    """A message of the feed is not a KV-event batch (an engine fault: an ``EngineError``; a ``ValueError``
+    for callers of the decoder that catch bad input as such)."""
 
 
 @dataclass(frozen=True)
