@@ -150,6 +150,32 @@ class LaunchedEngine(ClientEngine):
 
     server: Any = None
 
+    def _new_server(self) -> Any:
+        """The managed server to launch (not started)."""
+        raise NotImplementedError
+
+    def _started(self) -> None:
+        """Hook after the server came up (before the client is made)."""
+
+    def start(self) -> None:
+        if self.server is not None and self.server.is_running:
+            return
+        self.server = self._new_server()
+        self.server.start()
+        self._started()
+        self.base_url = self.server.base_url
+        self._new_client()
+
+    def _flush_or_restart(self, flush: Any, label: str, what: str) -> str:
+        """``flush()`` until it succeeds (refused while a request still runs: 5 tries, growing waits), then
+        ``label``; else a restart for a cold cache."""
+        for attempt in range(5):
+            if flush():
+                return label
+            time.sleep(0.5 * (attempt + 1))
+        logger.warning("%s refused %s 5 times; restarting it for a cold cache", self.kind, what)
+        return self._restart()
+
     def _restart(self) -> str:
         self.server.restart()
         self.base_url = self.server.base_url
@@ -186,12 +212,10 @@ class LlamaEngine(LaunchedEngine):
         self.server: Any = None
         self.version = "unknown"
 
-    def start(self) -> None:
+    def _new_server(self) -> Any:
         from cp_memory.engine import LlamaServer
 
-        if self.server is not None and self.server.is_running:
-            return
-        self.server = LlamaServer(
+        return LlamaServer(
             self.model_path,
             slots=1,
             ctx_size=self.ctx_size,
@@ -200,13 +224,12 @@ class LlamaEngine(LaunchedEngine):
             alias=self.model,
             log_path=self.log_path,
         )
-        self.server.start()
+
+    def _started(self) -> None:
         try:
             self.version = self.server.version()
         except Exception:
             logger.debug("llama-server --version failed", exc_info=True)
-        self.base_url = self.server.base_url
-        self._new_client()
 
     def _flush(self) -> str:
         return self._restart()
@@ -251,29 +274,19 @@ class SGLangEngine(LaunchedEngine):
         self.log_path = log_path
         self.server: Any = None
 
-    def start(self) -> None:
+    def _new_server(self) -> Any:
         from cp_memory.engine import SGLangServer
 
-        if self.server is not None and self.server.is_running:
-            return
-        self.server = SGLangServer(
+        return SGLangServer(
             self.model_path,
             context_length=self.context_length,
             mem_fraction_static=self.mem_fraction_static,
             extra_args=self.extra_args,
             log_path=self.log_path,
         )
-        self.server.start()
-        self.base_url = self.server.base_url
-        self._new_client()
 
     def _flush(self) -> str:
-        for attempt in range(5):
-            if self.client.flush_cache():
-                return "flush_cache"
-            time.sleep(0.5 * (attempt + 1))  # refused while a request is still running
-        logger.warning("SGLang refused /flush_cache 5 times; restarting it for a cold cache")
-        return self._restart()
+        return self._flush_or_restart(self.client.flush_cache, "flush_cache", "/flush_cache")
 
 
 def vllm_model(name: str | None) -> str:
@@ -314,12 +327,10 @@ class VLLMEngine(LaunchedEngine):
         self.log_path = log_path
         self.server: Any = None
 
-    def start(self) -> None:
+    def _new_server(self) -> Any:
         from cp_memory.engine import VLLMServer
 
-        if self.server is not None and self.server.is_running:
-            return
-        self.server = VLLMServer(
+        return VLLMServer(
             self.model_path,
             served_model_name=self.model,
             max_model_len=self.max_model_len,
@@ -327,17 +338,9 @@ class VLLMEngine(LaunchedEngine):
             extra_args=self.extra_args,
             log_path=self.log_path,
         )
-        self.server.start()
-        self.base_url = self.server.base_url
-        self._new_client()
 
     def _flush(self) -> str:
-        for attempt in range(5):
-            if self.server.flush_cache():
-                return "reset_prefix_cache"
-            time.sleep(0.5 * (attempt + 1))  # refused while a request is still running
-        logger.warning("vLLM refused /reset_prefix_cache 5 times; restarting it for a cold cache")
-        return self._restart()
+        return self._flush_or_restart(self.server.flush_cache, "reset_prefix_cache", "/reset_prefix_cache")
 
     @property
     def random_weights(self) -> bool:
