@@ -10,32 +10,13 @@ See docs/coa.md.
 
 from __future__ import annotations
 
-from .coa import (
-    MANAGER_TEMPLATE,
-    PRIOR_TURN_TEMPLATE,
-    WORKER_TEMPLATE,
-    CallStats,
-    ChainConfig,
-    ChainOfAgents,
-    ChainOfAgentsError,
-    CoAPlan,
-    CoAQuery,
-    CoAResult,
-    manager_prompt,
-    worker_prompt,
-)
+from .coa import ChainOfAgents
+from .config import ChainConfig
 from .flow import adrive, drive
-from .records import EngineCall
-from .routing import (
-    AgentRouter,
-    BalanceScope,
-    Placement,
-    Route,
-    RouteReason,
-    RouterStats,
-    RoutingPolicy,
-    WorkerStats,
-)
+from .prompts import MANAGER_TEMPLATE, PRIOR_TURN_TEMPLATE, WORKER_TEMPLATE, manager_prompt, worker_prompt
+from .records import CallStats, ChainOfAgentsError, CoAPlan, CoAQuery, CoAResult, EngineCall
+from .routes import BalanceScope, Placement, Route, RouteReason, RouterStats, RoutingPolicy, WorkerStats
+from .routing import AgentRouter
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
 
 __all__ = [

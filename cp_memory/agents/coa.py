@@ -48,44 +48,23 @@ from .config import ChainConfig, config_fields
 from .conversation import Conversations
 from .flow import adrive, drive
 from .prompts import (
-    MANAGER_TEMPLATE,
-    PRIOR_TURN_TEMPLATE,
-    WORKER_TEMPLATE,
     manager_prompt,
     worker_prompt,
 )
 from .records import (
-    AsyncCompletionClient,
     CallStats,
     ChainOfAgentsError,
     CoAPlan,
     CoAQuery,
     CoAResult,
-    CompletionLike,
     EngineCall,
     Role,
-    SyncCompletionClient,
 )
-from .routing import AgentRouter, Route
+from .routes import Route
+from .routing import AgentRouter
 from .segment import Segmenter
 
-__all__ = [
-    "MANAGER_TEMPLATE",
-    "PRIOR_TURN_TEMPLATE",
-    "WORKER_TEMPLATE",
-    "AsyncCompletionClient",
-    "CallStats",
-    "ChainConfig",
-    "ChainOfAgents",
-    "ChainOfAgentsError",
-    "CoAPlan",
-    "CoAQuery",
-    "CoAResult",
-    "CompletionLike",
-    "SyncCompletionClient",
-    "manager_prompt",
-    "worker_prompt",
-]
+__all__ = ["ChainOfAgents"]
 
 logger = logging.getLogger(__name__)
 

@@ -62,21 +62,11 @@ from .routes import (
     RouteReason,
     RouterStats,
     RoutingPolicy,
-    WorkerStats,
     _Counters,
     _StrEnum,
 )
 
-__all__ = [
-    "AgentRouter",
-    "BalanceScope",
-    "Placement",
-    "Route",
-    "RouteReason",
-    "RouterStats",
-    "RoutingPolicy",
-    "WorkerStats",
-]
+__all__ = ["AgentRouter"]
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@ import threading
 
 import pytest
 
-from cp_memory.agents.routing import AgentRouter, BalanceScope, Placement, RouteReason, RoutingPolicy
+from cp_memory.agents.routes import BalanceScope, Placement, RouteReason, RoutingPolicy
+from cp_memory.agents.routing import AgentRouter
 
 
 def router(n=3, **kw):
