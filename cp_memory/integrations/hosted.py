@@ -22,32 +22,9 @@ from typing import Any
 
 from ..integrations.chat import question_of
 from ..providers.anthropic import anthropic_request
-from ..providers.openai import PromptCacheKeys
+from ..providers.openai import PromptCacheKeys, openai_cache_kwargs
 
 __all__ = ["agents_model_settings", "anthropic_messages", "openai_cache_kwargs"]
-
-
-def openai_cache_kwargs(
-    keys: PromptCacheKeys | None,
-    response: Any = None,
-    *,
-    filters: Mapping[str, Any] | None = None,
-    retention: str | None = None,
-) -> dict[str, Any]:
-    """``{"prompt_cache_key": ..., "prompt_cache_retention": ...}`` (only what is set) for the scope of a
-    search ``response`` (or ``filters``)."""
-    from ..providers.rules import OPENAI_RETENTIONS
-
-    if retention is not None and retention not in OPENAI_RETENTIONS:
-        raise ValueError(f"retention must be one of {OPENAI_RETENTIONS} or None, got {retention!r}")
-    out: dict[str, Any] = {}
-    if keys is not None:
-        key = keys.for_response(response, filters)
-        if key is not None:
-            out["prompt_cache_key"] = key
-    if retention is not None:
-        out["prompt_cache_retention"] = retention
-    return out
 
 
 def agents_model_settings(

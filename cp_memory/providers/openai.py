@@ -26,7 +26,7 @@ from ..core.scope import Scope, scope_of
 from .layout import context_pieces, info_of
 from .rules import OPENAI_RETENTIONS
 
-__all__ = ["PromptCacheKeys", "openai_request"]
+__all__ = ["PromptCacheKeys", "openai_cache_kwargs", "openai_request"]
 
 #: key characters kept: 128 bits of the HMAC, well inside the API's length limit
 _KEY_HEX = 32
@@ -96,8 +96,7 @@ def openai_request(
     Messages: ``[system?] + history + [user: memories + annotations + question]`` (the bytes of
     :func:`cp_memory.integrations.chat.user_content`); ``tools`` are passed through. ``keys``: adds the
     scope's ``prompt_cache_key``; ``retention``: ``"in_memory"`` or ``"24h"``."""
-    if retention is not None and retention not in OPENAI_RETENTIONS:
-        raise ValueError(f"retention must be one of {OPENAI_RETENTIONS} or None, got {retention!r}")
+    cache = openai_cache_kwargs(keys, response, filters=filters, retention=retention)
     if api not in ("chat", "responses"):
         raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
     messages: list[dict[str, Any]] = []
@@ -111,6 +110,23 @@ def openai_request(
     out: dict[str, Any] = {"messages" if api == "chat" else "input": messages}
     if tools:
         out["tools"] = [copy.deepcopy(dict(t)) for t in tools]
+    out.update(cache)
+    return out
+
+
+def openai_cache_kwargs(
+    keys: PromptCacheKeys | None,
+    response: Any = None,
+    *,
+    filters: Mapping[str, Any] | None = None,
+    retention: str | None = None,
+) -> dict[str, Any]:
+    """``{"prompt_cache_key": ..., "prompt_cache_retention": ...}`` (only what is set) for the scope of a
+    search ``response`` (or ``filters``): the cache arguments of any OpenAI client (``ChatOpenAI``,
+    LlamaIndex ``OpenAI``, the SDK itself)."""
+    if retention is not None and retention not in OPENAI_RETENTIONS:
+        raise ValueError(f"retention must be one of {OPENAI_RETENTIONS} or None, got {retention!r}")
+    out: dict[str, Any] = {}
     if keys is not None:
         key = keys.for_response(response, filters)
         if key is not None:
