@@ -90,6 +90,28 @@ class AlignmentMode:
         return cls(AlignmentKind.SWAP, budget, protect)
 
     @classmethod
+    def resolve(
+        cls,
+        mode: AlignmentMode | None,
+        extra_budget: float | None = None,
+        swap_budget: float | None = None,
+        protect: float | None = None,
+    ) -> AlignmentMode:
+        """``mode`` as given, or the one the flat options describe (never both: ``TypeError``)."""
+        flat = {
+            k: v
+            for k, v in (("extra_budget", extra_budget), ("swap_budget", swap_budget), ("protect", protect))
+            if v is not None
+        }
+        if mode is None:
+            return cls.from_options(**flat)
+        if not isinstance(mode, AlignmentMode):
+            raise TypeError(f"mode must be an AlignmentMode, got {type(mode).__name__}")
+        if flat:
+            raise TypeError(f"pass mode or the flat options {sorted(flat)}, not both")
+        return mode
+
+    @classmethod
     def from_options(
         cls, extra_budget: float = 0.0, swap_budget: float = 0.0, protect: float = DEFAULT_PROTECT
     ) -> AlignmentMode:

@@ -28,7 +28,7 @@ from .alignment_mode import AlignmentMode
 from .blocks import check_block_ids
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
-from .index_snapshot import MAX_SNAPSHOT_BYTES, OPTION_NAMES, dump, load
+from .index_snapshot import MAX_SNAPSHOT_BYTES, OPTION_NAMES, dump, load, restore_options
 from .live_trie import LiveTrie
 from .scheduling import schedule as schedule_paths
 from .tree import Node, path_of, prefix_of
@@ -128,7 +128,7 @@ class ContextIndex:
     ) -> None:
         if not _number(alpha) or alpha < 0:
             raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
-        self.mode = _mode_of(mode, extra_budget, swap_budget, protect)
+        self.mode = AlignmentMode.resolve(mode, extra_budget, swap_budget, protect)
         if capacity_tokens is not None and (
             not isinstance(capacity_tokens, int) or isinstance(capacity_tokens, bool) or capacity_tokens <= 0
         ):
@@ -291,10 +291,9 @@ class ContextIndex:
         it still counts tokens and keeps the LRU order. ``True`` (the initial state): it evicts again, at
         once down to capacity — the fallback when the feed is lost. No-op without ``capacity_tokens``."""
         with self._lock:
-            live = self._live
-            live.capacity_paused = not on
-            if on and live.capacity_tokens is not None:
-                live.enforce_capacity(None)
+            self._live.capacity_paused = not on
+            if on and self._live.capacity_tokens is not None:
+                self._live.enforce_capacity(None)
 
     # ------------------------------------------------------------------ offline mode
     def build(
@@ -383,12 +382,7 @@ class ContextIndex:
             raise TypeError(f"restore() got unknown option(s) {unknown}; known: {known}")
         cls(**overrides)  # a bad override is the caller's error, reported as such
         snap = load(data, max_bytes=max_bytes)
-        flat = ("extra_budget", "swap_budget", "protect")
-        if "mode" in overrides or any(k in overrides for k in flat):
-            stored = {k: v for k, v in snap.options.items() if k not in flat}
-        else:
-            stored = dict(snap.options)
-        options = {**stored, **overrides}
+        options = restore_options(snap.options, overrides)
         try:
             index = cls(**options)
         except (TypeError, ValueError) as exc:
@@ -400,23 +394,6 @@ class ContextIndex:
         except (TypeError, ValueError) as exc:  # token_len rejected a stored block, ...
             raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
         return index
-
-
-def _mode_of(
-    mode: AlignmentMode | None, extra_budget: float | None, swap_budget: float | None, protect: float | None
-) -> AlignmentMode:
-    flat = {
-        k: v
-        for k, v in (("extra_budget", extra_budget), ("swap_budget", swap_budget), ("protect", protect))
-        if v is not None
-    }
-    if mode is None:
-        return AlignmentMode.from_options(**flat)
-    if not isinstance(mode, AlignmentMode):
-        raise TypeError(f"mode must be an AlignmentMode, got {type(mode).__name__}")
-    if flat:
-        raise TypeError(f"pass mode or the flat options {sorted(flat)}, not both")
-    return mode
 
 
 def _number(x: object) -> bool:

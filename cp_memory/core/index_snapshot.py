@@ -40,7 +40,7 @@ from typing import Any
 
 from .tree import Node
 
-__all__ = ["MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "SNAPSHOT_VERSION", "Restored", "dump", "load"]
+__all__ = ["MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "SNAPSHOT_VERSION", "Restored", "dump", "load", "restore_options"]
 
 SNAPSHOT_VERSION = 2
 #: a snapshot (compressed, and its decompressed JSON) larger than this is refused; the one default
@@ -90,6 +90,16 @@ def dump(options: Mapping[str, Any], tick: int, root: Node, requests: Iterable[t
         "requests": [_enc(rid) for rid, _ in order],
     }
     return zlib.compress(json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8"), 6)
+
+
+def restore_options(stored: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a restored index is built with: the caller's ``overrides`` over the ``stored`` ones.
+    The alignment mode is one value, never merged: ``mode`` or any of the flat ``extra_budget`` /
+    ``swap_budget`` / ``protect`` in ``overrides`` drops all three stored ones."""
+    flat = ("extra_budget", "swap_budget", "protect")
+    if "mode" in overrides or any(k in overrides for k in flat):
+        stored = {k: v for k, v in stored.items() if k not in flat}
+    return {**stored, **overrides}
 
 
 def load(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> Restored:
