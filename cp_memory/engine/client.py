@@ -123,8 +123,7 @@ class _ClientBase:
         self.extra_body = dict(extra_body or {})
         # identity: nothing to inflate (a server that compresses anyway is decoded under the caps)
         headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers.update({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._config = ClientConfig(
             base_url=base,
             headers=headers,
