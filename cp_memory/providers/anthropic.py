@@ -189,32 +189,8 @@ def anthropic_request(
 
     Raises ``ValueError`` for ``max_breakpoints`` above 4, a caller with more marks than that, a bad TTL.
     """
-    if not isinstance(max_breakpoints, int) or isinstance(max_breakpoints, bool) or max_breakpoints < 0:
-        raise ValueError(f"max_breakpoints must be an int >= 0, got {max_breakpoints!r}")
-    if max_breakpoints > ANTHROPIC_MAX_BREAKPOINTS:
-        raise ValueError(
-            f"max_breakpoints={max_breakpoints}: Anthropic accepts at most {ANTHROPIC_MAX_BREAKPOINTS} "
-            "cache_control breakpoints per request"
-        )
-    stable_ttl = ttl if stable_ttl is None else stable_ttl
-    for name, value in (("ttl", ttl), ("stable_ttl", stable_ttl)):
-        if value not in ANTHROPIC_TTLS:
-            raise ValueError(f"{name} must be one of {ANTHROPIC_TTLS}, got {value!r}")
-    if stable_ttl == "5m" and ttl == "1h":
-        raise ValueError("ttl='1h' after stable_ttl='5m': Anthropic needs longer TTLs before shorter ones")
+    stable_ttl, min_tokens = _checked_settings(model, ttl, stable_ttl, max_breakpoints, min_tokens)
     counting = counting or default_counting()
-    if min_tokens is None:
-        min_tokens, known = anthropic_min_tokens(model)
-        if not known:
-            logger.warning(
-                "unknown Anthropic model %r: assuming the largest documented minimum cacheable prefix (%d "
-                "tokens); pass min_tokens= for the model's own",
-                model,
-                min_tokens,
-            )
-    elif not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 1:
-        raise ValueError(f"min_tokens must be an int >= 1, got {min_tokens!r}")
-
     tool_list = [copy.deepcopy(dict(t)) for t in tools]
     system_blocks = _system_blocks(system)
     past = _history(history)
@@ -243,6 +219,59 @@ def anthropic_request(
         total += counting.tokens(text)
         cum.append(total)
     n_stable = len(tool_list) + len(system_blocks)
+    wanted = _wanted(layout, cut, past, n_stable, len(blocks), ttl, stable_ttl)
+    marked = {i for i, (_, t) in enumerate(blocks) if t is not None}
+    chosen, skipped = _choose(wanted, marked, cum, counting, min_tokens, max_breakpoints - caller)
+    _apply(chosen, tool_list, system_blocks, past, messages)
+    marks = sorted(
+        [Breakpoint(w, at, cum[at], t) for w, at, t in chosen]
+        + [Breakpoint("caller", i, cum[i], str(blocks[i][1])) for i in marked],
+        key=lambda b: b.block,
+    )
+    for a, b in zip(marks, marks[1:]):
+        if a.ttl == "5m" and b.ttl == "1h":
+            raise ValueError(
+                f"a 1h cache_control breakpoint (block {b.block}, {b.where}) after a 5m one (block {a.block}, "
+                f"{a.where}): Anthropic needs longer TTLs first; use ttl='5m' or set the earlier mark to 1h"
+            )
+    return AnthropicRequest(system_blocks, messages, tool_list, tuple(marks), min_tokens, tuple(skipped))
+
+
+def _checked_settings(
+    model: str | None, ttl: str, stable_ttl: str | None, max_breakpoints: int, min_tokens: int | None
+) -> tuple[str, int]:
+    """The stable breakpoints' TTL and the minimum cacheable prefix, after checking every setting."""
+    if not isinstance(max_breakpoints, int) or isinstance(max_breakpoints, bool) or max_breakpoints < 0:
+        raise ValueError(f"max_breakpoints must be an int >= 0, got {max_breakpoints!r}")
+    if max_breakpoints > ANTHROPIC_MAX_BREAKPOINTS:
+        raise ValueError(
+            f"max_breakpoints={max_breakpoints}: Anthropic accepts at most {ANTHROPIC_MAX_BREAKPOINTS} "
+            "cache_control breakpoints per request"
+        )
+    stable_ttl = ttl if stable_ttl is None else stable_ttl
+    for name, value in (("ttl", ttl), ("stable_ttl", stable_ttl)):
+        if value not in ANTHROPIC_TTLS:
+            raise ValueError(f"{name} must be one of {ANTHROPIC_TTLS}, got {value!r}")
+    if stable_ttl == "5m" and ttl == "1h":
+        raise ValueError("ttl='1h' after stable_ttl='5m': Anthropic needs longer TTLs before shorter ones")
+    if min_tokens is None:
+        min_tokens, known = anthropic_min_tokens(model)
+        if not known:
+            logger.warning(
+                "unknown Anthropic model %r: assuming the largest documented minimum cacheable prefix (%d "
+                "tokens); pass min_tokens= for the model's own",
+                model,
+                min_tokens,
+            )
+    elif not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 1:
+        raise ValueError(f"min_tokens must be an int >= 1, got {min_tokens!r}")
+    return stable_ttl, min_tokens
+
+
+def _wanted(
+    layout: str, cut: Any, past: list[dict[str, Any]], n_stable: int, n_blocks: int, ttl: str, stable_ttl: str
+) -> list[tuple[Where, int, str]]:
+    """Where breakpoints would go, most useful first: (kind, block index, TTL)."""
     n_past = sum(len(_as_blocks(m["content"])) for m in past)
     first_new = n_stable + n_past
     last_user = None  # last block of the last user message in the history: the previous request's end
@@ -255,7 +284,7 @@ def anthropic_request(
 
     wanted: list[tuple[Where, int, str]] = []
     if layout == "append":
-        wanted.append(("turn", len(blocks) - 1, ttl))
+        wanted.append(("turn", n_blocks - 1, ttl))
     elif layout == "oneshot" and cut.docs:
         wanted.append(("turn", first_new + cut.docs - 1, ttl))
     if n_past:
@@ -276,9 +305,19 @@ def anthropic_request(
         start = cut.shared if 0 < cut.shared < cut.docs else 0
         for at in range(start + ANTHROPIC_LOOKBACK_BLOCKS, cut.docs, ANTHROPIC_LOOKBACK_BLOCKS):
             wanted.append(("anchor", first_new + at - 1, ttl))
+    return wanted
 
-    marked = {i for i, (_, t) in enumerate(blocks) if t is not None}
-    budget = max_breakpoints - caller
+
+def _choose(
+    wanted: list[tuple[Where, int, str]],
+    marked: set[int],
+    cum: list[int],
+    counting: Counting,
+    min_tokens: int,
+    budget: int,
+) -> tuple[list[tuple[Where, int, str]], list[str]]:
+    """The breakpoints placed (in ``wanted`` order, within ``budget``, at or above the minimum) and why
+    the others were not."""
     chosen: list[tuple[Where, int, str]] = []
     skipped: list[str] = []
     for where, at, t in wanted:
@@ -292,8 +331,17 @@ def anthropic_request(
             continue
         chosen.append((where, at, t))
         budget -= 1
+    return chosen, skipped
 
-    # the marks go onto the blocks (strings become a text block list on the marked message only)
+
+def _apply(
+    chosen: list[tuple[Where, int, str]],
+    tool_list: list[Any],
+    system_blocks: list[Any],
+    past: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+) -> None:
+    """Put the marks onto the blocks (strings become a text block list on the marked message only)."""
     plain = [m["content"] if isinstance(m["content"], str) else None for m in past]  # str contents, to restore
     flat: list[tuple[list[Any], int]] = [(tool_list, i) for i in range(len(tool_list))]
     flat += [(system_blocks, i) for i in range(len(system_blocks))]
@@ -308,16 +356,3 @@ def anthropic_request(
     for m, original in zip(messages, plain):  # unmarked history messages keep their original shape
         if original is not None and not any("cache_control" in b for b in m["content"]):
             m["content"] = original
-
-    marks = sorted(
-        [Breakpoint(w, at, cum[at], t) for w, at, t in chosen]
-        + [Breakpoint("caller", i, cum[i], str(blocks[i][1])) for i in marked],
-        key=lambda b: b.block,
-    )
-    for a, b in zip(marks, marks[1:]):
-        if a.ttl == "5m" and b.ttl == "1h":
-            raise ValueError(
-                f"a 1h cache_control breakpoint (block {b.block}, {b.where}) after a 5m one (block {a.block}, "
-                f"{a.where}): Anthropic needs longer TTLs first; use ttl='5m' or set the earlier mark to 1h"
-            )
-    return AnthropicRequest(system_blocks, messages, tool_list, tuple(marks), min_tokens, tuple(skipped))
