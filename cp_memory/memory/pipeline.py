@@ -214,19 +214,7 @@ class SearchPipeline:
         """Dedup, label, annotate, render; the response in mem0's shape plus ``context_pilot``."""
         window, placement = aligned.window, aligned.placement
         plan, scope = window.plan, window.plan.call.scope
-        by_key = {b.key: b for b in window.fresh}
-        dropped: tuple[Hashable, ...] = ()
-        if placement is not None:
-            order = [by_key.get(k) or extras.get(k) for k in placement.order]  # type: ignore[call-overload]
-            candidates = [b for b in order if b is not None]
-            dropped = tuple(getattr(placement, "dropped", ()) or ())
-            if dropped and len(extras) < len(aligned.extra_keys):
-                # swap traded retrieved memories for extras that failed verification: put them all back
-                placed = {b.key for b in candidates}
-                candidates += [b for b in window.fresh if b.key not in placed]
-                dropped = ()
-        else:
-            candidates = list(window.fresh)
+        candidates, dropped = self._candidates(aligned, extras)
         dropped_ids = {k[0] if isinstance(k, tuple) else k for k in dropped}
         extra_ids = {b.id for b in extras.values()}
         candidates += window.pre_sent
@@ -241,44 +229,12 @@ class SearchPipeline:
             else:
                 turn_id = self.turns.open(result, aligned.state, None if placement is None else placement.request_id)
             turn, kept = result.turn, list(result.blocks)
-            texts = {b.id: b.text for b in candidates}
-            for d in result.dropped:
-                if d.block_id in extra_ids:
-                    continue  # an extra sent before: not retrieved, nothing to point to
-                loc = d.location
-                sent.append(
-                    SentMemory(
-                        id=str(d.block_id),
-                        turn=loc.turn,
-                        position=loc.position,
-                        label=block_label(loc.position, style),
-                        annotation=d.annotation,
-                        rank=rank[d.block_id],
-                        text=texts.get(d.block_id, ""),
-                    )
-                )
-            if style != "doc" and sent:
-                # one line for every pointer of the turn (annotations.grouped_locations)
-                line = grouped_locations([(s.turn, s.position) for s in sent], turn=turn)
-                sent = [s.model_copy(update={"annotation": line}) for s in sent]
+            sent = self._sent_memories(result, candidates, extra_ids, rank)
         else:
             kept = candidates
         labels = {b.id: block_label(i, style) for i, b in enumerate(kept, start=1)}
         retrieved = [b.id for b in kept if b.id not in extra_ids]
-        ranking = sorted(retrieved, key=rank.__getitem__)
-        annotation = ""
-        # the order annotation only when it tells the model something: the prompt's order is not mem0's
-        # ranking, or extras (not retrieved, so not ranked) are shown among the retrieved memories
-        if (
-            self.config.annotate
-            and len(retrieved) >= 2
-            and (order_differs(ranking, retrieved) or any(b.id in extra_ids for b in kept))
-        ):
-            if style == "doc":
-                annotation = order_annotation(ranking, retrieved, label=labels)
-            else:
-                numbers = {b: label.rstrip(".") for b, label in labels.items()}
-                annotation = order_annotation(ranking, retrieved, label=numbers, template=NUMBER_ORDER_TEMPLATE)
+        annotation = self._order_annotation(retrieved, len(retrieved) < len(kept), rank, labels)
         notes = list(dict.fromkeys(s.annotation for s in sent))  # a grouped line once
         context = render_context(
             kept,
@@ -319,6 +275,68 @@ class SearchPipeline:
             fetched=len(window.results),
         )
         return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
+
+    def _candidates(
+        self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]
+    ) -> tuple[list[ContextBlock], tuple[Hashable, ...]]:
+        """The blocks to show in aligned order (fresh, then pre-sent ones are added by the caller) and the
+        retrieved keys swap dropped for extras."""
+        window, placement = aligned.window, aligned.placement
+        if placement is None:
+            return list(window.fresh), ()
+        by_key = {b.key: b for b in window.fresh}
+        order = [by_key.get(k) or extras.get(k) for k in placement.order]  # type: ignore[call-overload]
+        candidates = [b for b in order if b is not None]
+        dropped = tuple(getattr(placement, "dropped", ()) or ())
+        if dropped and len(extras) < len(aligned.extra_keys):
+            # swap traded retrieved memories for extras that failed verification: put them all back
+            placed = {b.key for b in candidates}
+            candidates += [b for b in window.fresh if b.key not in placed]
+            dropped = ()
+        return candidates, dropped
+
+    def _sent_memories(
+        self,
+        result: DedupResult,
+        candidates: list[ContextBlock],
+        extra_ids: set[Hashable],
+        rank: Mapping[Hashable, int],
+    ) -> list[SentMemory]:
+        """A pointer record for each retrieved memory dedup left out (an extra sent before has none: it
+        was not retrieved, there is nothing to point to); numbered labels share one line per turn."""
+        style = self.config.labels
+        texts = {b.id: b.text for b in candidates}
+        sent = [
+            SentMemory(
+                id=str(d.block_id),
+                turn=d.location.turn,
+                position=d.location.position,
+                label=block_label(d.location.position, style),
+                annotation=d.annotation,
+                rank=rank[d.block_id],
+                text=texts.get(d.block_id, ""),
+            )
+            for d in result.dropped
+            if d.block_id not in extra_ids
+        ]
+        if style != "doc" and sent:
+            # one line for every pointer of the turn (annotations.grouped_locations)
+            line = grouped_locations([(s.turn, s.position) for s in sent], turn=result.turn)
+            sent = [s.model_copy(update={"annotation": line}) for s in sent]
+        return sent
+
+    def _order_annotation(
+        self, retrieved: list[Hashable], extras_shown: bool, rank: Mapping[Hashable, int], labels: Mapping[Any, str]
+    ) -> str:
+        """The order annotation, only when it tells the model something: the prompt's order is not mem0's
+        ranking, or extras (not retrieved, so not ranked) are shown among the retrieved memories."""
+        ranking = sorted(retrieved, key=rank.__getitem__)
+        if not (self.config.annotate and len(retrieved) >= 2 and (order_differs(ranking, retrieved) or extras_shown)):
+            return ""
+        if self.config.labels == "doc":
+            return order_annotation(ranking, retrieved, label=labels)
+        numbers = {b: label.rstrip(".") for b, label in labels.items()}
+        return order_annotation(ranking, retrieved, label=numbers, template=NUMBER_ORDER_TEMPLATE)
 
     def _dedup_plan(
         self,
