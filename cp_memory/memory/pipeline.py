@@ -19,6 +19,7 @@ Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, which
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -247,12 +248,8 @@ class SearchPipeline:
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
         if self.config.results_order == "mem0":
             out_ids.sort(key=rank.__getitem__)
-        prefix_len = 0
-        if placement is not None:
-            for a, b in zip([k.key for k in kept], placement.order[: placement.prefix_len]):
-                if a != b:
-                    break
-                prefix_len += 1
+        shared = [] if placement is None else zip([k.key for k in kept], placement.order[: placement.prefix_len])
+        prefix_len = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], shared))
         info = ContextPilotInfo(
             scope=str(scope) if scope is not None else None,
             conversation_id=plan.conversation,
@@ -279,8 +276,7 @@ class SearchPipeline:
     def _candidates(
         self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]
     ) -> tuple[list[ContextBlock], tuple[Hashable, ...]]:
-        """The blocks to show in aligned order (fresh, then pre-sent ones are added by the caller) and the
-        retrieved keys swap dropped for extras."""
+        """The fresh blocks and verified extras in aligned order, and the keys swap dropped for extras."""
         window, placement = aligned.window, aligned.placement
         if placement is None:
             return list(window.fresh), ()
