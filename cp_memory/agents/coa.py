@@ -62,7 +62,7 @@ from .records import (
 )
 from .routes import Route
 from .routing import AgentRouter
-from .segment import Segmenter
+from .segment import Segment, Segmenter
 
 __all__ = ["ChainOfAgents"]
 
@@ -187,69 +187,16 @@ class ChainOfAgents:
         worker is released and the conversation's turn is rolled back. Run it with
         :func:`~cp_memory.agents.flow.drive` / :func:`~cp_memory.agents.flow.adrive`."""
         t0 = time.perf_counter()
-        cfg = self.config
         cu = plan.first_cu
         cus: list[str] = []
         calls: list[CallStats] = []
         try:
             for seg in plan.segments:
-                prompt = worker_prompt(
-                    seg.text, cu, plan.question, cfg.worker_template, special_tokens=self.segmenter.special_tokens
-                )
-                route = self.router.route(
-                    seg.keys,
-                    seg.token_lens,
-                    tail_key="worker",
-                    home_key=seg.ids[0],
-                    tail_tokens=self._tail(prompt[len(seg.text) :], cfg.worker_max_tokens),
-                )
-                res = yield from self._call(
-                    plan,
-                    "worker",
-                    seg.position,
-                    route,
-                    self.router.client(route.worker),
-                    prompt,
-                    max_tokens=cfg.worker_max_tokens,
-                    request_id=route.request_id,
-                )
-                cu = res.text.strip()
+                cu, stats = yield from self._worker_step(plan, seg, cu)
                 cus.append(cu)
-                calls.append(
-                    CallStats.of(role="worker", step=seg.position, route=route, seg=seg, res=res, manager_name="")
-                )
-            prompt = manager_prompt(
-                cu, plan.question, cfg.manager_template, special_tokens=self.segmenter.special_tokens
-            )
-            mroute = None
-            if self.manager is None:
-                prefix = sum(self._manager_prefix_tokens)
-                tail = self._tail(prompt, cfg.manager_max_tokens)
-                # one tail per prefix, as for workers: llama.cpp's prompt cache takes the cached manager
-                # prompt out to reuse its prefix and saves the new one in its place
-                mroute = self.router.route(
-                    self._manager_prefix,
-                    self._manager_prefix_tokens,
-                    tail_tokens=max(0, tail - prefix) if tail else 0,
-                    tail_key="manager",
-                )
-            client = self.manager if mroute is None else self.router.client(mroute.worker)
-            res = yield from self._call(
-                plan,
-                "manager",
-                len(plan.segments),
-                mroute,
-                client,
-                prompt,
-                max_tokens=cfg.manager_max_tokens,
-                request_id=mroute.request_id if mroute is not None else None,
-                stop=list(cfg.manager_stop) if cfg.manager_stop else None,
-            )
-            calls.append(
-                CallStats.of(
-                    role="manager", step=len(plan.segments), route=mroute, seg=None, res=res, manager_name="manager"
-                )
-            )
+                calls.append(stats)
+            answer, stats = yield from self._manager_step(plan, cu)
+            calls.append(stats)
         except BaseException:
             if plan.dedup is not None:
                 self.conversations.rollback(plan.dedup)
@@ -259,7 +206,7 @@ class ChainOfAgents:
             turn = self.conversations.commit(plan.dedup, cus[-1] if cus else plan.first_cu)
         return CoAResult(
             question=plan.question,
-            answer=res.text.strip(),
+            answer=answer,
             cus=tuple(cus),
             calls=tuple(calls),
             segments=plan.segments,
@@ -269,6 +216,73 @@ class ChainOfAgents:
             duplicates=plan.duplicates,
             annotations=plan.annotations,
             tag=plan.tag,
+        )
+
+    def _worker_step(
+        self, plan: CoAPlan, seg: Segment, previous_cu: str
+    ) -> Generator[EngineCall, Any, tuple[str, CallStats]]:
+        """One worker: reads ``seg`` and the previous CU on the worker the router picks; returns its CU."""
+        cfg = self.config
+        prompt = worker_prompt(
+            seg.text, previous_cu, plan.question, cfg.worker_template, special_tokens=self.segmenter.special_tokens
+        )
+        route = self.router.route(
+            seg.keys,
+            seg.token_lens,
+            tail_key="worker",
+            home_key=seg.ids[0],
+            tail_tokens=self._tail(prompt[len(seg.text) :], cfg.worker_max_tokens),
+        )
+        res = yield from self._call(
+            plan,
+            "worker",
+            seg.position,
+            route,
+            self.router.client(route.worker),
+            prompt,
+            max_tokens=cfg.worker_max_tokens,
+            request_id=route.request_id,
+        )
+        stats = CallStats.of(role="worker", step=seg.position, route=route, seg=seg, res=res, manager_name="")
+        return res.text.strip(), stats
+
+    def _manager_step(self, plan: CoAPlan, last_cu: str) -> Generator[EngineCall, Any, tuple[str, CallStats]]:
+        """The manager: answers the question from the last CU; returns the answer."""
+        cfg = self.config
+        prompt = manager_prompt(
+            last_cu, plan.question, cfg.manager_template, special_tokens=self.segmenter.special_tokens
+        )
+        route = self._manager_route(prompt)
+        client = self.manager if route is None else self.router.client(route.worker)
+        step = len(plan.segments)
+        res = yield from self._call(
+            plan,
+            "manager",
+            step,
+            route,
+            client,
+            prompt,
+            max_tokens=cfg.manager_max_tokens,
+            request_id=route.request_id if route is not None else None,
+            stop=list(cfg.manager_stop) if cfg.manager_stop else None,
+        )
+        stats = CallStats.of(role="manager", step=step, route=route, seg=None, res=res, manager_name="manager")
+        return res.text.strip(), stats
+
+    def _manager_route(self, prompt: str) -> Route | None:
+        """The manager's worker, routed like a request whose only reusable part is the manager template's
+        fixed prefix; None with a dedicated ``manager`` client."""
+        if self.manager is not None:
+            return None
+        prefix = sum(self._manager_prefix_tokens)
+        tail = self._tail(prompt, self.config.manager_max_tokens)
+        # one tail per prefix, as for workers: llama.cpp's prompt cache takes the cached manager
+        # prompt out to reuse its prefix and saves the new one in its place
+        return self.router.route(
+            self._manager_prefix,
+            self._manager_prefix_tokens,
+            tail_tokens=max(0, tail - prefix) if tail else 0,
+            tail_key="manager",
         )
 
     def _tail(self, text: str, max_tokens: int) -> int:

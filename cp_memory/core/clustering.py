@@ -48,25 +48,61 @@ def cluster_orders(
     tail_order: TailOrder = "frequency",
 ) -> list[tuple[Hashable, ...]]:
     """Aligned order for each context of a batch (Algorithm 4). Contexts must hold distinct ids."""
-    n = len(contexts)
+    leaves, leaf_of = _leaves(contexts)
+    if not leaves:
+        return [() for _ in contexts]
+    content, parent = _merge_tree(leaves, alpha, method)
+    freq = Counter(b for ctx in contexts for b in ctx)
+    orders = _top_down_orders(leaves, content, parent, freq, tail_order)
+    return [orders[u] if u >= 0 else () for u in leaf_of]
+
+
+def _leaves(contexts: Sequence[Sequence[Hashable]]) -> tuple[list[Sequence[Hashable]], list[int]]:
+    """Step 2: one leaf per distinct block set (its first context in the batch), and each context's leaf
+    (-1 for an empty context)."""
     uniq: dict[frozenset[Hashable], int] = {}
-    reps: list[Sequence[Hashable]] = []
-    which = []
+    leaves: list[Sequence[Hashable]] = []
+    leaf_of = []
     for ctx in contexts:
         if not ctx:
-            which.append(-1)
+            leaf_of.append(-1)
             continue
         key = frozenset(ctx)
         u = uniq.get(key)
         if u is None:
-            u = uniq[key] = len(reps)
-            reps.append(ctx)
-        which.append(u)
-    m = len(reps)
-    if m == 0:
-        return [() for _ in range(n)]
+            u = uniq[key] = len(leaves)
+            leaves.append(ctx)
+        leaf_of.append(u)
+    return leaves, leaf_of
 
-    freq = Counter(b for ctx in contexts for b in ctx)
+
+def _merge_tree(
+    leaves: Sequence[Sequence[Hashable]], alpha: float, method: Linkage
+) -> tuple[list[frozenset[Hashable]], list[int]]:
+    """Steps 1 and 3: the clustering tree as each node's blocks (leaves first, then one internal node per
+    merge, holding the intersection of its children) and each node's parent (-1: the root)."""
+    m = len(leaves)
+    content: list[frozenset[Hashable]] = [frozenset(r) for r in leaves]
+    parent = [-1] * m
+    if m > 1:
+        z = linkage(pairwise_distances(leaves, alpha), method=method)
+        parent.extend([-1] * (m - 1))
+        for i, (a, b) in enumerate(np.asarray(z[:, :2], dtype=np.int64)):
+            v = m + i
+            content.append(content[a] & content[b])
+            parent[a] = parent[b] = v
+    return content, parent
+
+
+def _top_down_orders(
+    leaves: Sequence[Sequence[Hashable]],
+    content: Sequence[frozenset[Hashable]],
+    parent: Sequence[int],
+    freq: Counter[Hashable],
+    tail_order: TailOrder,
+) -> list[tuple[Hashable, ...]]:
+    """Steps 4 and 5: each node's order, its parent's order followed by its own new blocks (empty internal
+    nodes dropped: their children hang from the root)."""
     idkey = _id_sort_key(list(freq))
 
     def shared_order(blocks: Iterable[Hashable]) -> list[Hashable]:
@@ -79,15 +115,7 @@ def cluster_orders(
             rest.sort(key=lambda b: (-freq[b], rank[b]))
         return rest
 
-    content: list[frozenset[Hashable]] = [frozenset(r) for r in reps]
-    parent = [-1] * m
-    if m > 1:
-        z = linkage(pairwise_distances(reps, alpha), method=method)
-        parent.extend([-1] * (m - 1))
-        for i, (a, b) in enumerate(np.asarray(z[:, :2], dtype=np.int64)):
-            v = m + i
-            content.append(content[a] & content[b])
-            parent[a] = parent[b] = v
+    m = len(leaves)
     total = len(content)
     # drop empty internal nodes: intersections only shrink upwards, so above an empty node all are empty
     eff = [p if p >= 0 and content[p] else -1 for p in parent]
@@ -99,7 +127,7 @@ def cluster_orders(
         base = docs[p] if p >= 0 else ()
         own = content[v] - content[p] if p >= 0 else content[v]
         if v < m:
-            docs[v] = base + tuple(leaf_order(reps[v], set(own)))
+            docs[v] = base + tuple(leaf_order(leaves[v], set(own)))
         else:
             docs[v] = base + tuple(shared_order(own))
-    return [docs[u] if u >= 0 else () for u in which]
+    return docs

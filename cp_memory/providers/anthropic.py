@@ -46,6 +46,7 @@ __all__ = ["AnthropicRequest", "Breakpoint", "anthropic_request", "block_texts",
 logger = logging.getLogger(__name__)
 
 Where = Literal["stable", "turn", "history", "aligned", "anchor", "caller"]
+Layout = Literal["append", "late", "oneshot"]
 
 
 @dataclass(frozen=True)
@@ -194,35 +195,58 @@ def anthropic_request(
     tool_list = [copy.deepcopy(dict(t)) for t in tools]
     system_blocks = _system_blocks(system)
     past = _history(history)
-    info = info_of(response)
-    if layout is None:
-        conversation = info is not None and isinstance(info.get("conversation_id"), str)
-        layout = "append" if conversation else ("late" if past else "oneshot")
-    if layout not in ("append", "late", "oneshot"):
-        raise ValueError(f"layout must be 'append', 'late' or 'oneshot', got {layout!r}")
+    layout = _layout(layout, info_of(response), past)
     cut = context_pieces(query, response)
-    if layout == "oneshot" and cut.docs:
-        new_blocks: list[dict[str, Any]] = [{"type": "text", "text": p} for p in cut.pieces]
-    else:
-        new_blocks = [{"type": "text", "text": cut.text}]
-    messages = past + [{"role": "user", "content": new_blocks}]
+    messages = past + [{"role": "user", "content": _new_message(layout, cut)}]
 
     blocks = block_texts(tool_list, system_blocks, messages)
-    caller = sum(1 for _, t in blocks if t is not None)
-    if caller > max_breakpoints:
+    marked = {i for i, (_, t) in enumerate(blocks) if t is not None}
+    if len(marked) > max_breakpoints:
         raise ValueError(
-            f"the request already carries {caller} cache_control breakpoints; at most {max_breakpoints} allowed"
+            f"the request already carries {len(marked)} cache_control breakpoints; at most {max_breakpoints} allowed"
         )
+    cum = _prefix_tokens(blocks, counting)
+    n_stable = len(tool_list) + len(system_blocks)
+    wanted = _wanted(layout, cut, past, n_stable, len(blocks), ttl, stable_ttl)
+    chosen, skipped = _choose(wanted, marked, cum, counting, min_tokens, max_breakpoints - len(marked))
+    _apply(chosen, tool_list, system_blocks, past, messages)
+    marks = _breakpoints(chosen, marked, blocks, cum)
+    return AnthropicRequest(system_blocks, messages, tool_list, marks, min_tokens, tuple(skipped))
+
+
+def _layout(layout: Layout | None, info: Mapping[str, Any] | None, past: list[dict[str, Any]]) -> Layout:
+    """The layout asked for, or the default: ``"append"`` in a dedup conversation, ``"late"`` with a history,
+    ``"oneshot"`` otherwise."""
+    if layout is None:
+        conversation = info is not None and isinstance(info.get("conversation_id"), str)
+        return "append" if conversation else ("late" if past else "oneshot")
+    if layout not in ("append", "late", "oneshot"):
+        raise ValueError(f"layout must be 'append', 'late' or 'oneshot', got {layout!r}")
+    return layout
+
+
+def _new_message(layout: Layout, cut: Any) -> list[dict[str, Any]]:
+    """The new user message's blocks: one per memory line (then the question) in a one-shot question with
+    memories, so that line boundaries are block boundaries; else one text block."""
+    if layout == "oneshot" and cut.docs:
+        return [{"type": "text", "text": p} for p in cut.pieces]
+    return [{"type": "text", "text": cut.text}]
+
+
+def _prefix_tokens(blocks: list[tuple[str, str | None]], counting: Counting) -> list[int]:
+    """Tokens of the prefix each block closes (a running total in prefix order)."""
     cum: list[int] = []
     total = 0
     for text, _ in blocks:
         total += counting.tokens(text)
         cum.append(total)
-    n_stable = len(tool_list) + len(system_blocks)
-    wanted = _wanted(layout, cut, past, n_stable, len(blocks), ttl, stable_ttl)
-    marked = {i for i, (_, t) in enumerate(blocks) if t is not None}
-    chosen, skipped = _choose(wanted, marked, cum, counting, min_tokens, max_breakpoints - caller)
-    _apply(chosen, tool_list, system_blocks, past, messages)
+    return cum
+
+
+def _breakpoints(
+    chosen: list[tuple[Where, int, str]], marked: set[int], blocks: list[tuple[str, str | None]], cum: list[int]
+) -> tuple[Breakpoint, ...]:
+    """Every mark of the request in block order, the caller's included; refuses a 1 h mark after a 5 min one."""
     marks = sorted(
         [Breakpoint(w, at, cum[at], t) for w, at, t in chosen]
         + [Breakpoint("caller", i, cum[i], str(blocks[i][1])) for i in marked],
@@ -234,7 +258,7 @@ def anthropic_request(
                 f"a 1h cache_control breakpoint (block {b.block}, {b.where}) after a 5m one (block {a.block}, "
                 f"{a.where}): Anthropic needs longer TTLs first; use ttl='5m' or set the earlier mark to 1h"
             )
-    return AnthropicRequest(system_blocks, messages, tool_list, tuple(marks), min_tokens, tuple(skipped))
+    return tuple(marks)
 
 
 def _checked_settings(

@@ -341,10 +341,22 @@ async def test_sync_and_async_drivers_send_the_same_requests():
     assert [e.prompts for e in sync_engines] == [e.prompts for e in async_engines]
 
 
+class Hanging(AsyncFakeEngine):
+    """An async engine whose answer never comes; ``entered`` is set once a call reaches it."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.entered = asyncio.Event()
+
+    async def complete(self, prompt, **kw):
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
 async def test_a_cancelled_async_chain_frees_its_worker():
-    coa, _ = chain(n_workers=1, engine=lambda name: AsyncFakeEngine(name, delay=5.0))
+    coa, (engine,) = chain(n_workers=1, engine=Hanging)
     task = asyncio.create_task(coa.aanswer("q1 slow?", [doc(0)]))
-    await asyncio.sleep(0.05)
+    await engine.entered.wait()
     assert coa.router.loads() == (1,)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -419,9 +431,9 @@ async def test_async_failed_turn_is_rolled_back():
 
 
 async def test_a_cancelled_turn_is_rolled_back():
-    coa, _ = chain(n_workers=1, engine=lambda name: AsyncFakeEngine(name, delay=5.0))
+    coa, (engine,) = chain(n_workers=1, engine=Hanging)
     task = asyncio.create_task(coa.aanswer("q1 slow?", [doc(0)], conversation_id="c"))
-    await asyncio.sleep(0.05)
+    await engine.entered.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
