@@ -52,8 +52,10 @@ class WorkerSpec:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorkerSpec:
-        """From a command line's ``--engine --model --threads --cache-mib --ctx-size --vllm-args``."""
+        """From a command line's ``--engine --model --threads --cache-mib --ctx-size --vllm-args``; the model
+        is resolved (built and cached on first use) here, so a name the engine cannot load fails at once."""
         fields = {f: getattr(args, f) for f in ("engine", "model", "threads", "cache_mib", "ctx_size")}
+        resolve_model(args.model, args.engine)
         return cls(**fields, vllm_args=tuple(args.vllm_args.split()))
 
     @property

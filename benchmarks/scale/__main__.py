@@ -158,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if "sglang-router" in a.routers:
         SGLangRouter(["http://127.0.0.1:1"])  # argument check only; start() says if the extra is missing
+    spec = WorkerSpec.from_args(a)
     (k,) = parse_top_k(a.k)
     users, search = _users(a, k)
-    spec = WorkerSpec.from_args(a)
     load_start = _load()
     reqs, walls = _serve(a, spec, users, search, k)
     summary = summarize(reqs, walls)

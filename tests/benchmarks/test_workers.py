@@ -61,6 +61,8 @@ def test_every_model_name_has_the_kv_size_of_its_shape() -> None:
     )
 
 
-def test_a_model_vllm_alone_has_is_refused_for_llama() -> None:
+def test_a_model_vllm_alone_has_is_refused_for_llama_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="vllm only"):
+        WorkerSpec.from_args(_args("--model", "smollm2-random"))
     with pytest.raises(ValueError, match="vllm only"):
         WorkerSpec(engine="llama", model="smollm2-random", threads=1, cache_mib=24, ctx_size=4096).worker()
