@@ -7,60 +7,96 @@ tokens plus ``cache_mib`` — so that both engines get the same memory. ``sglang
 (it speaks the OpenAI API to its workers). The engines' own counters are read from ``/metrics`` under
 llama-server's names: ``prompt_tokens_total`` = tokens prefilled (vLLM: prompt tokens minus prefix-cache
 hits), ``prompt_seconds_total`` = prefill time (vLLM: the sum of its ``request_prefill_time_seconds``).
+A :class:`WorkerSpec` (a run's ``--engine``, ``--model``, ``--threads``, ...) starts them alike.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import re
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
-from cp_memory.engine import (
-    SMOLLM2_135M,
-    LlamaServer,
-    RandomModelSpec,
-    VLLMServer,
-    hf_model_dir,
-    random_model_path,
-    smollm2_model_path,
-)
+from benchmarks.common.harness import ENGINES, Engine, resolve_model
+from cp_memory.engine import SMOLLM2_135M, LlamaServer, RandomModelSpec, VLLMServer
 from cp_memory.engine._server import ManagedServer
 
 logger = logging.getLogger("benchmarks.workers")
 
 __all__ = [
-    "ENGINES",
-    "Engine",
+    "WorkerSpec",
     "capacity_tokens",
     "kv_bytes_per_token",
-    "make_worker",
-    "model_path",
     "requests_served",
     "served_name",
     "vllm_kv_cache_bytes",
     "worker_metrics",
 ]
 
-Engine = Literal["llama", "vllm"]
-ENGINES: tuple[Engine, ...] = ("llama", "vllm")
 
+@dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    """A benchmark's engine workers, all alike: ``engine``, ``model`` by name (``--model``; resolved by
+    :func:`benchmarks.common.harness.resolve_model`), and each worker's threads, cache and context."""
 
-def model_path(engine: str, model: str) -> Path:
-    """``random`` (the small random-weight shape) or ``smollm2`` (SmolLM2-135M-Instruct), as the engine
-    loads it: a GGUF for llama-server, a Hugging Face folder for vLLM (built offline, cached)."""
-    if engine == "vllm":
-        return hf_model_dir() if model == "random" else hf_model_dir(weights="smollm2")
-    return random_model_path() if model == "random" else smollm2_model_path()
+    engine: Engine
+    model: str
+    threads: int
+    cache_mib: int
+    ctx_size: int
+    vllm_args: tuple[str, ...] = ()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorkerSpec:
+        """From a command line's ``--engine --model --threads --cache-mib --ctx-size --vllm-args``; the model
+        is resolved (built and cached on first use) here, so a name the engine cannot load fails at once."""
+        fields = {f: getattr(args, f) for f in ("engine", "model", "threads", "cache_mib", "ctx_size")}
+        resolve_model(args.model, args.engine)
+        return cls(**fields, vllm_args=tuple(args.vllm_args.split()))
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.engine, self.model)
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens one worker's cache holds, for the routers' cache models (:func:`capacity_tokens`)."""
+        return capacity_tokens(self.engine, self.model, self.cache_mib, self.ctx_size)
+
+    def worker(self, log_path: Path | None = None) -> ManagedServer:
+        """One cold worker (not started): llama-server with one slot and ``cache_mib`` of host prompt cache,
+        or vLLM with the KV cache such a replica holds (:func:`vllm_kv_cache_bytes`)."""
+        model = resolve_model(self.model, self.engine)
+        if self.engine == "llama":
+            return LlamaServer(
+                model,
+                slots=1,
+                ctx_size=self.ctx_size,
+                threads=self.threads,
+                cache_ram_mib=self.cache_mib,
+                log_path=log_path,
+            )
+        if self.engine == "vllm":
+            return VLLMServer(
+                model,
+                max_model_len=self.ctx_size,
+                kv_cache_bytes=vllm_kv_cache_bytes(self.kv_bytes_per_token, self.cache_mib, self.ctx_size),
+                threads=self.threads,
+                log_path=log_path,
+                extra_args=self.vllm_args,
+            )
+        raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
 
 
 def kv_bytes_per_token(engine: str, model: str) -> int:
-    """K and V bytes per token: layers x KV heads x head dim x 2 (K, V) x element size (llama-server
-    f16; vLLM float32, :class:`VLLMServer`'s default dtype on CPU)."""
-    spec = RandomModelSpec() if model == "random" else SMOLLM2_135M
+    """K and V bytes per token of ``model`` (``random``/``tiny``: the test shape; ``smollm2*``: SmolLM2-135M):
+    layers x KV heads x head dim x 2 (K, V) x element size (llama-server f16; vLLM float32,
+    :class:`VLLMServer`'s default dtype on CPU)."""
+    spec = SMOLLM2_135M if model.startswith("smollm2") else RandomModelSpec()
     return spec.n_layer * spec.n_head_kv * spec.head_dim * 2 * (4 if engine == "vllm" else 2)
 
 
@@ -77,39 +113,6 @@ def capacity_tokens(engine: str, model: str, cache_mib: int, ctx_size: int) -> i
     if engine == "vllm":
         return vllm_kv_cache_bytes(per_token, cache_mib, ctx_size) // per_token
     return cache_mib * 2**20 // per_token
-
-
-def make_worker(
-    engine: str,
-    model: Path,
-    *,
-    threads: int,
-    cache_mib: int,
-    ctx_size: int,
-    kv_bytes_per_token: int = 0,
-    log_path: Path | None = None,
-    block_size: int | None = None,
-    vllm_args: Sequence[str] = (),
-) -> ManagedServer:
-    """One cold worker (not started) on ``model`` (:func:`model_path`); vLLM needs the model's
-    ``kv_bytes_per_token`` to size its cache like a llama-server replica's."""
-    if engine == "llama":
-        return LlamaServer(
-            model, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_mib, log_path=log_path
-        )
-    if engine == "vllm":
-        if kv_bytes_per_token <= 0:
-            raise ValueError("a vLLM worker needs kv_bytes_per_token to size its KV cache")
-        return VLLMServer(
-            model,
-            max_model_len=ctx_size,
-            kv_cache_bytes=vllm_kv_cache_bytes(kv_bytes_per_token, cache_mib, ctx_size),
-            block_size=block_size,
-            threads=threads,
-            log_path=log_path,
-            extra_args=vllm_args,
-        )
-    raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
 
 
 def served_name(server: ManagedServer) -> str:

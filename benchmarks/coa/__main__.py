@@ -21,25 +21,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import os
-import platform
 import re
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import workers as engines
+from benchmarks.common import harness
 from benchmarks.common.locomo import load_locomo
+from benchmarks.workers import WorkerSpec
+from cp_memory.agents import ChainConfig
 from cp_memory.core.blocks import ContextBlock
-from cp_memory.engine import (
-    EngineClient,
-    LlamaServer,
-    random_model_path,
-    smollm2_model_path,
-)
+from cp_memory.engine import EngineClient, LlamaServer
 from cp_memory.engine.router import SGLangRouter
 
 from .arms import ARMS, Arm, parse_arm, parse_overrides
@@ -50,6 +45,11 @@ from .workload import Item, build_multiturn, build_workload
 logger = logging.getLogger("benchmarks.coa")
 
 WORKER_NAMES = {"llama": "llama-server", "vllm": "vLLM"}
+WORKLOADS = ("single", "multi")
+#: the options that are ChainConfig's fields of the same name
+CHAIN_OPTIONS = ("segment_tokens", "worker_max_tokens", "manager_max_tokens", "chat")
+#: models whose text is noise: their answers and outputs are left out of the results
+RANDOM_WEIGHTS = ("random", "tiny", "smollm2-random")
 
 
 def with_tokens(items: list[Item], client: EngineClient) -> list[Item]:
@@ -66,16 +66,15 @@ def with_tokens(items: list[Item], client: EngineClient) -> list[Item]:
     return out
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.coa", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--locomo", default=None, help="path to locomo10.json (default: $CP_MEMORY_LOCOMO)")
-    ap.add_argument("--model", choices=("random", "smollm2"), default="random")
-    ap.add_argument("--engine", choices=engines.ENGINES, default="llama", help="the workers: llama-server or vLLM")
-    ap.add_argument("--vllm-args", default="", help="vllm: more api_server arguments, e.g. --vllm-args=--enforce-eager")
+    harness.add_locomo(ap)
+    harness.add_model(ap)
+    harness.add_engine(ap)
     ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="threads per worker")
+    harness.add_threads(ap, 1, "worker")
     ap.add_argument("--cache-mib", type=int, default=24, help="per-worker prompt cache (--cache-ram)")
     ap.add_argument(
         "--capacity-tokens",
@@ -115,22 +114,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "for sglang arms, straight to the workers for agent arms); 0 = none",
     )
     ap.add_argument("--foreign-words", type=int, default=400, help="words per foreign prompt")
-    ap.add_argument("--out", default="results")
+    harness.add_out(ap)
     ap.add_argument("--keep-logs", action="store_true", help="keep the workers' and router's logs in <out>/logs")
-    ap.add_argument("-v", "--verbose", action="store_true")
+    harness.add_verbose(ap)
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = _parser()
     a = ap.parse_args(argv)
-    arms = [x.strip() for x in re.split(r",(?![^\[]*\])", a.arms) if x.strip()]
+    a.arms = [x.strip() for x in re.split(r",(?![^\[]*\])", a.arms) if x.strip()]
+    a.workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
     try:
-        for x in arms:
+        for x in a.arms:
             parse_arm(x)
     except ValueError as exc:
         ap.error(str(exc))
-    if not arms:
+    if not a.arms:
         ap.error("no arms")
-    workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
-    if not workloads or any(w not in ("single", "multi") for w in workloads):
+    if not a.workloads or any(w not in WORKLOADS for w in a.workloads):
         ap.error("--workloads takes single and/or multi")
-    a.arms, a.workloads = arms, workloads
     return a
 
 
@@ -139,144 +142,153 @@ def text_id(text: Any) -> str:
     return "sha1:" + hashlib.sha1(str(text).encode("utf-8")).hexdigest()[:12]
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if a.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "httpcore", "cp_memory.engine"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    if a.locomo:
-        os.environ["CP_MEMORY_LOCOMO"] = a.locomo
+def _arms(a: argparse.Namespace) -> dict[str, Arm]:
+    """The known arms and those of ``--arms``, with ``--agent-args`` / ``--sglang-tuned`` applied."""
     arms: dict[str, Arm] = {**ARMS, **{x: parse_arm(x) for x in a.arms}}
     if a.agent_args:
-        arms["agent_aware"] = replace(
-            arms["agent_aware"], agent={**arms["agent_aware"].agent, **parse_overrides(a.agent_args)}
-        )
+        agent = arms["agent_aware"]
+        arms["agent_aware"] = replace(agent, agent={**agent.agent, **parse_overrides(a.agent_args)})
     if a.sglang_tuned:
-        arms["sglang_cache_aware_tuned"] = replace(
-            arms["sglang_cache_aware_tuned"], router={"policy": "cache_aware", **parse_overrides(a.sglang_tuned)}
-        )
-    model = random_model_path() if a.model == "random" else smollm2_model_path()
-    convs = load_locomo()[: a.conversations]
-    work: dict[str, list[Item]] = {}
-    if "single" in a.workloads:
-        work["single"] = build_workload(convs, questions_per_conversation=a.questions, k=a.k, seed=a.seed)
+        router = {"policy": "cache_aware", **parse_overrides(a.sglang_tuned)}
+        arms["sglang_cache_aware_tuned"] = replace(arms["sglang_cache_aware_tuned"], router=router)
+    return arms
+
+
+def _workloads(a: argparse.Namespace) -> tuple[dict[str, list[Item]], str]:
+    """The workloads of ``--workloads``, every block sized by the model family's llama tokenizer; and the
+    tokenizing llama-server's version."""
+    convs = load_locomo(a.locomo)[: a.conversations]
+    opts = {"questions_per_conversation": a.questions, "k": a.k, "seed": a.seed}
+    work = {"single": build_workload(convs, **opts)} if "single" in a.workloads else {}
     if "multi" in a.workloads:
-        work["multi"] = build_multiturn(
-            convs, questions_per_conversation=a.questions, k=a.k, turns=a.turns, seed=a.seed
-        )
+        work["multi"] = build_multiturn(convs, turns=a.turns, **opts)
+    gguf = harness.resolve_model("smollm2" if a.model.startswith("smollm2") else "random")
     with (
-        LlamaServer(model, slots=1, ctx_size=a.ctx_size, threads=a.threads, cache_ram_mib=0) as tok_server,
-        EngineClient(tok_server.base_url) as tok,
+        LlamaServer(gguf, slots=1, ctx_size=a.ctx_size, threads=a.threads, cache_ram_mib=0) as server,
+        EngineClient(server.base_url) as tok,
     ):
-        work = {name: with_tokens(items, tok) for name, items in work.items()}
-        version = tok_server.version()
-    capacity = a.capacity_tokens or engines.capacity_tokens(a.engine, a.model, a.cache_mib, a.ctx_size)
+        return {name: with_tokens(items, tok) for name, items in work.items()}, server.version()
+
+
+def _settings(a: argparse.Namespace) -> RunSettings:
+    spec = WorkerSpec.from_args(a)
     log_dir = Path(a.out) / "logs" if a.keep_logs else None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-    settings = RunSettings(
-        engines.model_path(a.engine, a.model),
-        a.workers,
-        a.threads,
-        a.cache_mib,
-        a.ctx_size,
-        capacity,
-        a.segment_tokens,
-        a.concurrency,
-        a.worker_max_tokens,
-        a.manager_max_tokens,
-        a.chat,
-        log_dir,
+    return RunSettings(
+        spec=spec,
+        workers=a.workers,
+        capacity_tokens=a.capacity_tokens or spec.capacity_tokens,
+        chain=ChainConfig(**{f: getattr(a, f) for f in CHAIN_OPTIONS}),
+        concurrency=a.concurrency,
+        log_dir=log_dir,
         foreign_rate=a.foreign_rate,
         foreign_words=a.foreign_words,
-        engine=a.engine,
-        kv_bytes_per_token=engines.kv_bytes_per_token(a.engine, a.model),
-        vllm_args=tuple(a.vllm_args.split()),
     )
+
+
+def _load() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
+
+
+def _env(work: dict[str, list[Item]], llama_version: str, s: RunSettings) -> dict[str, Any]:
+    """The engines, the documents and the cache sizes of the run (the machine is in the envelope)."""
     docs = {b.key: b.tokens for items in work.values() for it in items for b in it.blocks}
     env = {
-        "cpus": os.cpu_count(),
-        "loadavg_start": [round(x, 1) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "llama_server": version,
+        "loadavg_start": _load(),
+        "llama_server": llama_version,
         "sglang_router": SGLangRouter.version(),
         "distinct_documents": len(docs),
         "document_tokens": sum(v or 0 for v in docs.values()),
-        "engine": a.engine,
-        "kv_bytes_per_token": engines.kv_bytes_per_token(a.engine, a.model),
-        "capacity_tokens_per_worker": capacity,
-        "machine": "shared with other engineers' jobs",
+        "engine": s.spec.engine,
+        "kv_bytes_per_token": s.spec.kv_bytes_per_token,
+        "capacity_tokens_per_worker": s.capacity_tokens,
     }
     logger.info(
         "%s; %d distinct sessions (%d tokens); per-worker cache ~%d tokens",
         ", ".join(f"{k}: {len(v)} questions" for k, v in work.items()),
         env["distinct_documents"],
         env["document_tokens"],
-        capacity,
+        s.capacity_tokens,
     )
+    return env
+
+
+def _run_all(
+    a: argparse.Namespace, arms: dict[str, Arm], work: dict[str, list[Item]], s: RunSettings
+) -> tuple[list[Run], list[dict[str, Any]]]:
+    """Every workload on every arm, ``--reps`` times, the arms' order rotated between repetitions."""
     runs: list[Run] = []
     records: list[dict[str, Any]] = []
     for rep in range(a.reps):
+        shift = rep % len(a.arms)
         for name, items in work.items():
-            shift = rep % len(a.arms)
             for arm_name in a.arms[shift:] + a.arms[:shift]:
-                run, recs = run_arm(arms[arm_name], name, rep, items, settings)
+                run, recs = run_arm(arms[arm_name], name, rep, items, s)
                 runs.append(run)
                 records += recs
     runs.sort(key=lambda r: (r.workload, a.arms.index(r.arm), r.rep))
-    summary = summarize(runs)
-    env["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
-    header = (
-        f"Chain-of-Agents on LoCoMo: {a.conversations} conversations x {a.questions} questions, top-{a.k} "
-        f"sessions, segment budget {a.segment_tokens}, {a.workers} {WORKER_NAMES[a.engine]} workers ({a.model} "
-        f"model, {a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
-        f"{a.worker_max_tokens} tokens, answer {a.manager_max_tokens}; multi-turn: chats of {a.turns}. "
-        + (
-            f"Foreign traffic: {a.foreign_rate:g} one-off requests/s of {a.foreign_words} words from other "
-            "applications (through the gateway for sglang arms, straight to the workers for agent arms); the "
-            "engines' counts include it, the chain's prefilled tokens do not. "
-            if a.foreign_rate > 0
-            else ""
-        )
-        + "Arms: "
-        + "; ".join(f"{n} = {arms[n].describe()}" for n in a.arms)
-        + f". Machine: {env['cpus']} CPUs shared with other jobs (load {env['loadavg_start']} -> "
-        f"{env['loadavg_end']}): throughput is the median of {a.reps} alternating repetitions."
-    )
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    md = markdown(runs, summary, header)
-    (out / "coa_routing.md").write_text(md)
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
-    for rec in records:  # LoCoMo (CC BY-NC) is never copied into results: questions and gold answers by digest
-        rec["question"] = text_id(rec["question"])
-        rec["gold"] = text_id(rec["gold"])
-    if a.model == "random":  # its text is noise: keep the per-call numbers, not the generated text
-        for rec in records:
+    return runs, records
+
+
+def _scrubbed(records: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    """LoCoMo (CC BY-NC) is never copied into results: questions and gold answers by digest; a
+    random-weight model's text is noise: the per-call numbers stay, not the generated text."""
+    for rec in records:
+        rec["question"], rec["gold"] = text_id(rec["question"]), text_id(rec["gold"])
+        if model in RANDOM_WEIGHTS:
             rec.pop("answer", None)
             for call in rec["calls"]:
                 call.pop("output", None)
                 call.pop("request_id", None)
-    (out / "coa_routing.json").write_text(
-        json.dumps(
-            {
-                "command": "python -m benchmarks.coa " + " ".join(sys.argv[1:] if argv is None else argv),
-                "config": cfg,
-                "arms": {n: asdict(arms[n]) for n in a.arms},
-                "env": env,
-                "summary": summary,
-                "runs": [asdict(r) for r in runs],
-                "questions": records,
-            },
-            separators=(",", ":"),
-            default=str,
-        )
+    return records
+
+
+def _header(a: argparse.Namespace, arms: dict[str, Arm], env: dict[str, Any], machine: str) -> str:
+    foreign = (
+        f"Foreign traffic: {a.foreign_rate:g} one-off requests/s of {a.foreign_words} words from other "
+        "applications (through the gateway for sglang arms, straight to the workers for agent arms); the "
+        "engines' counts include it, the chain's prefilled tokens do not. "
     )
-    plotted = plot(runs, out / "coa_routing.png")
+    return (
+        f"Chain-of-Agents on LoCoMo: {a.conversations} conversations x {a.questions} questions, top-{a.k} "
+        f"sessions, segment budget {a.segment_tokens}, {a.workers} {WORKER_NAMES[a.engine]} workers ({a.model} "
+        f"model, {a.threads} thread, {a.cache_mib} MiB prompt cache each), {a.concurrency} in flight, CU "
+        f"{a.worker_max_tokens} tokens, answer {a.manager_max_tokens}; multi-turn: chats of {a.turns}. "
+        + (foreign if a.foreign_rate > 0 else "")
+        + "Arms: "
+        + "; ".join(f"{n} = {arms[n].describe()}" for n in a.arms)
+        + f". Machine: {machine}, shared with other jobs (load {env['loadavg_start']} -> "
+        f"{env['loadavg_end']}): throughput is the median of {a.reps} alternating repetitions."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    harness.setup_logging(a.verbose)
+    for noisy in ("httpx", "httpcore", "cp_memory.engine"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    arms = _arms(a)
+    settings = _settings(a)
+    work, llama_version = _workloads(a)
+    env = _env(work, llama_version, settings)
+    runs, records = _run_all(a, arms, work, settings)
+    env["loadavg_end"] = _load()
+    summary = summarize(runs)
+    payload = harness.envelope(
+        "benchmarks.coa",
+        argv,
+        config=vars(a),
+        arms={n: asdict(arms[n]) for n in a.arms},
+        env=env,
+        summary=summary,
+        runs=[asdict(r) for r in runs],
+        questions=_scrubbed(records, a.model),
+    )
+    md = markdown(runs, summary, _header(a, arms, env, payload["machine"]["summary"]))
+    written = harness.write_outputs(a.out, "coa_routing", payload, markdown=md, plot=lambda path: plot(runs, path))
     sys.stdout.write(md)
-    logger.info("wrote %s/coa_routing.{md,json%s}", out, ",png" if plotted else "")
+    logger.info("wrote %s", ", ".join(map(str, written.values())))
     return 0
 
 

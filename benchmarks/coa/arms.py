@@ -17,15 +17,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks import workers as engines
+from benchmarks.workers import WorkerSpec, served_name
 from cp_memory.agents import AgentRouter
-from cp_memory.engine import EngineClient
+from cp_memory.engine import EngineClient, running
 from cp_memory.engine._server import ManagedServer
 from cp_memory.engine.router import SGLangRouter
 
 logger = logging.getLogger("benchmarks.coa")
 
-__all__ = ["ARMS", "Arm", "Pool", "engine_metrics", "entry_clients", "parse_arm", "parse_overrides", "pool"]
+__all__ = ["ARMS", "Arm", "Pool", "entry_clients", "parse_arm", "parse_overrides", "pool"]
 
 #: ChainConfig settings an arm may set (the rest of an agent arm's overrides go to AgentRouter)
 COA_OPTIONS = ("model_tails", "manager_affinity")
@@ -106,24 +106,12 @@ def parse_arm(spec: str) -> Arm:
     return replace(base, name=spec, agent={**base.agent, **agent}, coa={**base.coa, **coa})
 
 
-def engine_metrics(server: ManagedServer) -> dict[str, float]:
-    """The worker's ``/metrics`` counters under llama-server's names (``prompt_tokens_total`` = tokens
-    prefilled, ...; vLLM's are mapped, :func:`benchmarks.workers.worker_metrics`)."""
-    return engines.worker_metrics(server)
-
-
-def requests_served(server: ManagedServer) -> int:
-    """Completion requests a worker served (llama-server: its log; vLLM: its counter)."""
-    return engines.requests_served(server)
-
-
 @dataclass
 class Pool:
     """One arm's running workers and the AgentRouter ChainOfAgents uses."""
 
     workers: list[ManagedServer]
     router: AgentRouter[EngineClient]
-    clients: list[EngineClient]
     sglang: SGLangRouter | None
 
 
@@ -131,46 +119,20 @@ def entry_clients(servers: list[ManagedServer], sglang: SGLangRouter | None) -> 
     """Where requests enter the pool: one client for the gateway when there is one (it fronts the
     engines), else one client per worker."""
     if sglang is not None:
-        return [EngineClient(sglang.base_url, model=engines.served_name(servers[0]), timeout=600, max_retries=2)]
+        return [EngineClient(sglang.base_url, model=served_name(servers[0]), timeout=600, max_retries=2)]
     return [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
 
 
 @contextlib.contextmanager
 def pool(
-    arm: Arm,
-    *,
-    model: Path,
-    workers: int,
-    threads: int,
-    cache_mib: int,
-    ctx_size: int,
-    capacity_tokens: int | None,
-    log_dir: Path | None = None,
-    engine: str = "llama",
-    kv_bytes_per_token: int = 0,
-    vllm_args: tuple[str, ...] = (),
+    arm: Arm, spec: WorkerSpec, *, workers: int, capacity_tokens: int | None, log_dir: Path | None = None
 ) -> Iterator[Pool]:
-    """Start ``workers`` cold engine workers (llama-server or vLLM: :mod:`benchmarks.workers`; and the
-    SGLang router for ``sglang`` arms); stop them after."""
+    """Start ``workers`` cold engine workers (llama-server or vLLM: :class:`benchmarks.workers.WorkerSpec`;
+    and the SGLang router for ``sglang`` arms); stop them after."""
     tag = re.sub(r"[^\w.-]+", "_", arm.name)
-    servers = [
-        engines.make_worker(
-            engine,
-            model,
-            threads=threads,
-            cache_mib=cache_mib,
-            ctx_size=ctx_size,
-            kv_bytes_per_token=kv_bytes_per_token,
-            vllm_args=vllm_args,
-            log_path=None if log_dir is None else log_dir / f"{tag}-w{i}.log",
-        )
-        for i in range(workers)
-    ]
-    clients: list[EngineClient] = []
-    sglang: SGLangRouter | None = None
-    try:
-        for s in servers:
-            s.start()
+    logs = [None if log_dir is None else log_dir / f"{tag}-w{i}.log" for i in range(workers)]
+    with running([spec.worker(log) for log in logs]) as servers, contextlib.ExitStack() as stack:
+        sglang: SGLangRouter | None = None
         if arm.kind == "sglang":
             sglang = SGLangRouter(
                 [s.base_url for s in servers],
@@ -178,16 +140,12 @@ def pool(
                 log_path=None if log_dir is None else log_dir / f"{tag}-router.log",
                 **arm.router,
             ).start()
-            clients = entry_clients(servers, sglang)
+            stack.callback(sglang.stop)
+        clients = entry_clients(servers, sglang)
+        for c in clients:
+            stack.callback(c.close)
+        if sglang is not None:
             router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")
         else:
-            clients = entry_clients(servers, None)
             router = AgentRouter(clients, capacity_tokens=capacity_tokens, **arm.agent)
-        yield Pool(servers, router, clients, sglang)
-    finally:
-        for c in clients:
-            c.close()
-        if sglang is not None:
-            sglang.stop()
-        for s in servers:
-            s.stop()
+        yield Pool(servers, router, sglang)

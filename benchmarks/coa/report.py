@@ -96,7 +96,7 @@ def markdown(runs: Sequence[Run], summary: dict[str, dict[str, dict[str, Any]]],
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: Sequence[Run], path: Path) -> bool:
+def plot(runs: Sequence[Run], path: Path) -> Path | None:
     try:
         import matplotlib
 
@@ -104,7 +104,7 @@ def plot(runs: Sequence[Run], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         logger.warning("matplotlib is not installed; no plot (pip install 'cp-memory[agents]')")
-        return False
+        return None
     workloads = list(dict.fromkeys(r.workload for r in runs))
     arms = list(dict.fromkeys(r.arm for r in runs))
     metrics = [
@@ -127,7 +127,7 @@ def plot(runs: Sequence[Run], path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
+    return path
 
 
 def _ratio(x: float | None) -> str:

@@ -13,46 +13,39 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cp_memory.agents import (
-    ChainConfig,
-    ChainOfAgents,
-    ChainOfAgentsError,
-    CoAQuery,
-    CoAResult,
-)
+from benchmarks.workers import WorkerSpec, requests_served, worker_metrics
+from cp_memory.agents import ChainConfig, ChainOfAgents, ChainOfAgentsError, CoAQuery, CoAResult
 
-from .arms import Arm, engine_metrics, entry_clients, pool, requests_served
-from .foreign import ForeignTraffic
-from .workload import Item, f1_score
+from ..locomo.metrics import token_f1
+from .arms import Arm, Pool, entry_clients, pool
+from .foreign import ForeignStats, ForeignTraffic
+from .workload import Item
 
 logger = logging.getLogger("benchmarks.coa")
 
 __all__ = ["Run", "RunSettings", "first_line", "run_arm"]
 
+Result = CoAResult | ChainOfAgentsError
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    model: Path
+    """What every arm runs with: ``workers`` cold workers of ``spec``, AgentRouter's per-worker cache
+    model, the chain (an arm may add ``model_tails`` / ``manager_affinity``), questions or chats in flight,
+    and other applications' one-off prompts (:mod:`benchmarks.coa.foreign`; 0 = none)."""
+
+    spec: WorkerSpec
     workers: int
-    threads: int
-    cache_mib: int
-    ctx_size: int
     capacity_tokens: int | None
-    segment_tokens: int
+    chain: ChainConfig
     concurrency: int
-    worker_max_tokens: int
-    manager_max_tokens: int
-    chat: bool
     log_dir: Path | None = None
-    foreign_rate: float = 0.0  # requests/s of other applications' one-off prompts (benchmarks.coa.foreign)
+    foreign_rate: float = 0.0
     foreign_words: int = 400
-    engine: str = "llama"  # llama | vllm (benchmarks.workers)
-    kv_bytes_per_token: int = 0  # vllm: sizes each worker's KV cache like a llama-server replica's
-    vllm_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,12 +84,12 @@ def first_line(answer: str) -> str:
     return next((line.strip() for line in answer.splitlines() if line.strip()), "")
 
 
-def _chats(coa: ChainOfAgents, items: Sequence[Item], concurrency: int) -> list[CoAResult | ChainOfAgentsError]:
+def _chats(coa: ChainOfAgents, items: Sequence[Item], concurrency: int) -> list[Result]:
     """Each chat's turns in order (conversation_id = chat), ``concurrency`` chats at a time."""
     by_chat: dict[str, list[int]] = defaultdict(list)
     for i, it in enumerate(items):
         by_chat[it.chat or f"q{i}"].append(i)
-    out: list[CoAResult | ChainOfAgentsError | None] = [None] * len(items)
+    out: list[Result | None] = [None] * len(items)
 
     def chat(name: str) -> None:
         for i in sorted(by_chat[name], key=lambda j: items[j].turn):
@@ -112,71 +105,89 @@ def _chats(coa: ChainOfAgents, items: Sequence[Item], concurrency: int) -> list[
     return [r for r in out if r is not None]
 
 
+def _ask(
+    coa: ChainOfAgents, p: Pool, items: Sequence[Item], s: RunSettings, rep: int
+) -> tuple[list[Result], float, ForeignStats]:
+    """Every question (multi-turn: chats in order), timed, with the foreign traffic alongside: it enters
+    where any client does, through the gateway when there is one, else straight to the workers (not
+    through this process's AgentRouter); returns the results, the wall time and the foreign totals."""
+    targets = entry_clients(p.workers, p.sglang) if s.foreign_rate > 0 else []
+    try:
+        with ForeignTraffic(targets, rate=s.foreign_rate, words=s.foreign_words, seed=rep) as foreign:
+            t0 = time.perf_counter()
+            if any(it.chat is not None for it in items):
+                results = _chats(coa, items, s.concurrency)
+            else:
+                queries = [CoAQuery(it.question, it.blocks, tag=i) for i, it in enumerate(items)]
+                results = coa.answer_many(queries, max_concurrency=s.concurrency)
+            wall = time.perf_counter() - t0
+    finally:
+        for c in targets:
+            c.close()
+    return results, wall, foreign.stats()
+
+
 def run_arm(
     arm: Arm, workload: str, rep: int, items: Sequence[Item], s: RunSettings
 ) -> tuple[Run, list[dict[str, Any]]]:
-    multi = any(it.chat is not None for it in items)
-    with pool(
-        arm,
-        model=s.model,
-        workers=s.workers,
-        threads=s.threads,
-        cache_mib=s.cache_mib,
-        ctx_size=s.ctx_size,
-        capacity_tokens=s.capacity_tokens,
-        log_dir=s.log_dir,
-        engine=s.engine,
-        kv_bytes_per_token=s.kv_bytes_per_token,
-        vllm_args=s.vllm_args,
-    ) as p:
-        coa = ChainOfAgents(
-            p.router,
-            config=ChainConfig(
-                segment_tokens=s.segment_tokens,
-                worker_max_tokens=s.worker_max_tokens,
-                manager_max_tokens=s.manager_max_tokens,
-                chat=s.chat,
-                **arm.coa,
-            ),
-        )
-        # other applications enter where any client does: through the gateway when there is one, else
-        # straight to the workers (they do not go through this process's AgentRouter); own clients
-        targets = entry_clients(p.workers, p.sglang) if s.foreign_rate > 0 else []
-        try:
-            with ForeignTraffic(targets, rate=s.foreign_rate, words=s.foreign_words, seed=rep) as foreign:
-                t0 = time.perf_counter()
-                if multi:
-                    results = _chats(coa, items, s.concurrency)
-                else:
-                    results = coa.answer_many(
-                        [CoAQuery(it.question, it.blocks, tag=i) for i, it in enumerate(items)],
-                        max_concurrency=s.concurrency,
-                    )
-                wall = time.perf_counter() - t0
-        finally:
-            for c in targets:
-                c.close()
-        other = foreign.stats()
-        metrics = [engine_metrics(w) for w in p.workers]
-        served = [requests_served(w) for w in p.workers]
-        stats = p.router.stats()
+    """One arm on one workload on fresh workers: the run's numbers and one record per answered question."""
+    with pool(arm, s.spec, workers=s.workers, capacity_tokens=s.capacity_tokens, log_dir=s.log_dir) as p:
+        coa = ChainOfAgents(p.router, config=replace(s.chain, **arm.coa))
+        results, wall, other = _ask(coa, p, items, s, rep)
+        metrics = [worker_metrics(w) for w in p.workers]
+        if arm.kind == "sglang":  # the gateway chose: what each engine served
+            per_worker = tuple(requests_served(w) for w in p.workers)
+        else:
+            per_worker = tuple(w.routed for w in p.router.stats().workers)
     ok = [r for r in results if isinstance(r, CoAResult)]
     failed = [r for r in results if isinstance(r, ChainOfAgentsError)]
     for e in failed:
         logger.error("%s", e)
+    run = _run(arm, workload, rep, items, ok, len(failed), wall, metrics, per_worker, other)
+    logger.info(
+        "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed%s",
+        workload,
+        arm.name,
+        rep,
+        run.throughput_qps,
+        100 * run.engine_hit_ratio,
+        run.prefilled_tokens,
+        run.engine_prefilled_tokens,
+        run.failed,
+        f"; {other.requests} foreign requests ({other.prefilled_tokens} tokens prefilled, {other.failed} failed)"
+        if other.requests
+        else "",
+    )
+    return run, [_record(arm, workload, rep, items[int(str(r.tag))], r) for r in ok]
+
+
+def _run(
+    arm: Arm,
+    workload: str,
+    rep: int,
+    items: Sequence[Item],
+    ok: Sequence[CoAResult],
+    failed: int,
+    wall: float,
+    metrics: Sequence[dict[str, float]],
+    per_worker: tuple[int, ...],
+    other: ForeignStats,
+) -> Run:
+    """The run's numbers: the chain's own calls, the engines' counters (``metrics``), the calls each
+    worker served (``per_worker``) and the routes."""
     calls = [c for r in ok for c in r.calls]
     wcalls = [c for c in calls if c.role == "worker"]
     prompt = sum(c.prompt_tokens or 0 for c in calls)
     cached = sum(c.cached_tokens or 0 for c in calls)
     wprompt = sum(c.prompt_tokens or 0 for c in wcalls)
     wcached = sum(c.cached_tokens or 0 for c in wcalls)
-    f1s = [f1_score(first_line(r.answer), items[int(str(r.tag))].answer) for r in ok]
-    run = Run(
+    f1s = [token_f1(first_line(r.answer), items[int(str(r.tag))].answer) for r in ok]
+    return Run(
         arm=arm.name,
         workload=workload,
         rep=rep,
         questions=len(ok),
-        failed=len(failed),
+        failed=failed,
         wall_s=wall,
         throughput_qps=len(ok) / wall if wall > 0 else 0.0,
         worker_calls=len(wcalls),
@@ -194,39 +205,25 @@ def run_arm(
         predicted_cached_tokens=sum(c.predicted_cached_tokens for c in wcalls),
         duplicates_dropped=sum(len(r.duplicates) for r in ok),
         mean_f1=statistics.fmean(f1s) if f1s else 0.0,
-        calls_per_worker=tuple(served) if arm.kind == "sglang" else tuple(w.routed for w in stats.workers),
+        calls_per_worker=per_worker,
         prefilled_per_worker=tuple(int(m.get("prompt_tokens_total", 0)) for m in metrics),
         reasons=dict(Counter(c.route.value for c in calls)) if arm.kind == "agent" else {},
         foreign_requests=other.requests,
         foreign_prefilled_tokens=other.prefilled_tokens,
     )
-    records = [
-        {
-            "arm": arm.name,
-            "workload": workload,
-            "rep": rep,
-            "question": r.question,
-            "chat": items[int(str(r.tag))].chat,
-            "turn": r.turn,
-            "answer": r.answer,
-            "gold": items[int(str(r.tag))].answer,
-            "wall_s": r.wall_s,
-            "calls": [asdict(c) for c in r.calls],
-        }
-        for r in ok
-    ]
-    logger.info(
-        "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed%s",
-        workload,
-        arm.name,
-        rep,
-        run.throughput_qps,
-        100 * run.engine_hit_ratio,
-        run.prefilled_tokens,
-        run.engine_prefilled_tokens,
-        run.failed,
-        f"; {other.requests} foreign requests ({other.prefilled_tokens} tokens prefilled, {other.failed} failed)"
-        if other.requests
-        else "",
-    )
-    return run, records
+
+
+def _record(arm: Arm, workload: str, rep: int, item: Item, r: CoAResult) -> dict[str, Any]:
+    """One answered question with its calls (LoCoMo text still in: ``__main__`` digests it)."""
+    return {
+        "arm": arm.name,
+        "workload": workload,
+        "rep": rep,
+        "question": r.question,
+        "chat": item.chat,
+        "turn": r.turn,
+        "answer": r.answer,
+        "gold": item.answer,
+        "wall_s": r.wall_s,
+        "calls": [asdict(c) for c in r.calls],
+    }

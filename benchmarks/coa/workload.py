@@ -12,15 +12,14 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks.common.locomo import Conversation
 from cp_memory.core.blocks import ContextBlock
 
-from ..locomo.metrics import token_f1
 from ..retrieval import TfidfRetriever
 
-__all__ = ["Item", "build_multiturn", "build_workload", "f1_score", "session_blocks"]
+__all__ = ["Item", "build_multiturn", "build_workload", "session_blocks"]
 
 
 @dataclass(frozen=True)
@@ -85,12 +84,7 @@ def build_multiturn(
     for conv, items in by_conv.items():
         for c, start in enumerate(range(0, len(items), turns)):
             chat = f"{conv}/chat{c}"
-            chats.append(
-                [
-                    Item(it.conversation, it.question, it.answer, it.category, it.blocks, chat, t)
-                    for t, it in enumerate(items[start : start + turns])
-                ]
-            )
+            chats.append([replace(it, chat=chat, turn=t) for t, it in enumerate(items[start : start + turns])])
     out: list[Item] = []
     queues = [list(c) for c in chats]
     while queues:
@@ -99,8 +93,3 @@ def build_multiturn(
         if not q:
             queues.remove(q)
     return out
-
-
-def f1_score(prediction: str, gold: str) -> float:
-    """SQuAD/LoCoMo-style token F1 (shared with the LoCoMo benchmark)."""
-    return token_f1(prediction, gold)

@@ -15,26 +15,29 @@ vs baseline per router. Writes ``<out>/scale.{json,md,png}``.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import os
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
-from benchmarks import workers as engines
+from benchmarks.common import harness
 from benchmarks.common.locomo import load_locomo
-from benchmarks.locomo.cli import select_conversations
+from benchmarks.common.locomo_select import select_conversations
 from benchmarks.locomo.ingest import ingest, make_memory
-from benchmarks.locomo.modes import CachedSearch, parse_top_k
+from benchmarks.locomo.modes import CachedSearch, KSpec, parse_top_k
 from benchmarks.locomo.runner import select_questions
+from benchmarks.workers import WorkerSpec
+from cp_memory.engine import running
 from cp_memory.engine.router import SGLangRouter
 
-from .dispatch import ROUTERS, make_dispatcher, replicas
+from .dispatch import ROUTERS, make_dispatcher
 from .report import markdown, plot, summarize
 from .run import Request, User, serve_users
 
 logger = logging.getLogger("benchmarks.scale")
+
+MODES = ("baseline", "aligned")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -43,7 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--routers", default=",".join(ROUTERS), help=f"comma-separated, from {', '.join(ROUTERS)}")
-    ap.add_argument("--modes", default="baseline,aligned")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
     ap.add_argument("--conversations", default="0-3", help="LoCoMo conversations (one user each): all, 0-3, 0,5")
     ap.add_argument("--questions", type=int, default=20, help="questions per user (categories 1-4, in order)")
     ap.add_argument("--k", default="20", help="memories retrieved per question")
@@ -54,56 +57,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="first N memories per user (the paper's regime: k close to a user's whole store)",
     )
     ap.add_argument("--concurrency", type=int, default=0, help="users served at once (0: all)")
-    ap.add_argument("--model", choices=("random", "smollm2"), default="random")
-    ap.add_argument("--engine", choices=engines.ENGINES, default="llama", help="the replicas: llama-server or vLLM")
-    ap.add_argument("--vllm-args", default="", help="vllm: more api_server arguments, e.g. --vllm-args=--enforce-eager")
-    ap.add_argument("--threads", type=int, default=1, help="threads per replica")
+    harness.add_model(ap)
+    harness.add_engine(ap)
+    harness.add_threads(ap, 1, "replica")
     ap.add_argument("--cache-mib", type=int, default=256, help="per-replica host prompt cache (--cache-ram)")
     ap.add_argument("--ctx-size", type=int, default=4096)
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--balance-abs", type=int, default=8, help="affinity: load safeguard absolute threshold")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--mem0-dir", default=None, help="persistent mem0 store (ingest once, reuse)")
-    ap.add_argument("--locomo", default=None)
-    ap.add_argument("--out", default="results")
-    ap.add_argument("-v", "--verbose", action="store_true")
+    harness.add_locomo(ap)
+    harness.add_out(ap)
+    harness.add_verbose(ap)
     a = ap.parse_args(argv)
-    a.routers = [r.strip() for r in a.routers.split(",") if r.strip()]
-    if not a.routers or any(r not in ROUTERS for r in a.routers):
-        ap.error(f"--routers takes {', '.join(ROUTERS)}")
-    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if not a.modes or any(m not in ("baseline", "aligned") for m in a.modes):
-        ap.error("--modes takes baseline and/or aligned")
+    for flag, choices in (("routers", ROUTERS), ("modes", MODES)):
+        picked = [x.strip() for x in getattr(a, flag).split(",") if x.strip()]
+        if not picked or any(x not in choices for x in picked):
+            ap.error(f"--{flag} takes {', '.join(choices)}")
+        setattr(a, flag, picked)
     if a.replicas < 1:
         ap.error("--replicas must be >= 1")
     return a
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if a.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "httpcore", "cp_memory", "mem0", "benchmarks.locomo"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    if a.locomo:
-        os.environ["CP_MEMORY_LOCOMO"] = a.locomo
-    if "sglang-router" in a.routers:
-        SGLangRouter(["http://127.0.0.1:1"])  # argument check only; start() says if the extra is missing
-    (k,) = parse_top_k(a.k)
-    convs = [c for _, c in select_conversations(a.conversations, load_locomo())]
+def _users(a: argparse.Namespace, k: KSpec) -> tuple[list[User], CachedSearch]:
+    """One user per conversation, its memories in mem0 (LoCoMo's observations), and the mem0 search every
+    mode and router then shares (each question searched once here, so all see the same results)."""
+    convs = [c for _, c in select_conversations(a.conversations, load_locomo(a.locomo))]
     memory = make_memory(store_dir=a.mem0_dir)
     ingested = ingest(memory, convs, "observations", max_memories=a.max_memories, progress=False)
     search = CachedSearch(memory)
-    users = [
-        User(ing.user_id, conv.sample_id, tuple(select_questions(conv, a.questions)))
-        for ing, conv in zip(ingested, convs)
-    ]
-    for u in users:  # every mode and router then sees the same mem0 results
+    users = [User(ing.user_id, tuple(select_questions(conv, a.questions))) for ing, conv in zip(ingested, convs)]
+    for u in users:
         for qa in u.questions:
             search.search(qa.question, top_k=k.n, filters={"user_id": u.user_id}, threshold=0.0)
-    model = engines.model_path(a.engine, a.model)
-    capacity = engines.capacity_tokens(a.engine, a.model, a.cache_mib, a.ctx_size)
+    return users, search
+
+
+def _serve(
+    a: argparse.Namespace, spec: WorkerSpec, users: list[User], search: CachedSearch, k: KSpec
+) -> tuple[list[Request], dict[tuple[str, str, int], float]]:
+    """Every (router, mode) run on cold replicas, the routers' order rotated between repetitions (and the
+    modes' order reversed every other one); the requests and each run's wall time."""
     concurrency = a.concurrency or len(users)
     logger.info(
         "%d users x %d questions, k=%s, %d replicas, %d users at once",
@@ -115,79 +110,71 @@ def main(argv: list[str] | None = None) -> int:
     )
     reqs: list[Request] = []
     walls: dict[tuple[str, str, int], float] = {}
-    load_start = [round(x, 1) for x in os.getloadavg()]
     for rep in range(a.reps):
         shift = rep % len(a.routers)
         for router in a.routers[shift:] + a.routers[:shift]:
             for mode in a.modes if rep % 2 == 0 else list(reversed(a.modes)):
-                with replicas(
-                    a.replicas,
-                    model=model,
-                    threads=a.threads,
-                    cache_mib=a.cache_mib,
-                    ctx_size=a.ctx_size,
-                    engine=a.engine,
-                    kv_bytes_per_token=engines.kv_bytes_per_token(a.engine, a.model),
-                    vllm_args=a.vllm_args.split(),
-                ) as servers:
-                    dispatcher = make_dispatcher(
-                        router, servers, capacity_tokens=capacity, balance_abs_threshold=a.balance_abs
-                    )
-                    try:
-                        out, wall = serve_users(
-                            dispatcher, mode, rep, users, search, k, concurrency=concurrency, max_tokens=a.max_tokens
+                with (
+                    running([spec.worker() for _ in range(a.replicas)]) as servers,
+                    contextlib.closing(
+                        make_dispatcher(
+                            router, servers, capacity_tokens=spec.capacity_tokens, balance_abs_threshold=a.balance_abs
                         )
-                    finally:
-                        dispatcher.close()
+                    ) as dispatcher,
+                ):
+                    out, wall = serve_users(
+                        dispatcher, mode, rep, users, search, k, concurrency=concurrency, max_tokens=a.max_tokens
+                    )
                 reqs += out
                 walls[(router, mode, rep)] = wall
                 ok = [r for r in out if r.error is None]
+                hit = sum(r.cached_tokens or 0 for r in ok) / max(1, sum(r.prompt_tokens or 0 for r in ok))
                 logger.info(
-                    "%s / %s rep %d: %d requests in %.1f s, hit %.1f%%",
-                    router,
-                    mode,
-                    rep,
-                    len(ok),
-                    wall,
-                    100 * sum(r.cached_tokens or 0 for r in ok) / max(1, sum(r.prompt_tokens or 0 for r in ok)),
+                    "%s / %s rep %d: %d requests in %.1f s, hit %.1f%%", router, mode, rep, len(ok), wall, 100 * hit
                 )
-    summary = summarize(reqs, walls)
-    env = {
-        "cpus": os.cpu_count(),
-        "loadavg": [load_start, [round(x, 1) for x in os.getloadavg()]],
-        "sglang_router": SGLangRouter.version(),
-        "engine": a.engine,
-        "capacity_tokens_per_replica": capacity,
-        "machine": "shared with other engineers' jobs",
-    }
+    return reqs, walls
+
+
+def _header(a: argparse.Namespace, users: int, k: KSpec, machine: str, loadavg: list[list[float]]) -> str:
     cap = f", first {a.max_memories} memories each" if a.max_memories else ""
     replica_kind = "vLLM" if a.engine == "vllm" else "llama-server"
-    header = (
-        f"{len(users)} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations{cap}), all users "
+    return (
+        f"{users} LoCoMo users x {a.questions} questions (k={k.label}, mem0 observations{cap}), all users "
         f"concurrent, over {a.replicas} {replica_kind} replicas ({a.model} model, {a.threads} thread, "
         f"{a.cache_mib} MiB prompt cache each, cold per run); {a.reps} repetition(s); each user's first "
-        f"question excluded (cold everywhere). Machine: {env['cpus']} CPUs shared with other jobs (load "
-        f"{env['loadavg'][0]} -> {env['loadavg'][1]}): hit ratio and prefilled tokens are machine-"
-        f"independent, times are not."
+        f"question excluded (cold everywhere). Machine: {machine}, shared with other jobs (load "
+        f"{loadavg[0]} -> {loadavg[1]}): hit ratio and prefilled tokens are machine-independent, times are not."
     )
-    out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md = markdown(summary, header)
-    (out_dir / "scale.md").write_text(md)
-    (out_dir / "scale.json").write_text(
-        json.dumps(
-            {
-                "command": "python -m benchmarks.scale " + " ".join(sys.argv[1:] if argv is None else argv),
-                "config": {k_: v for k_, v in vars(a).items()},
-                "env": env,
-                "summary": summary,
-                "requests": [asdict(r) for r in reqs],
-            },
-            indent=1,
-            default=str,
-        )
+
+
+def _load() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    harness.setup_logging(a.verbose)
+    for noisy in ("httpx", "httpcore", "cp_memory", "mem0", "benchmarks.locomo"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if "sglang-router" in a.routers:
+        SGLangRouter(["http://127.0.0.1:1"])  # argument check only; start() says if the extra is missing
+    spec = WorkerSpec.from_args(a)
+    (k,) = parse_top_k(a.k)
+    users, search = _users(a, k)
+    load_start = _load()
+    reqs, walls = _serve(a, spec, users, search, k)
+    summary = summarize(reqs, walls)
+    env = {
+        "loadavg": [load_start, _load()],
+        "sglang_router": SGLangRouter.version(),
+        "engine": a.engine,
+        "capacity_tokens_per_replica": spec.capacity_tokens,
+    }
+    payload = harness.envelope(
+        "benchmarks.scale", argv, config=vars(a), env=env, summary=summary, requests=[asdict(r) for r in reqs]
     )
-    plot(summary, out_dir / "scale.png")
+    md = markdown(summary, _header(a, len(users), k, payload["machine"]["summary"], env["loadavg"]))
+    harness.write_outputs(a.out, "scale", payload, markdown=md, plot=lambda path: plot(summary, path))
     sys.stdout.write(md)
     return 0
 

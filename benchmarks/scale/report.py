@@ -100,7 +100,7 @@ def markdown(summary: dict[str, dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(summary: dict[str, dict[str, Any]], path: Path) -> bool:
+def plot(summary: dict[str, dict[str, Any]], path: Path) -> Path | None:
     try:
         import matplotlib
 
@@ -108,7 +108,7 @@ def plot(summary: dict[str, dict[str, Any]], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         logger.warning("matplotlib is not installed; no plot")
-        return False
+        return None
     routers = list(summary)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     width = 0.38
@@ -125,7 +125,7 @@ def plot(summary: dict[str, dict[str, Any]], path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
+    return path
 
 
 def per_replica(summary: dict[str, Any]) -> str:

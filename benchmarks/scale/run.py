@@ -20,6 +20,7 @@ from benchmarks.common.locomo import QA
 from benchmarks.locomo.modes import CachedSearch, KSpec, ModeBuilder
 from benchmarks.locomo.runner import PROMPT_TEMPLATE
 from cp_memory.core.render import build_prompt
+from cp_memory.engine import CompletionResult
 
 from .dispatch import Dispatcher
 
@@ -31,11 +32,10 @@ __all__ = ["Request", "User", "serve_users"]
 @dataclass(frozen=True)
 class User:
     user_id: str
-    sample_id: str
     questions: tuple[QA, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Request:
     router: str
     mode: str
@@ -44,12 +44,56 @@ class Request:
     turn: int  # 1-based question number of the user
     replica: int  # -1: chosen by the external router
     reason: str
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    ttft_s: float | None
-    server_prompt_ms: float | None
-    prefix_len: int | None  # aligned: blocks ContextPilot expects cached
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    server_prompt_ms: float | None = None
+    prefix_len: int | None = None  # aligned: blocks ContextPilot expects cached
     error: str | None = None
+
+
+def _ask(
+    dispatcher: Dispatcher,
+    builder: ModeBuilder,
+    user: User,
+    turn: int,
+    qa: QA,
+    *,
+    mode: str,
+    rep: int,
+    max_tokens: int,
+    token_len: int,
+) -> Request:
+    """One question of ``user``: its prompt built by the user's mode, dispatched, answered (or failed:
+    recorded, the run goes on), and the builder and the dispatcher told how it went."""
+    built = builder.build(qa.question)
+    context = {"results": [], "context_pilot": {"context": built.context}}
+    prompt = build_prompt(qa.question, context, template=PROMPT_TEMPLATE)
+    d = dispatcher.dispatch(user.user_id, len(prompt) // token_len)
+    reply: CompletionResult | None = None
+    error: str | None = None
+    try:
+        reply = d.client.complete(prompt, max_tokens=max_tokens)
+    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on (a failed request is counted)
+        error = str(exc)
+        logger.error("%s turn %d on %s: %s", user.user_id, turn, dispatcher.name, exc)
+    dispatcher.done(d, ok=reply is not None)
+    builder.sent(built, reply is not None)
+    return Request(
+        router=dispatcher.name,
+        mode=mode,
+        rep=rep,
+        user=user.user_id,
+        turn=turn,
+        replica=d.replica,
+        reason=d.reason,
+        prompt_tokens=None if reply is None else reply.prompt_tokens,
+        cached_tokens=None if reply is None else reply.cached_tokens,
+        ttft_s=None if reply is None else reply.ttft_s,
+        server_prompt_ms=None if reply is None else reply.server_prompt_ms,
+        prefix_len=built.prefix_len,
+        error=error,
+    )
 
 
 def serve_users(
@@ -71,49 +115,9 @@ def serve_users(
     def one_user(user: User) -> None:
         builder = ModeBuilder(mode, search, user_id=user.user_id, k=k, mem0_kwargs={"threshold": 0.0})
         for turn, qa in enumerate(user.questions, start=1):
-            built = builder.build(qa.question)
-            prompt = build_prompt(
-                qa.question, {"results": [], "context_pilot": {"context": built.context}}, template=PROMPT_TEMPLATE
+            rec = _ask(
+                dispatcher, builder, user, turn, qa, mode=mode, rep=rep, max_tokens=max_tokens, token_len=token_len
             )
-            d = dispatcher.dispatch(user.user_id, len(prompt) // token_len)
-            try:
-                reply = d.client.complete(prompt, max_tokens=max_tokens)
-            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on (a failed request is counted)
-                dispatcher.done(d, ok=False)
-                builder.sent(built, False)
-                logger.error("%s turn %d on %s: %s", user.user_id, turn, dispatcher.name, exc)
-                rec = Request(
-                    dispatcher.name,
-                    mode,
-                    rep,
-                    user.user_id,
-                    turn,
-                    d.replica,
-                    d.reason,
-                    None,
-                    None,
-                    None,
-                    None,
-                    built.prefix_len,
-                    str(exc),
-                )
-            else:
-                dispatcher.done(d, ok=True)
-                builder.sent(built, True)
-                rec = Request(
-                    dispatcher.name,
-                    mode,
-                    rep,
-                    user.user_id,
-                    turn,
-                    d.replica,
-                    d.reason,
-                    reply.prompt_tokens,
-                    reply.cached_tokens,
-                    reply.ttft_s,
-                    reply.server_prompt_ms,
-                    built.prefix_len,
-                )
             with lock:
                 out.append(rec)
 

@@ -194,9 +194,7 @@ def test_the_benchmarks_read_vllm_like_llama_server(fake_engine: Any, model_dir:
     per_token = workers.kv_bytes_per_token("vllm", "random")
     assert per_token == 4 * 2 * 64 * 2 * 4  # float32 K and V of the 4-layer test shape
     assert workers.capacity_tokens("vllm", "random", 24, 4096) == (24 * 2**20 + (4096 + 256) * per_token) // per_token
-    worker = workers.make_worker(
-        "vllm", model_dir, threads=1, cache_mib=24, ctx_size=4096, kv_bytes_per_token=per_token
-    )
+    worker = workers.WorkerSpec(engine="vllm", model="random", threads=1, cache_mib=24, ctx_size=4096).worker()
     assert isinstance(worker, VLLMServer) and worker.threads == 1 and worker.cpu_bind == "nobind"
 
 
