@@ -131,8 +131,9 @@ def _sent(turns: Chat, spans: bool) -> tuple[int, int]:
     return text, rendered
 
 
-def _span_workloads(locomo: str | None, k: int, turns_per_chat: int, seed: int) -> list[tuple[str, list[Chat]]]:
-    """(name, chats of turns of blocks): templated contracts, then LoCoMo retrievals."""
+def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: int = 0) -> dict[str, Any]:
+    """What multi-turn chats send, whole-block dedup alone vs. with span dedup: block text only, and
+    everything the prompts carry (labels, location annotations, span notes)."""
     rng = np.random.default_rng(seed)
     docs = []
     for i in range(200):
@@ -154,17 +155,11 @@ def _span_workloads(locomo: str | None, k: int, turns_per_chat: int, seed: int) 
         blocks = {i: ContextBlock(i, t) for i, t in conv.texts.items()}
         turns = [[blocks[i] for i in ids] for ids in conv.retrieve(k)]
         chats += [turns[start : start + turns_per_chat] for start in range(0, len(turns), turns_per_chat)]
-    return [
+    rows = []
+    for name, work in [
         ("templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs", contracts),
         (f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", chats),
-    ]
-
-
-def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: int = 0) -> dict[str, Any]:
-    """What multi-turn chats send, whole-block dedup alone vs. with span dedup: block text only, and
-    everything the prompts carry (labels, location annotations, span notes)."""
-    rows = []
-    for name, work in _span_workloads(locomo, k, turns_per_chat, seed):
+    ]:
         off = [_sent(c, False) for c in work]
         on = [_sent(c, True) for c in work]
         row = {

@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.common.harness import add_json, add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 
-from .index_workload import Served, locomo_conversations, serve
+from .index_workload import locomo_conversations, serve
 
 log = logging.getLogger("swap_model")
 
@@ -37,22 +37,6 @@ MODES: dict[str, dict[str, Any] | None] = {
 }
 
 
-def _row(k: int, mode: str, s: Served, base: Served) -> dict[str, Any]:
-    return {
-        "k": k,
-        "mode": mode,
-        "hit_ratio": round(s.cache.ratio, 4),
-        "prompt_tokens": s.prompt_tokens,
-        "prefill_tokens": s.prefill_tokens,
-        "extra_per_request": round(s.extra / s.requests, 2),
-        "dropped_per_request": round(s.dropped / s.requests, 2),
-        "evidence_recall": round(statistics.fmean(s.recall), 4),
-        "questions": s.requests,
-        "prompt_vs_baseline": round(s.prompt_tokens / base.prompt_tokens, 3),
-        "prefill_vs_baseline": round(s.prefill_tokens / base.prefill_tokens, 3),
-    }
-
-
 def run(locomo: str | None, ks: tuple[int, ...] = (20, 100), capacity: int = 65_536) -> dict[str, Any]:
     """Every mode of :data:`MODES` at every k; the baseline (first) is the reference of the ratios."""
     convs = locomo_conversations(locomo)
@@ -60,8 +44,21 @@ def run(locomo: str | None, ks: tuple[int, ...] = (20, 100), capacity: int = 65_
     for k in ks:
         retrieved = [conv.retrieve(k) for conv in convs]
         served = {mode: serve(convs, retrieved, opts, capacity) for mode, opts in MODES.items()}
+        base = served["baseline"]
         for mode, s in served.items():
-            row = _row(k, mode, s, served["baseline"])
+            row = {
+                "k": k,
+                "mode": mode,
+                "hit_ratio": round(s.cache.ratio, 4),
+                "prompt_tokens": s.prompt_tokens,
+                "prefill_tokens": s.prefill_tokens,
+                "extra_per_request": round(s.extra / s.requests, 2),
+                "dropped_per_request": round(s.dropped / s.requests, 2),
+                "evidence_recall": round(statistics.fmean(s.recall), 4),
+                "questions": s.requests,
+                "prompt_vs_baseline": round(s.prompt_tokens / base.prompt_tokens, 3),
+                "prefill_vs_baseline": round(s.prefill_tokens / base.prefill_tokens, 3),
+            }
             rows.append(row)
             log.info(
                 "k=%d %-26s hit %.3f prefill x%.3f prompt x%.3f recall %.4f",
