@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     add_json(ap)
     add_verbose(ap)
     args = ap.parse_args(argv)
+    if args.out.endswith(".json"):  # --out FILE before the harness: now the folder, the file is --json
+        ap.error(f"--out is the results folder; for the JSON file give --json {args.out}")
     setup_logging(args.verbose)
     result = run(args.locomo)
     table = markdown(result)
