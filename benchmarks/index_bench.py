@@ -6,60 +6,42 @@
     python -m benchmarks.index_bench                # speed and locomo
 
 Hit ratios come from :class:`benchmarks.common.cache_model.BlockPrefixCache` (vLLM-style chained 16-token blocks,
-LRU, regex tokens): machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON under results/.
+LRU, regex tokens): machine-independent, so orderings compare exactly. Results: markdown on stdout, JSON and
+markdown under --out (``index_bench-<date>``), the JSON also at ``--json FILE`` (e.g. docs/results/).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import resource
 import statistics
 import sys
 import time
-from pathlib import Path
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from benchmarks.common.cache_model import BlockPrefixCache
-from benchmarks.common.locomo import load_locomo
-from benchmarks.locomo.metrics import percentile
-from cp_memory.core.annotations import doc_label, order_annotation
+from benchmarks.common.harness import add_json, add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 from cp_memory.core.blocks import ContextBlock
 from cp_memory.core.dedup import Deduplicator
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.render import render_context
 
-from .retrieval import TfidfRetriever
+from .index_workload import locomo_conversations, p95_ms, serve, zipf_contexts
 
 log = logging.getLogger("index_bench")
 
-SYSTEM = "You are a helpful assistant. Answer the question using the memories below.\n\n"
-
-
-def zipf_contexts(n: int, k: int = 15, vocab: int = 5000, seed: int = 0) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
-    weights = 1.0 / np.arange(1, vocab + 1)
-    weights /= weights.sum()
-    draws = rng.choice(vocab, size=(n, 3 * k), p=weights)
-    out = []
-    for row in draws:
-        ctx = list(dict.fromkeys(row.tolist()))[:k]
-        while len(ctx) < k:
-            b = int(rng.integers(vocab))
-            if b not in ctx:
-                ctx.append(b)
-        out.append(ctx)
-    return out
+Chat = list[list[ContextBlock]]  # one chat: the blocks of each turn
 
 
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench_speed(sizes=(1_000, 10_000, 100_000), probes: int = 2_000) -> dict:
+def bench_speed(sizes: Sequence[int] = (1_000, 10_000, 100_000), probes: int = 2_000) -> dict[str, Any]:
     largest = max(sizes)
     contexts = zipf_contexts(largest + probes, seed=1)
     stream, probe = contexts[:largest], contexts[largest:]
@@ -78,46 +60,26 @@ def bench_speed(sizes=(1_000, 10_000, 100_000), probes: int = 2_000) -> dict:
             p = index.insert(ctx)
             lat.append(time.perf_counter() - a)
             index.evict(p.request_id)
-        rows.append(
-            {
-                "indexed": size,
-                "median_ms": statistics.median(lat) * 1e3,
-                "p95_ms": percentile(lat, 95) * 1e3,
-                "fill_s": fill_s,
-                "nodes": index.node_count,
-                "max_rss_mib": rss_mib(),
-            }
-        )
-        log.info(
-            "online insert with %d indexed: median %.4f ms, p95 %.4f ms",
-            size,
-            rows[-1]["median_ms"],
-            rows[-1]["p95_ms"],
-        )
+        median_ms = statistics.median(lat) * 1e3
+        row = {"indexed": size, "median_ms": median_ms, "p95_ms": p95_ms(lat), "fill_s": fill_s}
+        rows.append({**row, "nodes": index.node_count, "max_rss_mib": rss_mib()})
+        log.info("online insert with %d indexed: median %.4f ms, p95 %.4f ms", size, median_ms, row["p95_ms"])
     del index
     gc.collect()
-    build = []
-    for n in (2_000,):
-        ctxs = zipf_contexts(n, seed=2)
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            ContextIndex().build(ctxs)
-            times.append(time.perf_counter() - t0)
-        build.append({"contexts": n, "best_s": min(times), "median_s": statistics.median(times)})
-        log.info("batch build of %d contexts: best %.3f s", n, min(times))
-    return {"online": rows, "build": build}
+    ctxs = zipf_contexts(2_000, seed=2)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        ContextIndex().build(ctxs)
+        times.append(time.perf_counter() - t0)
+    log.info("batch build of %d contexts: best %.3f s", len(ctxs), min(times))
+    return {
+        "online": rows,
+        "build": [{"contexts": len(ctxs), "best_s": min(times), "median_s": statistics.median(times)}],
+    }
 
 
-def render(order, texts: dict, original, question: str) -> str:
-    labels = {b: doc_label(i + 1) for i, b in enumerate(order)}
-    context = render_context(
-        [texts[b] for b in order], order_annotation=order_annotation(original, order, label=labels)
-    )
-    return SYSTEM + context + "\nQuestion: " + question
-
-
-MODES = {
+MODES: dict[str, dict[str, Any] | None] = {
     "baseline": None,
     "aligned (paper: retrieval-order tail)": {"tail_order": "retrieval"},
     "aligned (frequency tail, default)": {"tail_order": "frequency"},
@@ -126,47 +88,20 @@ MODES = {
 }
 
 
-def bench_locomo(locomo: str | None, ks=(20, 100), capacity: int = 65_536) -> dict:
-    convs = load_locomo(locomo)
-    requests = []  # per conversation: (texts, [(question, retrieved ids)])
-    for conv in convs:
-        texts = {o.id: o.text for o in conv.observations}
-        ids = [o.id for o in conv.observations]
-        retriever = TfidfRetriever([o.text for o in conv.observations])
-        qs = [q.question for q in conv.qa if q.category != 5]
-        requests.append((texts, ids, retriever, qs))
+def bench_locomo(locomo: str | None, ks: Sequence[int] = (20, 100), capacity: int = 65_536) -> dict[str, Any]:
+    convs = locomo_conversations(locomo)
     results = []
     for k in ks:
+        retrieved = [conv.retrieve(k) for conv in convs]
         for mode, opts in MODES.items():
-            cache = BlockPrefixCache(capacity)
-            extra_blocks = prompt_tokens = computed = 0
-            t_align = []
-            for texts, ids, retriever, qs in requests:
-                index = ContextIndex(**opts) if opts is not None else None
-                for q in qs:
-                    original = [ids[i] for i in retriever.search(q, k)]
-                    order = original
-                    if index is not None:
-                        a = time.perf_counter()
-                        p = index.insert(original)
-                        t_align.append(time.perf_counter() - a)
-                        order = list(p.order)
-                        extra_blocks += len(p.extra)
-                    served = cache.serve(render(order, texts, original, q))
-                    prompt_tokens += served.prompt
-                    computed += served.prompt - served.cached
-            row = {
-                "k": k,
-                "mode": mode,
-                "hit_ratio": cache.ratio,
-                "prompt_tokens": prompt_tokens,
-                "prefill_tokens": computed,
-                "extra_blocks_per_request": extra_blocks / sum(len(r[3]) for r in requests),
-                "align_ms_median": statistics.median(t_align) * 1e3 if t_align else 0.0,
-            }
+            s = serve(convs, retrieved, opts, capacity)
+            row = {"k": k, "mode": mode, "hit_ratio": s.cache.ratio, "prompt_tokens": s.prompt_tokens}
+            row["prefill_tokens"] = s.prefill_tokens
+            row["extra_blocks_per_request"] = s.extra / s.requests
+            row["align_ms_median"] = statistics.median(s.align_s) * 1e3 if s.align_s else 0.0
             results.append(row)
-            log.info("k=%d %-40s hit ratio %.3f", k, mode, cache.ratio)
-    return {"capacity_tokens": capacity, "requests": sum(len(r[3]) for r in requests), "rows": results}
+            log.info("k=%d %-40s hit ratio %.3f", k, mode, s.cache.ratio)
+    return {"capacity_tokens": capacity, "requests": sum(len(c.questions) for c in convs), "rows": results}
 
 
 CLAUSES = [
@@ -181,7 +116,7 @@ CLAUSES = [
 ]
 
 
-def _sent(turns: list[list[ContextBlock]], spans: bool) -> tuple[int, int]:
+def _sent(turns: Chat, spans: bool) -> tuple[int, int]:
     """(block text characters, characters of everything the prompts carry) over one chat's turns.
 
     Everything = the rendered context of each turn: ``[Doc i]`` lines of the kept (possibly trimmed)
@@ -196,7 +131,7 @@ def _sent(turns: list[list[ContextBlock]], spans: bool) -> tuple[int, int]:
     return text, rendered
 
 
-def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: int = 0) -> dict:
+def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: int = 0) -> dict[str, Any]:
     """What multi-turn chats send, whole-block dedup alone vs. with span dedup: block text only, and
     everything the prompts carry (labels, location annotations, span notes)."""
     rng = np.random.default_rng(seed)
@@ -211,24 +146,20 @@ def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: 
                 + " ".join(CLAUSES[c] for c in clauses),
             )
         )
-    workloads = [
-        (
-            "templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs",
-            [[list(rng.choice(docs, size=5, replace=False)) for _ in range(turns_per_chat)] for _ in range(40)],
-        )
+    contracts = [
+        [[docs[j] for j in rng.choice(len(docs), size=5, replace=False)] for _ in range(turns_per_chat)]
+        for _ in range(40)
     ]
-    chats = []
-    for conv in load_locomo(locomo):
-        blocks = [ContextBlock(o.id, o.text) for o in conv.observations]
-        retriever = TfidfRetriever([b.text for b in blocks])
-        qs = [q.question for q in conv.qa if q.category != 5]
-        chats += [
-            [[blocks[i] for i in retriever.search(q, k)] for q in qs[start : start + turns_per_chat]]
-            for start in range(0, len(qs), turns_per_chat)
-        ]
-    workloads.append((f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", chats))
+    chats: list[Chat] = []
+    for conv in locomo_conversations(locomo):
+        blocks = {i: ContextBlock(i, t) for i, t in conv.texts.items()}
+        turns = [[blocks[i] for i in ids] for ids in conv.retrieve(k)]
+        chats += [turns[start : start + turns_per_chat] for start in range(0, len(turns), turns_per_chat)]
     rows = []
-    for name, work in workloads:
+    for name, work in [
+        ("templated contracts (200 docs, 4 of 8 standard clauses each), 40 chats x 5 turns x 5 docs", contracts),
+        (f"LoCoMo observations, top-{k}, chats of {turns_per_chat} questions", chats),
+    ]:
         off = [_sent(c, False) for c in work]
         on = [_sent(c, True) for c in work]
         row = {
@@ -250,7 +181,7 @@ def bench_spans(locomo: str | None, k: int = 20, turns_per_chat: int = 5, seed: 
     return {"rows": rows}
 
 
-def markdown(speed: dict | None, hits: dict | None, spans: dict | None = None) -> str:
+def markdown(speed: dict[str, Any] | None, hits: dict[str, Any] | None, spans: dict[str, Any] | None = None) -> str:
     out = []
     if speed:
         out += [
@@ -299,68 +230,29 @@ def markdown(speed: dict | None, hits: dict | None, spans: dict | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.index_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("what", nargs="?", choices=["speed", "locomo", "spans", "all"], default="all")
-    ap.add_argument("--locomo", help="path to locomo10.json (default ../shared/data/locomo10.json)")
-    ap.add_argument("--sizes", default="1000,10000,100000")
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--json", metavar="FILE", help="also write the numbers here (e.g. docs/results/index_spans.json)")
+    ap.add_argument("--sizes", default="1000,10000,100000", help="speed: comma list of indexed sizes")
+    add_locomo(ap)
+    add_out(ap)
+    add_json(ap)
+    add_verbose(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging(args.verbose)
     speed = bench_speed(tuple(int(s) for s in args.sizes.split(","))) if args.what in ("speed", "all") else None
     hits = bench_locomo(args.locomo) if args.what in ("locomo", "all") else None
     spans = bench_spans(args.locomo) if args.what == "spans" else None
     table = markdown(speed, hits, spans)
     sys.stdout.write(table + "\n")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out / f"index_bench-{stamp}.json").write_text(
-        json.dumps({"speed": speed, "locomo": hits, "spans": spans}, indent=2)
+    payload = envelope("benchmarks.index_bench", argv, speed=speed, locomo=hits, spans=spans)
+    write_outputs(
+        args.out, f"index_bench-{time.strftime('%Y%m%d-%H%M%S')}", payload, markdown=table, also_json=args.json
     )
-    (out / f"index_bench-{stamp}.md").write_text(table + "\n")
-    if args.json:
-        payload = {
-            "command": "python -m benchmarks.index_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "git_commit": _git_commit(),
-            "machine": _machine(),
-            "speed": speed,
-            "locomo": hits,
-            "spans": spans,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(payload, indent=1) + "\n")
     return 0
-
-
-def _git_commit() -> str | None:
-    import subprocess
-
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).resolve().parent,
-    )
-    return out.stdout.strip() or None
-
-
-def _machine() -> str:
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {len(os.sched_getaffinity(0))} cores (shared with other jobs), Python {platform.python_version()}"
 
 
 if __name__ == "__main__":

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import importlib
 import logging
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-from benchmarks.locomo.metrics import percentile
+from benchmarks.common.harness import add_json, add_verbose, envelope, setup_logging, write_json
 from cp_memory.core.index import ContextIndex
 
-from .index_bench import _git_commit, _machine, zipf_contexts
+from .index_workload import p95_ms, zipf_contexts
 
 log = logging.getLogger("index_reference")
 
@@ -47,13 +46,14 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def _reference() -> Any:
+def _reference() -> tuple[Any, str]:
+    """The reference's ``ContextPilot`` class and its version (untyped: imported by name)."""
     try:
         with _quiet():
-            from contextpilot.server.live_index import ContextPilot
+            live_index = importlib.import_module("contextpilot.server.live_index")
     except ImportError as exc:
         raise SystemExit(f"the reference is not installed: pip install --no-deps contextpilot==0.5.0 ({exc})") from exc
-    return ContextPilot
+    return live_index.ContextPilot, getattr(importlib.import_module("contextpilot"), "__version__", "?")
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -63,11 +63,10 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def bench(contexts: int, online: int, probes: int, repeats: int) -> dict[str, Any]:
-    reference_cls = _reference()
-    import contextpilot
-
+    reference_cls, version = _reference()
     build_ctx = zipf_contexts(contexts, seed=2)
-    ours_build, ref_build = [], []
+    ours_build: list[float] = []
+    ref_build: list[float] = []
     for i in range(repeats):  # alternate which goes first
         runs = [
             ("ours", lambda: ContextIndex().build(build_ctx)),
@@ -86,7 +85,8 @@ def bench(contexts: int, online: int, probes: int, repeats: int) -> dict[str, An
     with _quiet():
         ref = reference_cls(use_gpu=False)
         ref.build_and_schedule(base)
-    ours_lat, ref_lat = [], []
+    ours_lat: list[float] = []
+    ref_lat: list[float] = []
     for i, ctx in enumerate(probe):
         pair = [(ours_lat, lambda c=ctx: ours.insert(c)), (ref_lat, lambda c=ctx: ref.reorder(list(c)))]
         for out, fn in pair if i % 2 == 0 else pair[::-1]:
@@ -96,13 +96,13 @@ def bench(contexts: int, online: int, probes: int, repeats: int) -> dict[str, An
     def summary(xs: list[float]) -> dict[str, float]:
         return {
             "median_ms": statistics.median(xs) * 1e3,
-            "p95_ms": percentile(xs, 95) * 1e3,
+            "p95_ms": p95_ms(xs),
             "max_ms": max(xs) * 1e3,
             "n": len(xs),
         }
 
     return {
-        "reference": f"contextpilot {getattr(contextpilot, '__version__', '?')} (PyPI), ContextPilot(use_gpu=False)",
+        "reference": f"contextpilot {version} (PyPI), ContextPilot(use_gpu=False)",
         "build": {
             "contexts": contexts,
             "repeats": repeats,
@@ -141,27 +141,23 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--contexts", type=int, default=2000)
-    ap.add_argument("--online", type=int, default=1000)
-    ap.add_argument("--probes", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--json", metavar="FILE", help="write the numbers here (e.g. docs/results/index_reference.json)")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.index_reference",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--contexts", type=int, default=2000, help="contexts of the batch build")
+    ap.add_argument("--online", type=int, default=1000, help="contexts built offline before the online inserts")
+    ap.add_argument("--probes", type=int, default=300, help="online inserts timed")
+    ap.add_argument("--repeats", type=int, default=3, help="batch builds of each implementation")
+    add_json(ap)
+    add_verbose(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging(args.verbose)
     result = bench(args.contexts, args.online, args.probes, args.repeats)
-    table = markdown(result)
-    sys.stdout.write(table + "\n")
+    sys.stdout.write(markdown(result) + "\n")
     if args.json:
-        payload = {
-            "command": "python -m benchmarks.index_reference " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "git_commit": _git_commit(),
-            "machine": _machine(),
-            **result,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(payload, indent=1) + "\n")
+        write_json(args.json, envelope("benchmarks.index_reference", argv, **result))
     return 0
 
 

@@ -45,4 +45,4 @@ class TfidfRetriever:
                 q[j] = (1 + np.log(c)) * self.idf[j]
         scores = self.matrix @ q
         order = np.argsort(-scores, kind="stable")
-        return order[:k].tolist()
+        return [int(i) for i in order[:k]]

@@ -26,16 +26,22 @@ Gap classes (each one a rule the two sides apply differently):
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
-import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.harness import (
+    add_model,
+    add_out,
+    add_verbose,
+    envelope,
+    resolve_model,
+    setup_logging,
+    write_outputs,
+)
 from benchmarks.locomo.export import join_lines, load_prompts
 from cp_memory.engine import EngineClient
 
@@ -75,7 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("prompts", help="a LoCoMo prompt export (--export-prompts); completion runs only")
     ap.add_argument("--engine-url", help="a running vLLM (started with VLLM_SERVER_DEV_MODE=1 for the flush)")
-    ap.add_argument("--model", default="smollm2", help="smollm2, tiny, smollm2-random, or a HF folder")
+    add_model(ap, "smollm2", free=True)
     ap.add_argument("--block-size", type=int, default=None, help="vLLM's block (default: the engine's, 128 on CPU)")
     ap.add_argument(
         "--num-blocks", type=int, default=None, help="KV-cache blocks (default: vLLM's from its memory budget)"
@@ -83,8 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--vllm-args", default="", help="more arguments for vLLM's api_server (one string)")
     ap.add_argument("--max-requests", type=int, default=None, help="stop after N measured requests")
-    ap.add_argument("--out", default="results")
-    ap.add_argument("-v", "--verbose", action="store_true")
+    add_out(ap)
+    add_verbose(ap)
     return ap.parse_args(argv)
 
 
@@ -136,19 +142,9 @@ def replay(
                 logger.warning("vLLM counted %s prompt tokens, /tokenize %d", r.prompt_tokens, len(tokens))
             if not req.get("measured", True):
                 continue
-            cached = r.cached_tokens or 0
-            out.append(
-                Compared(
-                    i,
-                    run["mode"],
-                    run["k"],
-                    req["turn"],
-                    len(tokens),
-                    cached,
-                    predicted,
-                    classify(len(tokens), cached, predicted, block, evicting),
-                )
-            )
+            n, cached = len(tokens), r.cached_tokens or 0
+            gap = classify(n, cached, predicted, block, evicting)
+            out.append(Compared(i, run["mode"], run["k"], req["turn"], n, cached, predicted, gap))
             if limit is not None and len(out) >= limit:
                 return out
     return out
@@ -195,23 +191,17 @@ def markdown(summary: dict[str, Any], rows: list[Compared], header: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if a.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    data = load_prompts(a.prompts)
+def _compare(a: argparse.Namespace, data: dict[str, Any]) -> tuple[int, int | None, list[Compared]]:
+    """Launch vLLM (or use ``--engine-url``), read its block size and capacity, replay: (block, capacity, rows)."""
     server: Any = None
     try:
         if a.engine_url:
             url = a.engine_url
         else:
-            from benchmarks.locomo.http_engines import vllm_model
             from cp_memory.engine import VLLMServer
 
             server = VLLMServer(
-                vllm_model(a.model),
+                str(resolve_model(a.model, "vllm")),
                 max_model_len=a.max_model_len,
                 block_size=a.block_size,
                 num_blocks=a.num_blocks,
@@ -224,31 +214,33 @@ def main(argv: list[str] | None = None) -> int:
             if block is None:
                 raise SystemExit("vLLM's block size is unknown: pass --block-size")
             capacity = (blocks - 1) * block if blocks else None  # vLLM keeps one block back (the null block)
-            rows = replay(data, client, block, capacity, a.max_requests)
+            return block, capacity, replay(data, client, block, capacity, a.max_requests)
     finally:
         if server is not None:
             server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    setup_logging(a.verbose)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    block, capacity, rows = _compare(a, load_prompts(a.prompts))
     summary = summarize(rows)
     header = (
         f"vLLM vs benchmarks.common.cache_model (BlockPrefixCache, block {block}, capacity "
         f"{capacity if capacity is not None else 'unbounded'} tokens) on {a.prompts}: per request, cached tokens."
     )
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "vllm_fidelity.md").write_text(markdown(summary, rows, header))
-    (out / "vllm_fidelity.json").write_text(
-        json.dumps(
-            {
-                "command": "python -m benchmarks.vllm_fidelity " + " ".join(sys.argv[1:] if argv is None else argv),
-                "block_size": block,
-                "capacity_tokens": capacity,
-                "summary": summary,
-                "requests": [asdict(r) for r in rows],
-            },
-            indent=1,
-        )
+    table = markdown(summary, rows, header)
+    payload = envelope(
+        "benchmarks.vllm_fidelity",
+        argv,
+        block_size=block,
+        capacity_tokens=capacity,
+        summary=summary,
+        requests=[asdict(r) for r in rows],
     )
-    print(markdown(summary, rows, header))
+    write_outputs(a.out, "vllm_fidelity", payload, markdown=table)
+    print(table)
     return 0
 
 

@@ -15,18 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import shlex
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.locomo.export import join_lines, load_prompts
 
-from .client import StreamingClient
+from .client import Reply, StreamingClient
 from .server import LaunchedLlamaServer
 from .stats import markdown, summarize
 
@@ -54,33 +52,6 @@ def select_runs(
     return runs
 
 
-def _machine() -> dict[str, Any]:
-    gpu = None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-        gpu = out.stdout.strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    import os
-
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "gpu": gpu, "python": platform.python_version()}
-
-
 def group_by_mode(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``--flush per-mode``: the runs of one (k, mode) back to back (conversations in order), k in the
     export's order, the order of modes rotating from one k to the next; a flush starts each group only."""
@@ -92,6 +63,45 @@ def group_by_mode(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             group = [r for r in runs if r["k"] == k and r["mode"] == mode]
             out += [{**r, "flush": i == 0, "warmup": r.get("warmup", 0) if i == 0 else 0} for i, r in enumerate(group)]
     return out
+
+
+#: a record's fields from its run, and from the engine's reply
+RUN_FIELDS = ("conversation", "sample_id", "k", "mode")
+REPLY_FIELDS = ("ttft_s", "total_s", "prompt_tokens", "cached_tokens", "completion_tokens", "server_prompt_ms", "error")
+
+
+def _cold(client: StreamingClient, server: LaunchedLlamaServer | None, kind: str) -> tuple[StreamingClient, str]:
+    """A cold cache: a launched server restarted (and a new client on it), else the engine's HTTP flush."""
+    if server is None:
+        return client, client.flush(kind)
+    how = server.restart()
+    client.close()
+    return StreamingClient(server.base_url, model=client.model), how
+
+
+def _send(
+    client: StreamingClient, run: dict[str, Any], data: dict[str, Any], tokens: int, requests_per_run: int | None
+) -> Iterator[tuple[dict[str, Any], Reply]]:
+    """One run: its warm-up requests, then its requests in order, each with its reply (a chat run keeps its
+    own history: this engine's answers)."""
+    meta, lines = data["meta"], data["lines"]
+    for _ in range(int(run.get("warmup", 0))):
+        warm = client.complete(str(meta.get("warmup_prompt", "Hello")), max_tokens=2)
+        if warm.error:
+            logger.warning("warm-up request failed: %s", warm.error)
+    history: list[dict[str, str]] = []
+    system = meta.get("system")
+    for req in run["requests"][:requests_per_run]:
+        if "prompt" in req:
+            yield req, client.complete(join_lines(lines, req["prompt"]), max_tokens=tokens)
+            continue
+        if req.get("new_chat"):
+            history = []
+        user = {"role": "user", "content": join_lines(lines, req["user"])}
+        messages = ([{"role": "system", "content": system}] if system else []) + history + [user]
+        reply = client.chat(messages, max_tokens=tokens)
+        history += [user, {"role": "assistant", "content": reply.text}]
+        yield req, reply
 
 
 def replay(
@@ -109,8 +119,7 @@ def replay(
 
     A run whose ``flush`` is false continues on the previous run's cache (``--flush per-mode``). With
     ``deadline_s``, no further flush group starts once that many seconds have passed."""
-    meta, lines = data["meta"], data["lines"]
-    tokens = max_tokens if max_tokens is not None else int(meta.get("max_tokens", 16))
+    tokens = max_tokens if max_tokens is not None else int(data["meta"].get("max_tokens", 16))
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     how = "none"
@@ -119,46 +128,18 @@ def replay(
             if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
                 logger.warning("deadline of %.0f s reached: %d of %d runs replayed", deadline_s, i, len(runs))
                 break
-            if server is not None:
-                how = server.restart()
-                client.close()
-                client = StreamingClient(server.base_url, model=client.model)
-            else:
-                how = client.flush(kind)
-        for _ in range(int(run.get("warmup", 0))):
-            warm = client.complete(str(meta.get("warmup_prompt", "Hello")), max_tokens=2)
-            if warm.error:
-                logger.warning("warm-up request failed: %s", warm.error)
-        history: list[dict[str, str]] = []
-        system = meta.get("system")
-        for req in run["requests"][:requests_per_run]:
-            if "prompt" in req:
-                reply = client.complete(join_lines(lines, req["prompt"]), max_tokens=tokens)
-            else:
-                if req.get("new_chat"):
-                    history = []
-                user = {"role": "user", "content": join_lines(lines, req["user"])}
-                messages = ([{"role": "system", "content": system}] if system else []) + history + [user]
-                reply = client.chat(messages, max_tokens=tokens)
-                history += [user, {"role": "assistant", "content": reply.text}]
+            client, how = _cold(client, server, kind)
+        sent = list(_send(client, run, data, tokens, requests_per_run))
+        for req, reply in sent:
             records.append(
                 {
-                    "conversation": run["conversation"],
-                    "sample_id": run["sample_id"],
-                    "k": run["k"],
-                    "mode": run["mode"],
+                    **{key: run[key] for key in RUN_FIELDS},
                     "run": i,
                     "run_position": run.get("position"),
                     "flush": how,
                     "turn": req["turn"],
                     "measured": bool(req["measured"]) and reply.error is None,
-                    "ttft_s": reply.ttft_s,
-                    "total_s": reply.total_s,
-                    "prompt_tokens": reply.prompt_tokens,
-                    "cached_tokens": reply.cached_tokens,
-                    "completion_tokens": reply.completion_tokens,
-                    "server_prompt_ms": reply.server_prompt_ms,
-                    "error": reply.error,
+                    **{key: getattr(reply, key) for key in REPLY_FIELDS},
                 }
             )
         logger.info(
@@ -168,7 +149,7 @@ def replay(
             run["sample_id"],
             run["k"],
             run["mode"],
-            len(run["requests"][:requests_per_run]),
+            len(sent),
             how,
         )
     client.close()
@@ -224,6 +205,66 @@ def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _envelope(argv: Sequence[str], **fields: Any) -> dict[str, Any]:
+    """The harness's result envelope (command, machine, git commit), then ``fields``. The harness imports
+    cp_memory (numpy, scipy) for a default of its own: on a bare Python the replay records its command alone."""
+    try:
+        from benchmarks.common.harness import envelope
+    except ImportError as exc:
+        logger.warning("the machine is not described on this bare Python (%s)", exc)
+        command = " ".join(["python -m benchmarks.replay", *argv])  # as the harness writes it
+        return {"command": command, "machine": None, "git_commit": None, **fields}
+    return envelope("benchmarks.replay", argv, **fields)
+
+
+def _engine(args: argparse.Namespace) -> tuple[StreamingClient, str, LaunchedLlamaServer | None]:
+    """(client, engine kind, the launched llama-server or None) from ``--llama-server`` / ``--engine-url``."""
+    if not args.llama_server:
+        client = StreamingClient(args.engine_url, model=args.model_name, api_key=args.api_key)
+        return client, client.probe(), None
+    server = LaunchedLlamaServer(
+        args.llama_server,
+        args.model,
+        ctx_size=args.ctx_size,
+        threads=args.threads,
+        cache_ram_mib=args.cache_ram_mib,
+        gpu_layers=args.gpu_layers,
+        extra_args=shlex.split(args.server_args),
+        log_path=args.server_log,
+    )
+    server.start()
+    return StreamingClient(server.base_url), "llama.cpp (launched, restarted per run)", server
+
+
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Load, select, replay: (the export, the runs, the records, the engine's description)."""
+    data = load_prompts(args.prompts)
+    conversations = [int(c) for c in _split(args.conversations)]
+    runs = select_runs(data, modes=_split(args.modes), top_k=_split(args.top_k), conversations=conversations)
+    if args.flush == "per-mode":
+        runs = group_by_mode(runs)
+    client, kind, server = _engine(args)
+    try:
+        records = replay(
+            data,
+            runs,
+            client=client,
+            kind=kind,
+            server=server,
+            max_tokens=args.max_tokens,
+            requests_per_run=args.requests_per_run,
+            deadline_s=args.deadline_s,
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    engine = {"kind": kind, "url": args.engine_url, "model": client.model or args.model}
+    engine["command"] = server.command() if server else None
+    engine["restarts"] = server.restarts if server else 0
+    engine["start_s_mean"] = (sum(server.start_s) / len(server.start_s)) if server and server.start_s else None
+    return data, runs, records, engine
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -240,66 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     t_start = time.perf_counter()
     try:
-        data = load_prompts(args.prompts)
-        runs = select_runs(
-            data,
-            modes=_split(args.modes),
-            top_k=_split(args.top_k),
-            conversations=[int(c) for c in _split(args.conversations)],
-        )
-        if args.flush == "per-mode":
-            runs = group_by_mode(runs)
-        server = None
-        if args.llama_server:
-            server = LaunchedLlamaServer(
-                args.llama_server,
-                args.model,
-                ctx_size=args.ctx_size,
-                threads=args.threads,
-                cache_ram_mib=args.cache_ram_mib,
-                gpu_layers=args.gpu_layers,
-                extra_args=shlex.split(args.server_args),
-                log_path=args.server_log,
-            )
-            server.start()
-            client = StreamingClient(server.base_url)
-            kind = "llama.cpp (launched, restarted per run)"
-        else:
-            client = StreamingClient(args.engine_url, model=args.model_name, api_key=args.api_key)
-            kind = client.probe()
-        try:
-            records = replay(
-                data,
-                runs,
-                client=client,
-                kind=kind,
-                server=server,
-                max_tokens=args.max_tokens,
-                requests_per_run=args.requests_per_run,
-                deadline_s=args.deadline_s,
-            )
-        finally:
-            if server is not None:
-                server.stop()
+        data, runs, records, engine = _run(args)
     except (OSError, ValueError, RuntimeError) as exc:
         logger.error("%s", exc)
         return 1
-    rows = summarize(records)
-    engine = {
-        "kind": kind,
-        "url": args.engine_url,
-        "model": client.model or args.model,
-        "command": server.command() if server else None,
-        "restarts": server.restarts if server else 0,
-        "start_s_mean": (sum(server.start_s) / len(server.start_s)) if server and server.start_s else None,
-    }
     done = len({r["run"] for r in records})
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "argv": argv,
         "export": data["meta"],
         "engine": engine,
-        "machine": _machine(),
         "runs": len(runs),
         "runs_replayed": done,
         "requests": len(records),
@@ -307,10 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stopped_early": done < len(runs),
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
+    rows = summarize(records)
+    payload = _envelope(argv, meta=meta, summary=rows, requests=records)
     header = [
-        f"**LoCoMo prompt replay** — engine: **{kind}**, model: **{engine['model']}**",
+        f"**LoCoMo prompt replay** — engine: **{engine['kind']}**, model: **{engine['model']}**",
         "",
-        f"- machine: {meta['machine']}",
+        f"- machine: {(payload['machine'] or {}).get('summary', 'not described (bare Python)')}",
         (
             f"- {done} of {len(runs)} runs, {len(records)} requests, wall {meta['wall_s']} s; cache made cold "
             f"before every {'run' if args.flush == 'per-run' else '(k, mode) group'}; warm-ups and first turns "
@@ -319,12 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"- prompts: {args.prompts} (exported by: {' '.join(data['meta'].get('argv', []))})",
     ]
     table = markdown(rows, header)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = Path(args.out) / f"replay-{stamp}{'-' + args.label if args.label else ''}"
+    folder = Path(args.out) / f"replay-{time.strftime('%Y%m%d-%H%M%S')}{'-' + args.label if args.label else ''}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(
-        json.dumps({"meta": meta, "summary": rows, "requests": records}, indent=1) + "\n", encoding="utf-8"
-    )
+    (folder / "results.json").write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
     (folder / "table.md").write_text(table + "\n", encoding="utf-8")
     sys.stdout.write(table + f"\n\nresults: {folder}\n")
     return 0

@@ -71,33 +71,12 @@ class LaunchedLlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [
-            str(self.binary),
-            "-m",
-            str(self.model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "-np",
-            "1",
-            "-c",
-            str(self.ctx_size),
-            "-t",
-            str(self.threads),
-            "-tb",
-            str(self.threads),
-            "--cache-ram",
-            str(self.cache_ram_mib),
-            "-fa",
-            "on",
-            "--no-webui",
-            "-a",
-            "replay",
-        ]
-        if self.gpu_layers is not None:
-            cmd += ["-ngl", str(self.gpu_layers)]
-        return cmd + self.extra_args
+        flags = (
+            f"--host 127.0.0.1 --port {self.port} -np 1 -c {self.ctx_size} -t {self.threads} -tb {self.threads} "
+            f"--cache-ram {self.cache_ram_mib} -fa on --no-webui -a replay"
+        )
+        ngl = ["-ngl", str(self.gpu_layers)] if self.gpu_layers is not None else []
+        return [str(self.binary), "-m", str(self.model), *flags.split(), *ngl, *self.extra_args]
 
     def start(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

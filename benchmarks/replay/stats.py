@@ -24,62 +24,63 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _paired(meas: Sequence[Record], baseline: Mapping[tuple[str, int], Record], key: str) -> list[float]:
+    """Baseline's ``key`` / this mode's, per question where both have one."""
+    pairs = []
+    for r in meas:
+        b = baseline.get((r["sample_id"], r["turn"]))
+        if b is not None and b.get(key) and r.get(key):
+            pairs.append(float(b[key]) / float(r[key]))
+    return pairs
+
+
+def _row(
+    k: str, mode: str, meas: Sequence[Record], errors: int, baseline: Mapping[tuple[str, int], Record]
+) -> dict[str, Any]:
+    ttft = [float(r["ttft_s"]) for r in meas if r.get("ttft_s") is not None]
+    toks = [
+        (int(r["cached_tokens"]), int(r["prompt_tokens"]))
+        for r in meas
+        if r.get("cached_tokens") is not None and r.get("prompt_tokens")
+    ]
+    server = [float(r["server_prompt_ms"]) for r in meas if r.get("server_prompt_ms") is not None]
+    pairs, server_pairs = _paired(meas, baseline, "ttft_s"), _paired(meas, baseline, "server_prompt_ms")
+    return {
+        "k": k,
+        "mode": mode,
+        "n": len(meas),
+        "errors": errors,
+        "ttft_mean_s": mean(ttft),
+        "ttft_p50_s": percentile(ttft, 50),
+        "speedup_paired": percentile(pairs, 50),
+        "speedup_paired_p25": percentile(pairs, 25),
+        "speedup_paired_p75": percentile(pairs, 75),
+        "server_prefill_ms_mean": mean(server),
+        "server_speedup_paired": percentile(server_pairs, 50),
+        "hit_ratio": sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None,
+        "prompt_tokens_mean": mean([float(p) for _, p in toks]),
+        "prompt_tokens": sum(p for _, p in toks),
+        "prefill_tokens": sum(p - c for c, p in toks),
+    }
+
+
 def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
     """One row per (k, mode), k in first-seen order, modes in first-seen order with baseline first."""
     keys = list(dict.fromkeys((r["k"], r["mode"]) for r in records))
     ks = list(dict.fromkeys(k for k, _ in keys))
     keys.sort(key=lambda km: (ks.index(km[0]), km[1] != "baseline"))
-    common: dict[str, set[tuple[str, int]]] = {}
-    for k in ks:
-        sets = [
-            {
-                (r["sample_id"], r["turn"])
-                for r in records
-                if r["k"] == k and r["mode"] == m and r["measured"] and not r.get("error")
-            }
-            for kk, m in keys
-            if kk == k
-        ]
-        common[k] = set.intersection(*sets) if sets else set()
-    by = {(r["k"], r["mode"], r["sample_id"], r["turn"]): r for r in records}
+    done: dict[tuple[str, str], set[tuple[str, int]]] = {key: set() for key in keys}
+    for r in records:
+        if r["measured"] and not r.get("error"):
+            done[(r["k"], r["mode"])].add((r["sample_id"], r["turn"]))
+    # a question counts where every mode of its k measured it
+    common = {k: set.intersection(*(done[km] for km in keys if km[0] == k)) for k in ks}
     rows = []
     for k, mode in keys:
-        meas = [r for r in records if r["k"] == k and r["mode"] == mode and (r["sample_id"], r["turn"]) in common[k]]
-        ttft = [float(r["ttft_s"]) for r in meas if r.get("ttft_s") is not None]
-        toks = [
-            (int(r["cached_tokens"]), int(r["prompt_tokens"]))
-            for r in meas
-            if r.get("cached_tokens") is not None and r.get("prompt_tokens")
-        ]
-        server = [float(r["server_prompt_ms"]) for r in meas if r.get("server_prompt_ms") is not None]
-        pairs, server_pairs = [], []
-        for r in meas:
-            b = by.get((k, "baseline", r["sample_id"], r["turn"]))
-            if b is None:
-                continue
-            if b.get("ttft_s") and r.get("ttft_s"):
-                pairs.append(float(b["ttft_s"]) / float(r["ttft_s"]))
-            if b.get("server_prompt_ms") and r.get("server_prompt_ms"):
-                server_pairs.append(float(b["server_prompt_ms"]) / float(r["server_prompt_ms"]))
-        rows.append(
-            {
-                "k": k,
-                "mode": mode,
-                "n": len(meas),
-                "errors": sum(1 for r in records if r["k"] == k and r["mode"] == mode and r.get("error")),
-                "ttft_mean_s": mean(ttft),
-                "ttft_p50_s": percentile(ttft, 50),
-                "speedup_paired": percentile(pairs, 50),
-                "speedup_paired_p25": percentile(pairs, 25),
-                "speedup_paired_p75": percentile(pairs, 75),
-                "server_prefill_ms_mean": mean(server),
-                "server_speedup_paired": percentile(server_pairs, 50),
-                "hit_ratio": sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None,
-                "prompt_tokens_mean": mean([float(p) for _, p in toks]),
-                "prompt_tokens": sum(p for _, p in toks),
-                "prefill_tokens": sum(p - c for c, p in toks),
-            }
-        )
+        mine = [r for r in records if r["k"] == k and r["mode"] == mode]
+        baseline = {(r["sample_id"], r["turn"]): r for r in records if r["k"] == k and r["mode"] == "baseline"}
+        meas = [r for r in mine if (r["sample_id"], r["turn"]) in common[k]]
+        rows.append(_row(k, mode, meas, sum(1 for r in mine if r.get("error")), baseline))
     base = {row["k"]: row for row in rows if row["mode"] == "baseline"}
     for row in rows:
         b = base.get(row["k"])

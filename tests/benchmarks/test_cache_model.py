@@ -209,7 +209,7 @@ def test_model_equals_llama_server_on_locomo_prompts(server: Any) -> None:
     """The benchmark's own prompt shapes: LoCoMo observations, TF-IDF top-12, baseline then aligned order,
     the warm-up prompt first, 8 generated tokens per answer."""
     from benchmarks.common.locomo import LocomoNotFound, load_locomo
-    from benchmarks.index_bench import render
+    from benchmarks.index_workload import render
     from benchmarks.locomo.engines import WARMUP_PROMPT
     from benchmarks.retrieval import TfidfRetriever
     from cp_memory.core.index import ContextIndex

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -230,6 +232,34 @@ def test_replay_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main([str(tmp_path / "empty.json")]) == 2  # no engine
     assert main([str(tmp_path / "empty.json"), "--engine-url", "http://127.0.0.1:9"]) == 1  # no runs
     assert main([str(tmp_path / "missing.json"), "--llama-server", "x", "--model", "y"]) == 1
+
+
+def test_replay_runs_on_a_bare_python(tmp_path: Path, model_server: _ModelServer) -> None:
+    """The replay needs the standard library only (the GPU path): under ``python -S`` (no site-packages: no
+    numpy, none of cp_memory's dependencies) it replays an export and records the command that ran it,
+    without the machine description the harness gives in a full environment."""
+    export = PromptExport({"max_tokens": 2})
+    export.start_run(conversation=0, sample_id="c", k="20", mode="baseline", position=0, warmup=1)
+    export.add(turn=1, measured=False, prompt="Memories:\n[Doc 1] a\n\nQuestion: q1\nAnswer:")
+    export.add(turn=2, measured=True, prompt="Memories:\n[Doc 1] a\n\nQuestion: q2\nAnswer:")
+    export.write(tmp_path / "prompts.json.gz")
+    url = f"http://127.0.0.1:{model_server.server_port}"
+    bare = subprocess.run(
+        [sys.executable, "-S", "-m", "benchmarks.replay", str(tmp_path / "prompts.json.gz"), "--engine-url", url]
+        + ["--out", str(tmp_path / "bare")],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bare.returncode == 0, bare.stderr
+    (folder,) = (tmp_path / "bare").iterdir()
+    result = json.loads((folder / "results.json").read_text())
+    assert result["command"].startswith("python -m benchmarks.replay ") and result["machine"] is None
+    assert [r["turn"] for r in result["requests"]] == [1, 2] and result["meta"]["engine"]["kind"] == "sglang"
+    full = _replay(tmp_path, "--engine-url", url)  # in this environment the harness describes the machine
+    assert full["machine"]["summary"]
+    assert [r["prompt_tokens"] for r in full["requests"]] == [r["prompt_tokens"] for r in result["requests"]]
 
 
 @pytest.mark.engine
