@@ -1,5 +1,6 @@
-"""The one harness every benchmark stands on: what machine ran it, the result envelope with the exact
-command, the JSON + markdown + PNG writer, the shared CLI options and the one model resolver.
+"""The one harness every benchmark stands on (standard library only at import time): what machine ran
+it, the result envelope with the exact command, the JSON + markdown + PNG writer, the shared CLI options
+and the one model resolver.
 
 A benchmark's ``main`` reads its options (``add_*`` below give the shared ones, with defaults from the
 library's own config), runs, then hands :func:`write_outputs` a payload built by :func:`envelope`::
@@ -28,8 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 
 __all__ = [
     "ENGINES",
@@ -220,7 +219,11 @@ def add_threads(
 
 
 def add_swap_protect(ap: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--swap-protect F``, defaulting to the library's :data:`~cp_memory.core.alignment_mode.DEFAULT_PROTECT`."""
+    """``--swap-protect F``, defaulting to the library's :data:`~cp_memory.core.alignment_mode.DEFAULT_PROTECT`
+    (imported here, so that the harness itself needs only the standard library: the replay runs on a bare
+    Python)."""
+    from cp_memory.core.alignment_mode import DEFAULT_PROTECT
+
     ap.add_argument(
         "--swap-protect",
         type=float,
