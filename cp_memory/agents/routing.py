@@ -39,11 +39,12 @@ prompts), so a worker's modelled occupancy follows its engine's.
 
 With ``feeds`` (one :class:`~cp_memory.core.engine_cache.EngineCache` or None per worker, e.g.
 :class:`cp_memory.engine.EngineCacheFeed` on a vLLM or SGLang worker) a worker's cache model follows its
-engine's KV-cache events instead of the capacity guess: its ``capacity_tokens`` eviction is paused while the
-feed is healthy, and a request routed with ``text=`` (the segment as the prompt shows it) is tracked once
-released ok — it leaves the model as soon as the engine drops one of that text's blocks. A feed that is lost
-(garbage, a gap, a dead engine) puts the worker back on the capacity model; a feed that raises is logged,
-and routing goes on.
+engine's KV-cache events instead of the capacity guess, from the first request routed to it with ``text=``
+(the segment as the prompt shows it): its ``capacity_tokens`` eviction is paused while the feed is healthy,
+and each such request is tracked once released ok — it leaves the model as soon as the engine drops one of
+that text's blocks. A router never given ``text=`` keeps the guess (it would track nothing). A feed that is
+lost (garbage, a gap, a dead engine) puts the worker back on the capacity model; a feed that raises is
+logged, and routing goes on.
 
 Policy ``"round_robin"`` is the cache-blind baseline. Segments are matched by *exact ordered* prefix:
 the worker indexes store position-tagged block keys ``(i, key)`` with retrieval tail order, so a cached
@@ -187,9 +188,7 @@ class AgentRouter(Generic[ClientT]):
         # an unbounded model still counts tokens (placement compares them): a capacity nothing reaches
         model_capacity = capacity_tokens if capacity_tokens is not None else _UNBOUNDED
         self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval") for _ in clients)
-        for w, feed in enumerate(self.feeds):
-            if feed is not None:
-                self._feed_call(w, "attach", feed.attach, self._indexes[w])
+        self._following = [False] * len(clients)  # attached to its feed (on its first route with text)
         self._load = [0] * len(clients)
         # tokens written into each worker's cache so far (prefilled misses, prompt tails, generations)
         self._intake = [0] * len(clients)
@@ -271,8 +270,7 @@ class AgentRouter(Generic[ClientT]):
             worker, reason = self._choose(tagged, lens, head, seg_tokens + tail_tokens)
             matched = self._record(worker, tagged, lens, rid, tail_tokens, tail_key)
             self._account(worker, reason, rid, head, seg_tokens - sum(lens[:matched]) + tail_tokens)
-            if text is not None and self.feeds[worker] is not None:
-                self._texts[rid] = text
+            self._keep_text(worker, rid, text)
         route = Route(
             worker=worker,
             worker_name=self.names[worker],
@@ -321,6 +319,17 @@ class AgentRouter(Generic[ClientT]):
         stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
         placement = self._indexes[worker].insert(stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens)
         return min(placement.prefix_len, len(tagged))
+
+    def _keep_text(self, worker: int, rid: str, text: str | None) -> None:
+        """Keep ``text`` to track at release; a worker's model follows its feed from its first text on
+        (a caller that never passes text keeps the capacity guess: nothing would be tracked)."""
+        feed = self.feeds[worker]
+        if feed is None or text is None:
+            return
+        self._texts[rid] = text
+        if not self._following[worker]:
+            self._following[worker] = True
+            self._feed_call(worker, "attach", feed.attach, self._indexes[worker])
 
     def _account(self, worker: int, reason: RouteReason, rid: str, head: Hashable | None, written: int) -> None:
         """``written`` tokens go into ``worker``'s cache; the segment's home; the request is in flight."""

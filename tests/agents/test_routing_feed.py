@@ -103,16 +103,26 @@ def test_the_capacity_guess_is_paused_while_the_feed_is_live_and_back_when_garba
 
 def test_a_dead_engine_puts_its_worker_back_on_the_capacity_guess(pool, caplog) -> None:
     engines, feeds = pool
-    r = AgentRouter([object(), object()], capacity_tokens=20, feeds=[feeds[0], None])
+    r = AgentRouter([object()], capacity_tokens=20, feeds=feeds[:1])
     for k in DOCS:
-        keys, lens, _ = segment(k)
-        r.index(0).insert([(0, k)], f"seed-{k}", token_lens=lens)
+        keys, lens, text = segment(k)
+        r.release(r.route(keys, lens, text=text))
     assert r.index(0).cached_tokens > 20
     with caplog.at_level(logging.WARNING, logger="cp_memory.engine"):
         engines[0].close()
         eventually(lambda: not feeds[0].live, "the disconnection to be noticed")
     assert r.index(0).cached_tokens <= 20 and "publisher disconnected" in caplog.text
-    assert r.index(1).cached_tokens == 0  # a worker without a feed kept its capacity guess all along
+
+
+def test_a_feed_is_followed_only_for_routes_given_text(pool) -> None:
+    """A caller that never passes text= would have nothing tracked: its workers keep the capacity guess."""
+    engines, feeds = pool
+    r = AgentRouter([object(), object()], capacity_tokens=20, feeds=[feeds[0], None])
+    for k in DOCS:
+        keys, lens, _ = segment(k)
+        r.release(r.route(keys, lens))
+    assert all(r.index(w).cached_tokens <= 20 for w in (0, 1))
+    assert sum(f.stats.queued for f in feeds) == 0
 
 
 def test_a_failed_request_is_never_tracked(pool) -> None:
