@@ -100,8 +100,9 @@ def test_a_search_follows_the_engine_that_served_its_prompt(dana: Any, engine: B
     index = cp.index_for(F)
     rid = newest(index)
     assert str(rid) == found["context_pilot"]["request_id"]
+    batches = feed.sync.stats.batches
     engine.drop(prompt, engine.blocks_of(prompt) - 1)  # the question's block: the index does not count on it
-    engine.publish([])
+    eventually(lambda: feed.sync.stats.batches > batches, "the removal to arrive")
     assert rid in index
     engine.drop(prompt, first_memory_block(engine, prompt, found))
     eventually(lambda: rid not in index, "the request to leave the scope's index")
