@@ -37,6 +37,15 @@ Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
 With ``tail_tokens`` the model also holds what follows the segment in each prompt (an engine caches whole
 prompts), so a worker's modelled occupancy follows its engine's.
 
+With ``feeds`` (one :class:`~cp_memory.core.engine_cache.EngineCache` or None per worker, e.g.
+:class:`cp_memory.engine.EngineCacheFeed` on a vLLM or SGLang worker) a worker's cache model follows its
+engine's KV-cache events instead of the capacity guess, from the first request routed to it with ``text=``
+(the segment as the prompt shows it): its ``capacity_tokens`` eviction is paused while the feed is healthy,
+and each such request is tracked once released ok — it leaves the model as soon as the engine drops one of
+that text's blocks. A router never given ``text=`` keeps the guess (it would track nothing). A feed that is
+lost (garbage, a gap, a dead engine) puts the worker back on the capacity model; a feed that raises is
+logged, and routing goes on.
+
 Policy ``"round_robin"`` is the cache-blind baseline. Segments are matched by *exact ordered* prefix:
 the worker indexes store position-tagged block keys ``(i, key)`` with retrieval tail order, so a cached
 ``[a, b]`` matches a segment ``[a, b, c]`` but not ``[b, a]`` — as the engine's token-level cache does.
@@ -49,9 +58,10 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from cp_memory.core.engine_cache import EngineCache
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.lru import LRUMap
 
@@ -74,6 +84,34 @@ ClientT = TypeVar("ClientT")
 E = TypeVar("E", bound=_StrEnum)
 
 _UNBOUNDED = 2**62
+
+
+def _names(clients: Sequence[object], names: Sequence[str] | None) -> list[str]:
+    """Worker names (default ``worker-0`` ...), one per client and distinct; ValueError otherwise."""
+    if not clients:
+        raise ValueError("an AgentRouter needs at least one worker client")
+    out = [f"worker-{i}" for i in range(len(clients))] if names is None else [str(n) for n in names]
+    if len(out) != len(clients):
+        raise ValueError(f"got {len(out)} names for {len(clients)} workers")
+    if len(set(out)) != len(out):
+        raise ValueError("worker names must be distinct")
+    return out
+
+
+def _feeds(feeds: Sequence[EngineCache | None] | None, n: int) -> tuple[EngineCache | None, ...]:
+    """One KV-cache feed (or None) per worker; TypeError / ValueError otherwise."""
+    if feeds is None:
+        return (None,) * n
+    out = tuple(feeds)
+    if len(out) != n:
+        raise ValueError(f"got {len(out)} feeds for {n} workers (None for a worker without one)")
+    for i, feed in enumerate(out):
+        if feed is not None and not isinstance(feed, EngineCache):
+            raise TypeError(
+                f"feeds[{i}] must be an engine's KV-cache feed (cp_memory.engine.EngineCacheFeed) or None, "
+                f"got {type(feed).__name__}"
+            )
+    return out
 
 
 def _member(vocabulary: type[E], value: object, what: str) -> E:
@@ -105,6 +143,8 @@ class AgentRouter(Generic[ClientT]):
         placement: where new content goes (:class:`Placement` or its string): ``"cache"`` (room in the
             cache model, else the cache that took in the fewest tokens) or ``"load"`` (least loaded).
         max_homes: segments whose last worker is remembered (least recently used forgotten).
+        feeds: per worker, its engine's KV-cache feed or None (see module doc): that worker's cache model
+            follows the engine's evictions while the feed is healthy.
     """
 
     def __init__(
@@ -120,17 +160,11 @@ class AgentRouter(Generic[ClientT]):
         min_match_tokens: int = 1,
         placement: Placement | str = Placement.CACHE,
         max_homes: int = 100_000,
+        feeds: Sequence[EngineCache | None] | None = None,
     ) -> None:
         clients = list(clients)
-        if not clients:
-            raise ValueError("an AgentRouter needs at least one worker client")
-        if names is None:
-            names = [f"worker-{i}" for i in range(len(clients))]
-        names = [str(n) for n in names]
-        if len(names) != len(clients):
-            raise ValueError(f"got {len(names)} names for {len(clients)} workers")
-        if len(set(names)) != len(names):
-            raise ValueError("worker names must be distinct")
+        names = _names(clients, names)
+        self.feeds = _feeds(feeds, len(clients))
         self.policy = _member(RoutingPolicy, policy, "policy")
         self.balance_scope = _member(BalanceScope, balance_scope, "balance_scope")
         self.placement = _member(Placement, placement, "placement")
@@ -150,9 +184,11 @@ class AgentRouter(Generic[ClientT]):
         # after the model evicts it
         self._homes: LRUMap[Hashable, tuple[int, int]] = LRUMap(max_homes)
         self._heads: dict[str, Hashable] = {}  # request id -> first block, while in flight
+        self._texts: dict[str, str] = {}  # request id -> its segment's text, while in flight (to track)
         # an unbounded model still counts tokens (placement compares them): a capacity nothing reaches
         model_capacity = capacity_tokens if capacity_tokens is not None else _UNBOUNDED
         self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval") for _ in clients)
+        self._following = [False] * len(clients)  # attached to its feed (on its first route with text)
         self._load = [0] * len(clients)
         # tokens written into each worker's cache so far (prefilled misses, prompt tails, generations)
         self._intake = [0] * len(clients)
@@ -204,6 +240,7 @@ class AgentRouter(Generic[ClientT]):
         tail_tokens: int = 0,
         tail_key: Hashable | None = None,
         home_key: Hashable | None = None,
+        text: str | None = None,
     ) -> Route:
         """Pick a worker for a request whose reusable prefix is the blocks ``keys`` (in prompt order).
 
@@ -221,34 +258,19 @@ class AgentRouter(Generic[ClientT]):
         ``home_key`` names the segment for the *home* rule (default: its first key). Passing the first
         block's id, not its ``(id, digest)`` key, sends an edited or grown version of a document back to
         the worker that holds the old one, whose engine still reuses their common prefix.
+
+        ``text``: the segment's text as the prompt shows it; on a worker with a feed it is tracked when
+        the request is released ok (module doc).
         """
-        keys = list(keys)
-        lens = [1] * len(keys) if token_lens is None else list(token_lens)
-        if len(lens) != len(keys):
-            raise ValueError(f"got {len(lens)} token_lens for {len(keys)} keys")
-        if not isinstance(tail_tokens, int) or tail_tokens < 0:
-            raise ValueError(f"tail_tokens must be a non-negative int, got {tail_tokens!r}")
-        tagged: list[tuple[int, Hashable]] = [(i, k) for i, k in enumerate(keys)]
+        tagged, lens = self._checked(keys, token_lens, tail_tokens)
         rid = request_id if request_id is not None else uuid.uuid4().hex
         seg_tokens = sum(lens)
         with self._lock:
             head = (home_key if home_key is not None else tagged[0][1]) if tagged else None
             worker, reason = self._choose(tagged, lens, head, seg_tokens + tail_tokens)
-            matched = 0
-            if tagged or tail_tokens:
-                tail = ("tail", rid if tail_key is None else tail_key)
-                stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
-                placement = self._indexes[worker].insert(
-                    stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens
-                )
-                matched = min(placement.prefix_len, len(tagged))
-            self._intake[worker] += seg_tokens - sum(lens[:matched]) + tail_tokens
-            if head is not None:
-                self._heads[rid] = head
-                if reason is not RouteReason.BALANCE:
-                    self._homes.set(head, (worker, self._intake[worker]))
-            self._load[worker] += 1
-            self._counters[worker].count(reason)
+            matched = self._record(worker, tagged, lens, rid, tail_tokens, tail_key)
+            self._account(worker, reason, rid, head, seg_tokens - sum(lens[:matched]) + tail_tokens)
+            self._keep_text(worker, rid, text)
         route = Route(
             worker=worker,
             worker_name=self.names[worker],
@@ -267,6 +289,57 @@ class AgentRouter(Generic[ClientT]):
             seg_tokens,
         )
         return route
+
+    @staticmethod
+    def _checked(
+        keys: Sequence[Hashable], token_lens: Sequence[int] | None, tail_tokens: int
+    ) -> tuple[list[tuple[int, Hashable]], list[int]]:
+        """The position-tagged keys ``(i, key)`` and their token lengths (1 each by default), checked."""
+        keys = list(keys)
+        lens = [1] * len(keys) if token_lens is None else list(token_lens)
+        if len(lens) != len(keys):
+            raise ValueError(f"got {len(lens)} token_lens for {len(keys)} keys")
+        if not isinstance(tail_tokens, int) or tail_tokens < 0:
+            raise ValueError(f"tail_tokens must be a non-negative int, got {tail_tokens!r}")
+        return [(i, k) for i, k in enumerate(keys)], lens
+
+    def _record(
+        self,
+        worker: int,
+        tagged: list[tuple[int, Hashable]],
+        lens: list[int],
+        rid: str,
+        tail_tokens: int,
+        tail_key: Hashable | None,
+    ) -> int:
+        """Insert the request (its tail after it) into ``worker``'s cache model; the blocks it matched."""
+        if not (tagged or tail_tokens):
+            return 0
+        tail = ("tail", rid if tail_key is None else tail_key)
+        stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
+        placement = self._indexes[worker].insert(stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens)
+        return min(placement.prefix_len, len(tagged))
+
+    def _keep_text(self, worker: int, rid: str, text: str | None) -> None:
+        """Keep ``text`` to track at release; a worker's model follows its feed from its first text on
+        (a caller that never passes text keeps the capacity guess: nothing would be tracked)."""
+        feed = self.feeds[worker]
+        if feed is None or text is None:
+            return
+        self._texts[rid] = text
+        if not self._following[worker]:
+            self._following[worker] = True
+            self._feed_call(worker, "attach", feed.attach, self._indexes[worker])
+
+    def _account(self, worker: int, reason: RouteReason, rid: str, head: Hashable | None, written: int) -> None:
+        """``written`` tokens go into ``worker``'s cache; the segment's home; the request is in flight."""
+        self._intake[worker] += written
+        if head is not None:
+            self._heads[rid] = head
+            if reason is not RouteReason.BALANCE:
+                self._homes.set(head, (worker, self._intake[worker]))
+        self._load[worker] += 1
+        self._counters[worker].count(reason)
 
     def _choose(
         self, tagged: list[tuple[int, Hashable]], lens: list[int], head: Hashable | None, need: int
@@ -359,12 +432,20 @@ class AgentRouter(Generic[ClientT]):
                 raise ValueError(f"route {route.request_id!r} released twice or never routed")
             self._load[route.worker] -= 1
             head = self._heads.pop(route.request_id, None)
+            text = self._texts.pop(route.request_id, None)
             if not ok:
                 self._counters[route.worker].failed += 1
                 self._indexes[route.worker].evict(route.request_id)
                 home = self._homes.peek(head) if head is not None else None
                 if home is not None and home[0] == route.worker:
                     self._homes.pop(head)
+        feed = self.feeds[route.worker]
+        if feed is not None and ok and text is not None:  # the engine has its blocks now
+            self._feed_call(
+                route.worker, "track_text", feed.track_text, self._indexes[route.worker], route.request_id, text
+            )
+        elif feed is not None and not ok:
+            self._feed_call(route.worker, "untrack", feed.untrack, self._indexes[route.worker], route.request_id)
 
     @contextlib.contextmanager
     def dispatch(
@@ -383,6 +464,18 @@ class AgentRouter(Generic[ClientT]):
     def evict(self, worker: int, request_id: Hashable) -> bool:
         """The engine of ``worker`` evicted ``request_id``; False when the model did not hold it."""
         return self._indexes[worker].evict(request_id)
+
+    def _feed_call(self, worker: int, what: str, call: Callable[..., object], *args: object) -> None:
+        """A call into ``worker``'s feed: a failure is logged, never raised (the capacity model stays)."""
+        try:
+            call(*args)
+        except Exception:
+            logger.warning(
+                "the KV-cache feed of %s failed in %s; its cache model keeps the capacity guess",
+                self.names[worker],
+                what,
+                exc_info=True,
+            )
 
     def reset(self, worker: int | None = None) -> None:
         """The engine(s) flushed their cache: forget the cache model of ``worker`` (None = all)."""

@@ -25,6 +25,7 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
     )
     from .hf_model import SMOLLM2_135M, hf_model_dir
     from .kv_events import KVEventFeed, MalformedEvents
+    from .kv_follow import EngineCacheFeed
     from .kv_sync import KVCacheSync
     from .llamacpp import (
         LlamaServer,
@@ -43,6 +44,7 @@ __all__ = [
     "AsyncEngineClient",
     "Clock",
     "CompletionResult",
+    "EngineCacheFeed",
     "EngineClient",
     "EngineConnectionError",
     "EngineDeadlineExceeded",

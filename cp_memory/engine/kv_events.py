@@ -17,10 +17,11 @@ batch, not when ``/reset_prefix_cache`` answers.
 :class:`KVEventFeed` subscribes (its own thread; the socket is used from that thread only) and hands
 each decoded :class:`EventBatch` to a callback. A message that does not decode, a sequence gap (the
 publisher dropped messages: its high-water mark), or a callback that raises is logged and reported
-once to ``on_lost`` (the listener falls back to its own model); the feed keeps reading. A sequence
-that starts again from 0 is a new publisher, i.e. a restarted engine with an empty cache: the feed
-puts an :class:`AllBlocksCleared` in front of that batch. Needs ``pyzmq`` and ``msgspec`` (the
-``kv-events`` extra), imported when a feed starts.
+once to ``on_lost`` (the listener falls back to its own model); the feed keeps reading. So is a
+publisher that goes away (the engine stopped or died: ZMQ reports the disconnection) and a feed
+thread that stops for any reason. A sequence that starts again from 0 is a new publisher, i.e. a
+restarted engine with an empty cache: the feed puts an :class:`AllBlocksCleared` in front of that
+batch. Needs ``pyzmq`` and ``msgspec`` (the ``kv-events`` extra), imported when a feed starts.
 """
 
 from __future__ import annotations
@@ -224,9 +225,9 @@ class KVEventFeed:
     """A ZMQ ``SUB`` socket on ``endpoint`` read by a daemon thread; ``on_batch`` gets each batch.
 
     ``on_lost(reason)`` is called once each time the feed stops being trustworthy (garbage, a
-    sequence gap, ``on_batch`` raising); the feed goes on reading, and is trustworthy again from the
-    next batch that clears the cache (the listener decides what resynchronises it). Use as a context
-    manager or call :meth:`start` / :meth:`stop`.
+    sequence gap, ``on_batch`` raising, the publisher disconnecting, the feed stopping); the feed
+    goes on reading, and is trustworthy again from the next batch that clears the cache (the listener
+    decides what resynchronises it). Use as a context manager or call :meth:`start` / :meth:`stop`.
     """
 
     def __init__(
@@ -252,6 +253,7 @@ class KVEventFeed:
         self.batches = 0
         self.malformed = 0
         self.gaps = 0
+        self.disconnects = 0
         self.last_seq: int | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -282,6 +284,7 @@ class KVEventFeed:
         return self
 
     def stop(self) -> None:
+        """Close the socket; ``on_lost`` is told (nobody follows the engine any more)."""
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
@@ -294,7 +297,10 @@ class KVEventFeed:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"<KVEventFeed {self.endpoint} batches={self.batches} malformed={self.malformed} gaps={self.gaps}>"
+        return (
+            f"<KVEventFeed {self.endpoint} batches={self.batches} malformed={self.malformed} gaps={self.gaps} "
+            f"disconnects={self.disconnects}>"
+        )
 
     # -- internals ---------------------------------------------------------------------------
     def _run(self) -> None:
@@ -315,23 +321,44 @@ class KVEventFeed:
             ctx.term()
             self._ready.set()
             return
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         self._ready.set()
+        why, level = "the feed was stopped", logging.INFO
         try:
             while not self._stop.is_set():
-                if not sock.poll(self.poll_ms):
-                    continue
-                self._handle(sock.recv_multipart())
+                ready = dict(poller.poll(self.poll_ms))
+                if monitor in ready:
+                    self._disconnected(monitor)
+                if sock in ready:
+                    self._handle(sock.recv_multipart())
+        except Exception as exc:  # the thread ends: whoever follows the engine must know
+            logger.exception("KV-event feed %s: the subscriber thread failed", self.endpoint)
+            why, level = f"the feed thread failed ({type(exc).__name__})", logging.WARNING
         finally:
+            sock.disable_monitor()
+            monitor.close(0)
             sock.close(0)
             ctx.term()
+        self._lost(why, level)
 
-    def _lost(self, reason: str) -> None:
-        logger.warning("KV-event feed %s: %s; the index falls back to its capacity model", self.endpoint, reason)
+    def _lost(self, reason: str, level: int = logging.WARNING) -> None:
+        logger.log(level, "KV-event feed %s: %s; the index falls back to its capacity model", self.endpoint, reason)
         if self.on_lost is not None:
             try:
                 self.on_lost(reason)
             except Exception:
                 logger.exception("KV-event feed %s: on_lost failed", self.endpoint)
+
+    def _disconnected(self, monitor: Any) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        if recv_monitor_message(monitor).get("event") == zmq.EVENT_DISCONNECTED:
+            self.disconnects += 1
+            self._lost("the publisher disconnected (the engine stopped or restarted)")
 
     def _handle(self, frames: list[bytes]) -> None:
         try:

@@ -12,6 +12,10 @@ of tombstones: a lookup that reaches one knows the engine *had* those tokens and
 events arrived before the caller asked), rather than not knowing them yet. Only the first medium
 (``GPU`` on vLLM, also on its CPU build) and KV-cache group 0 are mirrored; offload tiers and the
 extra groups of hybrid models are ignored (a block offloaded to host memory counts as removed).
+
+:meth:`BlockMirror.find_section` finds a *section* of a prompt — its block lines, tokenised alone —
+wherever it sits after a preamble the caller does not know (a system prompt, a chat template, the
+history): the newest cached chain whose blocks tile the section, with that chain's ancestors.
 """
 
 from __future__ import annotations
@@ -54,7 +58,10 @@ class BlockMirror:
         self._tombstone_cap = tombstones
         self._blocks: dict[Hashable, Key] = {}  # hash -> (parent hash, tokens)
         self._by_key: dict[Key, Hashable] = {}
+        self._by_tokens: dict[tuple[int, ...], dict[Hashable, int]] = {}  # tokens -> {hash: store stamp}
+        self._stamps = 0
         self._tombstones: OrderedDict[Key, None] = OrderedDict()
+        self._buried_tokens: dict[tuple[int, ...], int] = {}  # tokens of tombstones -> how many
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -74,6 +81,7 @@ class BlockMirror:
                 self._bury(key)
             self._blocks.clear()
             self._by_key.clear()
+            self._by_tokens.clear()
             return removed
         if not self._mirrored(event.medium, event.group):
             return []
@@ -88,6 +96,7 @@ class BlockMirror:
             key = self._blocks.pop(h)
             if self._by_key.get(key) == h:
                 del self._by_key[key]
+            self._unlist(h, key)
             self._bury(key)
             removed.append(h)
         return removed
@@ -96,7 +105,9 @@ class BlockMirror:
         """Forget everything (tombstones too): the engine's state is not known any more."""
         self._blocks.clear()
         self._by_key.clear()
+        self._by_tokens.clear()
         self._tombstones.clear()
+        self._buried_tokens.clear()
 
     def lookup(self, token_ids: Sequence[int]) -> Lookup:
         """The chain of ``token_ids``' full blocks, walked from the first block."""
@@ -116,7 +127,65 @@ class BlockMirror:
             parent = h
         return Lookup(Presence.HELD, tuple(found), n)
 
+    def find_section(self, token_ids: Sequence[int]) -> Lookup:
+        """The cached chain holding ``token_ids`` *somewhere* in a prompt: HELD when the full blocks of
+        some alignment of the tokens (one of ``block_size`` phases) form a cached chain; its ``hashes``
+        are that chain's ancestors (the prompt's preamble, as far as the mirror knows it) then the
+        section's own blocks. Several chains (the same section after different preambles): the newest.
+        REMOVED when a block of the section was stored and dropped, UNKNOWN otherwise (not sent yet, or
+        shorter than a block in every phase)."""
+        size = self.block_size
+        toks = tuple(int(t) for t in token_ids)
+        if size is None or len(toks) < size:
+            return Lookup(Presence.UNKNOWN, (), 0)
+        best: tuple[int, tuple[Hashable, ...]] | None = None
+        removed = False
+        blocks = 0
+        for phase in range(min(size, len(toks) - size + 1)):
+            pieces = [toks[i : i + size] for i in range(phase, len(toks) - size + 1, size)]
+            blocks = max(blocks, len(pieces))
+            removed = removed or pieces[0] in self._buried_tokens
+            for first in self._by_tokens.get(pieces[0], {}):
+                chain, gone = self._tile(first, pieces)
+                removed = removed or gone
+                if chain is not None and (best is None or self._stamp(chain[-1]) > best[0]):
+                    best = (self._stamp(chain[-1]), chain)
+        if best is None:
+            return Lookup(Presence.REMOVED if removed else Presence.UNKNOWN, (), blocks)
+        return Lookup(Presence.HELD, self._ancestors(best[1][0]) + best[1], blocks)
+
     # -- internals ---------------------------------------------------------------------------
+    def _tile(self, first: Hashable, pieces: list[tuple[int, ...]]) -> tuple[tuple[Hashable, ...] | None, bool]:
+        """The chain from block ``first`` through ``pieces[1:]`` (None where it breaks off), and whether
+        it broke off at a tombstone."""
+        chain = [first]
+        for piece in pieces[1:]:
+            key: Key = (chain[-1], piece)
+            h = self._by_key.get(key)
+            if h is None:
+                return None, key in self._tombstones
+            chain.append(h)
+        return tuple(chain), False
+
+    def _ancestors(self, block: Hashable) -> tuple[Hashable, ...]:
+        """The known cached parents of ``block``, the first block of the prompt first."""
+        out: list[Hashable] = []
+        parent = self._blocks[block][0]
+        while parent is not None and parent in self._blocks and len(out) < len(self._blocks):
+            out.append(parent)
+            parent = self._blocks[parent][0]
+        return tuple(reversed(out))
+
+    def _stamp(self, block: Hashable) -> int:
+        return self._by_tokens.get(self._blocks[block][1], {}).get(block, 0)
+
+    def _unlist(self, h: Hashable, key: Key) -> None:
+        holders = self._by_tokens.get(key[1])
+        if holders is not None:
+            holders.pop(h, None)
+            if not holders:
+                del self._by_tokens[key[1]]
+
     def _mirrored(self, medium: str | None, group: int | None) -> bool:
         if group not in (None, 0):
             return False
@@ -138,13 +207,29 @@ class BlockMirror:
             old = self._blocks.get(h)
             if old is not None and old != key and self._by_key.get(old) == h:
                 del self._by_key[old]
+            if old is not None:
+                self._unlist(h, old)
             self._blocks[h] = key
             self._by_key[key] = h
-            self._tombstones.pop(key, None)
+            self._stamps += 1
+            self._by_tokens.setdefault(key[1], {})[h] = self._stamps
+            if key in self._tombstones:
+                del self._tombstones[key]
+                self._unbury(key[1])
             parent = h
 
     def _bury(self, key: Key) -> None:
+        if key not in self._tombstones:
+            self._buried_tokens[key[1]] = self._buried_tokens.get(key[1], 0) + 1
         self._tombstones[key] = None
         self._tombstones.move_to_end(key)
         while len(self._tombstones) > self._tombstone_cap:
-            self._tombstones.popitem(last=False)
+            old, _ = self._tombstones.popitem(last=False)
+            self._unbury(old[1])
+
+    def _unbury(self, tokens: tuple[int, ...]) -> None:
+        left = self._buried_tokens.get(tokens, 0) - 1
+        if left > 0:
+            self._buried_tokens[tokens] = left
+        else:
+            self._buried_tokens.pop(tokens, None)

@@ -54,6 +54,7 @@ class _Watch:
     tokens: tuple[int, ...]
     hashes: tuple[Hashable, ...] = ()
     since: int = 0  # batches applied when it became pending
+    anchored: bool = True  # tokens from the prompt's first token (else a section anywhere in the prompt)
 
 
 @dataclass
@@ -100,8 +101,15 @@ class KVCacheSync:
 
     @property
     def tracked(self) -> int:
+        """Requests watched, pending ones included."""
         with self._lock:
             return len(self._watches) + len(self._pending)
+
+    @property
+    def pending(self) -> int:
+        """Tracked requests whose blocks the engine has not reported yet."""
+        with self._lock:
+            return len(self._pending)
 
     def attach(self, index: ContextIndex) -> None:
         """Let ``index`` follow the engine: its capacity model is paused while the feed is live."""
@@ -109,11 +117,33 @@ class KVCacheSync:
             self._indexes.add(index)
             index.use_capacity_model(not self._live)
 
+    def detach(self, index: ContextIndex) -> None:
+        """Stop following: ``index`` keeps its capacity model from now on; its requests are untracked."""
+        with self._lock:
+            self._indexes.discard(index)
+            mine = [k for k in (*self._watches, *self._pending) if k[0] == id(index)]
+            for key in mine:
+                self._forget(key)
+        index.use_capacity_model(True)
+
     def track(self, index: ContextIndex, request_id: Hashable, token_ids: Sequence[int] | None) -> bool:
-        """``request_id`` (live in ``index``) counts on the engine caching ``token_ids``' full blocks.
+        """``request_id`` (live in ``index``) counts on the engine caching ``token_ids``' full blocks,
+        ``token_ids`` being the prompt's tokens from its first one.
 
         ``token_ids`` of None (``tokenize`` unsupported or failed) or not ints: logged, not tracked
         (``False``); the request stays to the capacity model and nothing is raised."""
+        return self._track(index, request_id, token_ids, anchored=True)
+
+    def track_section(self, index: ContextIndex, request_id: Hashable, token_ids: Sequence[int] | None) -> bool:
+        """:meth:`track` for a *section* of the prompt, tokenised alone (its block lines), wherever it
+        sits after a system prompt, a chat template or a history this caller does not know
+        (:meth:`~.kv_mirror.BlockMirror.find_section`): the request is watched on the cached chain that
+        holds the section — its ancestors included, since the engine reuses a block only after them."""
+        return self._track(index, request_id, token_ids, anchored=False)
+
+    def _track(
+        self, index: ContextIndex, request_id: Hashable, token_ids: Sequence[int] | None, *, anchored: bool
+    ) -> bool:
         if token_ids is None or isinstance(token_ids, (str, bytes)):
             logger.warning("request %r not tracked: no token ids", request_id)
             return False
@@ -127,7 +157,7 @@ class KVCacheSync:
         with self._lock:
             self._forget(key)
             self.stats.tracked += 1
-            watch = _Watch(weakref.ref(index), request_id, tokens, since=self.stats.batches)
+            watch = _Watch(weakref.ref(index), request_id, tokens, since=self.stats.batches, anchored=anchored)
             self._resolve(key, watch, expire=False)
             while len(self._watches) + len(self._pending) > self.max_tracked:
                 oldest = next(iter(self._watches or self._pending))
@@ -189,7 +219,7 @@ class KVCacheSync:
             logger.info("KV-event feed live: indexes follow the engine's evictions")
 
     def _resolve(self, key: WatchKey, watch: _Watch, *, expire: bool) -> None:
-        found = self.mirror.lookup(watch.tokens)
+        found = self.mirror.lookup(watch.tokens) if watch.anchored else self.mirror.find_section(watch.tokens)
         if found.presence is Presence.HELD:
             watch.hashes = found.hashes
             self._pending.pop(key, None)

@@ -169,7 +169,9 @@ class SearchPipeline:
             placement = state.index.insert(keys, token_lens=lens)
             state.requests.append(placement.request_id)
             while len(state.requests) > self.config.max_requests_per_scope:
-                state.index.evict(state.requests.popleft())
+                oldest = state.requests.popleft()
+                state.index.evict(oldest)
+                self.scopes.engine.untrack(state.index, oldest)
             self.scopes.note_insert(state)
         fresh_keys = set(keys)
         window_ids = {b.id for b in window.fresh} | {b.id for b in window.pre_sent}
@@ -225,14 +227,13 @@ class SearchPipeline:
         if plan.conversation is not None and scope is not None:
             key = self._conversation_key(scope, plan.conversation)
             result = self._dedup_plan(key, candidates, extra_ids, rank, plan.call.top_k)
-            if self.config.commit == "on_search":
-                result, committed = self.deduplicator.commit(result), True
-            else:
-                turn_id = self.turns.open(result, aligned.state, None if placement is None else placement.request_id)
+            result, turn_id, committed = self._open_turn(aligned, result)
             turn, kept = result.turn, list(result.blocks)
             sent = self._sent_memories(result, candidates, extra_ids, rank)
         else:
             kept = candidates
+        if turn_id is None and aligned.state is not None and placement is not None:  # nothing to commit: track now
+            self.scopes.engine.track(aligned.state.index, placement.request_id, self.scopes.engine.section(kept))
         labels = {b.id: block_label(i, style) for i, b in enumerate(kept, start=1)}
         retrieved = [b.id for b in kept if b.id not in extra_ids]
         annotation = self._order_annotation(retrieved, len(retrieved) < len(kept), rank, labels)
@@ -272,6 +273,15 @@ class SearchPipeline:
             fetched=len(window.results),
         )
         return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
+
+    def _open_turn(self, aligned: Aligned, result: DedupResult) -> tuple[DedupResult, str | None, bool]:
+        """Commit the turn at once (``commit="on_search"``) or keep it pending with its block section (to
+        track once sent when an engine's feed is followed): ``(result, turn_id, committed)``."""
+        if self.config.commit == "on_search":
+            return self.deduplicator.commit(result), None, True
+        rid = None if aligned.placement is None else aligned.placement.request_id
+        section = self.scopes.engine.section(result.blocks)
+        return result, self.turns.open(result, aligned.state, rid, section), False
 
     def _candidates(
         self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]

@@ -32,6 +32,7 @@ OWN_NAMES = frozenset(
         "delete_all",
         "reset",
         "forget_conversation",
+        "follow_engine",
         "savings",
         "savings_account",
         "scopes",

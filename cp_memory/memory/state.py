@@ -12,7 +12,9 @@
 * a snapshot replaced by another writer while this process served the scope means several processes
   serve it: logged once as a warning (dedup records are per process; route a conversation to one process);
 * the record of scopes this store used (what ``forget_all`` deletes) is bounded by ``max_snapshots``;
-  ``delete_all`` (``forget_matching``) finds snapshots by name, so it needs no record at all.
+  ``delete_all`` (``forget_matching``) finds snapshots by name, so it needs no record at all;
+* with an engine's KV-cache feed (:meth:`ScopeStore.follow`, :mod:`.engine_feed`) every index in memory,
+  and every index created or restored after, is attached to it.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clustering import DEFAULT_LINKAGE
+from ..core.engine_cache import EngineCache
 from ..core.index import ContextIndex
 from ..core.lru import LRUMap
 from ..core.scope import Scope
 from .config import ContextPilotConfig
+from .engine_feed import EngineFollow
 from .snapshots import SNAPSHOT_SUFFIX, FileId, SnapshotFolder, snapshot_name
 
 __all__ = ["SNAPSHOT_SUFFIX", "ScopeState", "ScopeStore"]
@@ -57,6 +61,7 @@ class ScopeStore:
         self.states: LRUMap[Scope, ScopeState] = LRUMap(config.max_scopes, on_evict=self._on_evicted)
         # snapshot name -> scope, for the scopes this store used most recently (what forget_all deletes)
         self._used: LRUMap[str, Scope] = LRUMap(config.max_snapshots)
+        self.engine = EngineFollow(config)
         self.folder: SnapshotFolder | None = None
         if config.index_dir is not None:
             self.folder = SnapshotFolder(
@@ -127,9 +132,15 @@ class ScopeStore:
         def create() -> ScopeState:
             restored, disk = self._restore(scope)
             index = restored or self.new_index()
+            self.engine.attach(index)
             return ScopeState(scope=scope, index=index, requests=deque(index.request_ids()), disk=disk)
 
         return self.states.get_or_create(scope, create)
+
+    def follow(self, engine: EngineCache | None) -> None:
+        """Follow ``engine``'s KV-cache feed (None: stop): every index in memory is detached from the feed
+        followed so far and attached to the new one; indexes created or restored later are attached too."""
+        self.engine.follow(engine, lambda: [state.index for _, state in self.states.items()])
 
     def peek(self, scope: Scope) -> ScopeState | None:
         """The scope's state if it is in memory (no restore, recency unchanged)."""

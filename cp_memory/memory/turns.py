@@ -9,6 +9,9 @@ Pending turns are bounded (LRU, ``max_pending_turns``): an abandoned turn simply
 holds its scope's *key*, never its index: the scopes in memory stay bounded by ``max_scopes`` however
 many turns are pending. A rollback finds the scope's index where it is now — in memory, or restored from
 its snapshot when it was evicted meanwhile — so the request leaves the index that holds it.
+
+With an engine's KV-cache feed (:mod:`.engine_feed`) a commit is when the turn's block section is tracked
+(the engine has its blocks now), and a rollback untracks the request.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class PendingTurn:
     dedup: DedupResult
     scope: Scope | None  # whose index holds request_id (the key only: the index itself may be evicted)
     request_id: Hashable | None
+    section: str | None = None  # the block lines to track once sent (an engine's KV-cache feed is followed)
 
 
 def _turn_id_of(response_or_turn: Any) -> str | None:
@@ -62,10 +66,12 @@ class Turns:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def open(self, plan: DedupResult, state: ScopeState | None, request_id: Hashable | None) -> str:
+    def open(
+        self, plan: DedupResult, state: ScopeState | None, request_id: Hashable | None, section: str | None = None
+    ) -> str:
         """Keep a planned turn until it is committed or rolled back; returns its id."""
         turn_id = uuid.uuid4().hex
-        self._pending.set(turn_id, PendingTurn(plan, None if state is None else state.scope, request_id))
+        self._pending.set(turn_id, PendingTurn(plan, None if state is None else state.scope, request_id, section))
         return turn_id
 
     def commit(self, response_or_turn: Any) -> int | None:
@@ -79,7 +85,12 @@ class Turns:
                 f"turn {turn_id} is unknown: already committed or rolled back, or expired "
                 f"(more than max_pending_turns={self.max_pending} pending)"
             )
-        return self.deduplicator.commit(pending.dedup).turn
+        turn = self.deduplicator.commit(pending.dedup).turn
+        if pending.section is not None and pending.scope is not None and self.scopes is not None:
+            state = self.scopes.peek(pending.scope)  # evicted meanwhile: its new index never saw the request
+            if state is not None:
+                self.scopes.engine.track(state.index, pending.request_id, pending.section)
+        return turn
 
     def rollback(self, response_or_turn: Any) -> None:
         """Forget a turn that was never sent. Idempotent."""
@@ -96,6 +107,7 @@ class Turns:
             state = self.scopes.get(scope)  # evicted meanwhile: its snapshot holds the request
         if state is None:
             return  # evicted without a snapshot: that index is gone, and the request with it
+        self.scopes.engine.untrack(state.index, rid)
         with state.lock:
             if state.index.evict(rid):
                 try:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from mem0 import AsyncMemory, AsyncMemoryClient, Memory, MemoryClient
 
 from ..core.dedup import Deduplicator
+from ..core.engine_cache import EngineCache
 from ..core.index import ContextIndex
 from ..core.scope import ENTITY_KEYS, entity_ids, scope_of
 from ..providers.account import Savings, SavingsAccount
@@ -220,6 +221,19 @@ class _Wrapper(ForwardingProxy):
     def save(self) -> None:
         """Snapshot changed indexes to ``index_dir`` now (also done every ``snapshot_every`` inserts)."""
         self._cp_pipeline.scopes.save()
+
+    def follow_engine(self, engine: EngineCache | None) -> None:
+        """Keep every scope's index in step with an engine's KV-cache events (vLLM, SGLang).
+
+        ``engine``: an :class:`~cp_memory.core.engine_cache.EngineCache`, e.g. a started
+        :class:`cp_memory.engine.EngineCacheFeed`; None stops following. Every index — in memory now,
+        created or restored later — is attached: its ``capacity_tokens`` model is paused while the feed is
+        healthy and resumes when it is lost (garbage, a gap, a dead engine: logged, no search fails). Each
+        search's block section is tracked under its index request — on :meth:`commit` for a conversation
+        turn (the prompt was sent), at once otherwise — and the request leaves the index as soon as the
+        engine drops one of the blocks that section (or the prompt before it) occupies.
+        """
+        self._cp_pipeline.scopes.follow(engine)
 
     # ------------------------------------------------------------------ mem0 methods with a side effect
     def delete_all(self, *args: Any, **kwargs: Any) -> Any:

@@ -130,7 +130,8 @@ class Publisher:
         self.sock.send_multipart(parts)
 
     def close(self) -> None:
-        self.sock.close(0)
+        if not self.sock.closed:
+            self.sock.close(0)
         self.ctx.term()
 
 
@@ -189,3 +190,19 @@ def test_stop_ends_the_thread(tmp_path: Path) -> None:
     feed.stop()
     assert thread is not None and not thread.is_alive()
     assert threading.active_count() >= 1
+
+
+def test_a_publisher_that_goes_away_is_reported(wired) -> None:
+    """The engine died (its socket closed): whoever follows it must fall back, not trust a silent feed."""
+    pub, feed, got = wired
+    pub.send(frames(0, []))
+    assert got.get(timeout=10).seq == 0
+    pub.sock.close(0)
+    assert "publisher disconnected" in got.get(timeout=10)
+    assert feed.running and feed.disconnects == 1
+
+
+def test_stop_is_reported(tmp_path: Path) -> None:
+    reasons: list[str] = []
+    KVEventFeed(f"ipc://{tmp_path}/kv", lambda b: None, on_lost=reasons.append).start().stop()
+    assert reasons == ["the feed was stopped"]

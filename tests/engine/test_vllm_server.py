@@ -186,6 +186,100 @@ def test_the_eviction_feed_keeps_the_index_in_step(vllm: OwnedServer, client: An
         assert sync.stats.lost == 0
 
 
+FACTS = [
+    "Dana moved to Porto in 2021 and lives in a small flat near the river with a view of the bridges.",
+    "Dana works as a marine biologist at the aquarium and studies how octopuses solve puzzles.",
+    "Dana plays the cello in a community orchestra that rehearses every Thursday evening in the old school.",
+    "Dana's sister Mia runs a bakery in the old town that sells sourdough bread and custard tarts.",
+    "Dana is training for a half marathon in the autumn and runs along the beach three mornings a week.",
+    "Dana adopted a grey cat called Pixel last spring from the shelter next to the market.",
+]
+
+
+def _flood(client: Any) -> None:
+    """Prompts that together exceed the 2,048-token cache: the engine frees older blocks."""
+    for i in range(8):
+        client.complete(random_text(200 + i, 300), max_tokens=1)
+
+
+def _followed_feed(vllm: OwnedServer, client: Any) -> Any:
+    """An EngineCacheFeed on the running vLLM, live after a confirmed flush (it joined a running engine)."""
+    from cp_memory.engine import EngineCacheFeed
+
+    feed = EngineCacheFeed(vllm.info["kv_events"], tokenize=client.tokenize).start()
+    assert client.flush_cache()
+    feed.flushed()
+    return feed
+
+
+def _watched(feed: Any, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while not (feed.stats.tracked >= n and feed.sync.pending == 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert feed.stats.tracked >= n and feed.sync.pending == 0, f"not watched: {feed!r} {feed.sync.stats}"
+
+
+def _gone(request_id: Any, index: Any) -> bool:
+    deadline = time.monotonic() + 30
+    while request_id in index and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return request_id not in index
+
+
+def test_the_mem0_wrapper_follows_vllm(vllm: OwnedServer, client: Any) -> None:
+    """follow_engine: a chat turn's memories (inside vLLM's chat template, after a system prompt) are found
+    in vLLM's own events once committed, and vLLM evicting them evicts the request from the scope's index."""
+    from tests.mem0_fixtures import ingest, require_mem0
+
+    require_mem0()
+    from cp_memory.core.render import build_messages
+    from cp_memory.embedded import default_memory
+    from cp_memory.memory import ContextPilotMemory
+
+    memory = default_memory()
+    ingest(memory, "dana", FACTS)
+    cp = ContextPilotMemory(memory, capacity_tokens=10**9)  # a model that would never evict: only vLLM does
+    feed = _followed_feed(vllm, client)
+    try:
+        cp.follow_engine(feed)
+        question = "Where does Dana live and what does she do?"
+        found = cp.search(question, filters={"user_id": "dana"}, top_k=6, conversation_id="c1")
+        messages = build_messages(question, found, system="You are a helpful assistant.")
+        with cp.sending(found):
+            client.chat(messages, max_tokens=1)
+        _watched(feed, 1)
+        index = cp.index_for({"user_id": "dana"})
+        rid = index.request_ids()[-1]
+        assert feed.sync.stats.expired == 0 and feed.live
+        _flood(client)
+        assert _gone(rid, index), f"still indexed; sync {feed.sync.stats}"
+        assert feed.sync.stats.evicted == 1 and feed.sync.stats.lost == 0
+    finally:
+        feed.stop()
+        memory.close()
+
+
+def test_agent_router_workers_follow_vllm(vllm: OwnedServer, client: Any) -> None:
+    """AgentRouter(feeds=...): the worker's cache model holds a segment while vLLM does, and drops it when
+    vLLM does — instead of a capacity guess that would keep it for ever."""
+    from cp_memory.agents.routing import AgentRouter
+
+    feed = _followed_feed(vllm, client)
+    try:
+        router = AgentRouter([client], capacity_tokens=10**9, feeds=[feed])
+        segment = random_text(6, 250)
+        route = router.route(["doc-1"], [len(client.tokenize(segment))], text=segment)
+        client.complete(f"{segment}\n\nQuestion: what is it about?\nAnswer:", max_tokens=1)
+        router.release(route)
+        _watched(feed, 1)
+        assert route.request_id in router.index(0)
+        _flood(client)
+        assert _gone(route.request_id, router.index(0)), f"still modelled; sync {feed.sync.stats}"
+        assert feed.sync.stats.evicted == 1
+    finally:
+        feed.stop()
+
+
 def test_killed_owner_takes_vllm_with_it(vllm: OwnedServer) -> None:
     """Last: kill -9 the process that started vLLM: API server, engine core and worker die, and the
     work directory (KV-event socket and vLLM's own ipc sockets) is removed."""

@@ -235,3 +235,85 @@ def test_bad_arguments_are_refused() -> None:
         KVCacheSync(pending_batches=0)
     with pytest.raises(ValueError, match="block_size"):
         BlockMirror(block_size=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# sections: the block lines of a prompt, tokenised alone, wherever they sit in it
+# ---------------------------------------------------------------------------------------------
+
+PREAMBLE = [7, 7, 7, 7, 7, 7]  # a system prompt / chat template / history: 6 tokens, not a block multiple
+SECTION = list(range(200, 212))  # the memories' lines: 12 tokens, starting 2 tokens into block 1
+QUESTION = [1, 2, 3, 4, 5]
+PROMPT = PREAMBLE + SECTION + QUESTION  # 23 tokens: blocks 0 (preamble), 1 (mixed), 2, 3, 4 (mixed)
+
+
+def test_a_section_is_found_after_a_preamble_it_does_not_know(setup) -> None:
+    """Blocks 2 and 3 lie inside the section; the engine reuses them only after blocks 0 and 1."""
+    sync, engine, index = setup
+    engine.publish(engine.stored(PROMPT))
+    found = sync.mirror.find_section(SECTION)
+    chain = [engine.h(tuple(PROMPT[: (i + 1) * B])) for i in range(5)]
+    assert found.presence is Presence.HELD and found.hashes == tuple(chain[:4])
+    assert sync.mirror.find_section(list(range(300, 312))).presence is Presence.UNKNOWN
+    assert sync.mirror.find_section(SECTION[:3]).presence is Presence.UNKNOWN  # shorter than a block
+
+
+def test_a_tracked_section_goes_with_its_blocks_or_its_preamble_but_not_the_question(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1", "m2", "m3"], "r1")
+    engine.publish(engine.stored(PROMPT))
+    assert sync.track_section(index, "r1", SECTION) and sync.pending == 0
+    engine.publish(engine.removed(PROMPT, 4))  # the question's block
+    assert "r1" in index
+    engine.publish(engine.removed(PROMPT, 0))  # the preamble: nothing after it can hit any more
+    assert "r1" not in index and sync.stats.evicted == 1
+
+
+def test_a_section_tracked_before_its_blocks_is_resolved_by_them(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    sync.track_section(index, "r1", SECTION)
+    assert sync.pending == 1
+    engine.publish(engine.stored(PROMPT))
+    assert sync.pending == 0 and sync.tracked == 1
+    engine.publish(engine.removed(PROMPT, 2))
+    assert "r1" not in index
+
+
+def test_the_same_section_after_two_preambles_watches_the_newest_chain(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    older = [8, 8, 8, 8, 8, 8] + SECTION + QUESTION
+    engine.publish(engine.stored(older))
+    engine.publish(engine.stored(PROMPT))
+    sync.track_section(index, "r1", SECTION)
+    engine.publish(engine.removed(older, 2, 3))  # the same lines after another history: not this prompt's
+    assert "r1" in index
+    engine.publish(engine.removed(PROMPT, 3))
+    assert "r1" not in index
+
+
+def test_a_section_whose_blocks_were_dropped_before_tracking_is_evicted_after_the_grace(setup) -> None:
+    sync, engine, index = setup
+    index.insert(["m1"], "r1")
+    engine.publish(engine.stored(PROMPT))
+    engine.publish(engine.removed(PROMPT, 4, 3, 2))
+    sync.track_section(index, "r1", SECTION)
+    for _ in range(sync.pending_batches):
+        engine.publish()
+    assert "r1" not in index
+
+
+def test_detach_hands_the_index_back_to_its_capacity_model(setup) -> None:
+    sync, engine, index = setup
+    small = ContextIndex(capacity_tokens=2)
+    sync.attach(small)
+    engine.publish(engine.stored(PROMPT))  # the engine's first batch: live
+    small.insert(["a"], "r1", token_lens=[2])
+    small.insert(["b"], "r2", token_lens=[2])
+    assert {"r1", "r2"} <= set(small.request_ids())  # live: the engine decides
+    sync.track_section(small, "r2", SECTION)
+    sync.detach(small)
+    assert small.request_ids() == ["r2"] and sync.tracked == 0
+    engine.publish(AllBlocksCleared())  # no longer followed: the engine's clear is not this index's
+    assert "r2" in small

@@ -1,0 +1,215 @@
+"""``EngineCacheFeed``: an engine's KV-event feed, ready for the mem0 wrapper and ``AgentRouter`` to follow.
+
+    with VLLMServer(model, kv_events=True) as server, EngineClient(server.base_url) as llm:
+        with EngineCacheFeed(server.kv_events_endpoint, tokenize=llm.tokenize) as feed:
+            memory = ContextPilotMemory(default_memory(), capacity_tokens=100_000)  # the fallback model
+            memory.follow_engine(feed)  # every scope's index follows vLLM's evictions
+            ...
+
+One object: a :class:`~.kv_events.KVEventFeed` (its subscriber thread) into a :class:`~.kv_sync.KVCacheSync`,
+and a tokenizer thread. :meth:`EngineCacheFeed.track_text` only queues ``(index, request id, text)`` and
+returns: the tokenizer thread asks the engine for the text's token ids (``tokenize``, e.g.
+``EngineClient.tokenize``) and tracks them as a *section* of the prompt
+(:meth:`~.kv_sync.KVCacheSync.track_section`), so a search or a routing decision never waits on the engine,
+and the caller needs to know neither the prompt's preamble (system prompt, chat template, history) nor the
+engine's hash. The section's first and last ``edge_tokens`` tokens are left out: tokenised alone, the text's
+edges may merge differently with their neighbours than inside the prompt.
+
+It implements :class:`cp_memory.core.engine_cache.EngineCache`, the protocol the mem0 wrapper
+(``follow_engine``) and ``AgentRouter(feeds=...)`` take. Faults never fail a request: the feed's own
+(garbage, a gap, a disconnected publisher, a stopped feed) make the sync *lost* — attached indexes resume
+their capacity model at once; a ``tokenize`` that raises or answers None leaves that one request untracked
+(logged: a warning for the first failure in a row, then debug); a full queue drops the request (counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from ..core.index import ContextIndex
+from .kv_events import KVEventFeed
+from .kv_sync import KVCacheSync
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EngineCacheFeed", "FeedStats"]
+
+Tokenize = Callable[[str], Sequence[int] | None]
+
+
+@dataclass
+class FeedStats:
+    """Counters of one :class:`EngineCacheFeed`'s tokenizer side (the sync has its own: ``feed.sync.stats``)."""
+
+    queued: int = 0
+    tracked: int = 0  # sections handed to the sync
+    untokenized: int = 0  # tokenize raised or answered None: left untracked
+    dropped: int = 0  # the queue was full, or the feed not running
+
+
+@dataclass(frozen=True)
+class _Job:
+    index: weakref.ref[ContextIndex]
+    request_id: Hashable
+    text: str | None  # None: untrack
+
+
+class EngineCacheFeed:
+    """An engine's KV-cache events for index owners (see the module docstring). Thread-safe.
+
+    Args:
+        endpoint: the engine's KV-event socket (``VLLMServer.kv_events_endpoint``, SGLang's
+            ``--kv-events-config`` endpoint).
+        tokenize: text -> the engine's token ids, called on the feed's tokenizer thread (a sync
+            ``EngineClient.tokenize``; with an async client, give the feed a sync ``EngineClient`` of its own).
+        sync: the :class:`KVCacheSync` to feed (default: a new one).
+        edge_tokens: tokens left out at each end of a tracked section.
+        max_queue: sections waiting for ``tokenize`` at most (more are dropped, counted).
+        topic, bind: passed to :class:`KVEventFeed`.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        tokenize: Tokenize,
+        *,
+        sync: KVCacheSync | None = None,
+        edge_tokens: int = 2,
+        max_queue: int = 4096,
+        topic: str = "",
+        bind: bool | None = None,
+    ) -> None:
+        if not callable(tokenize):
+            raise TypeError(f"tokenize must be callable (text -> token ids), got {type(tokenize).__name__}")
+        if not isinstance(edge_tokens, int) or isinstance(edge_tokens, bool) or edge_tokens < 0:
+            raise ValueError(f"edge_tokens must be a non-negative int, got {edge_tokens!r}")
+        if not isinstance(max_queue, int) or max_queue < 1:
+            raise ValueError(f"max_queue must be a positive int, got {max_queue!r}")
+        self.sync = sync if sync is not None else KVCacheSync()
+        self.feed = KVEventFeed(endpoint, self.sync.apply, on_lost=self.sync.lost, topic=topic, bind=bind)
+        self.tokenize = tokenize
+        self.edge_tokens = edge_tokens
+        self.stats = FeedStats()
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(max_queue)
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.feed.running
+
+    @property
+    def live(self) -> bool:
+        """The feed is complete and healthy: attached indexes follow the engine, their capacity model paused."""
+        return self.sync.live
+
+    def start(self) -> EngineCacheFeed:
+        """Subscribe (raises when the socket cannot be opened) and start the tokenizer thread."""
+        if self.running:
+            return self
+        self.feed.start()
+        self._thread = threading.Thread(target=self._work, name=f"kv-tokenize {self.feed.endpoint}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Unsubscribe: attached indexes resume their capacity model; queued sections are dropped."""
+        self.feed.stop()  # tells the sync (on_lost): nobody follows the engine any more
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._put(None, block=True)
+            thread.join(timeout=10.0)
+
+    def __enter__(self) -> EngineCacheFeed:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<EngineCacheFeed {self.feed.endpoint} live={self.live} {self.stats}>"
+
+    # -- the EngineCache protocol --------------------------------------------------------------
+    def attach(self, index: ContextIndex) -> None:
+        self.sync.attach(index)
+
+    def detach(self, index: ContextIndex) -> None:
+        self.sync.detach(index)
+
+    def track_text(self, index: ContextIndex, request_id: Hashable, text: str) -> None:
+        """Queue ``text`` (a prompt's block section) for tokenising; the request is tracked after."""
+        if not isinstance(text, str) or not text.strip():
+            return
+        if self._put(_Job(weakref.ref(index), request_id, text)):
+            self.stats.queued += 1
+
+    def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
+        """Stop watching the request (in order with the sections queued before it)."""
+        if not self._put(_Job(weakref.ref(index), request_id, None)):
+            self.sync.untrack(index, request_id)
+
+    def flushed(self) -> None:
+        """We flushed the engine and it confirmed: see :meth:`KVCacheSync.flushed`."""
+        self.sync.flushed()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _put(self, job: _Job | None, *, block: bool = False) -> bool:
+        if job is not None and not self.running:
+            self.stats.dropped += 1
+            return False
+        try:
+            self._jobs.put(job, block=block, timeout=10.0 if block else None)
+        except queue.Full:
+            self.stats.dropped += 1
+            logger.debug("KV-event feed %s: tokenizer queue full; a request is left untracked", self.feed.endpoint)
+            return False
+        return True
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self._run(job)
+            except Exception:  # the thread must outlive any one request
+                logger.exception("KV-event feed %s: tracking request %r failed", self.feed.endpoint, job.request_id)
+
+    def _run(self, job: _Job) -> None:
+        index = job.index()
+        if index is None:
+            return
+        if job.text is None:
+            self.sync.untrack(index, job.request_id)
+            return
+        tokens = self._tokens(job.text)
+        if tokens is not None and self.sync.track_section(index, job.request_id, tokens):
+            self.stats.tracked += 1
+
+    def _tokens(self, text: str) -> list[int] | None:
+        try:
+            tokens = self.tokenize(text)
+            if tokens is None:
+                raise ValueError("tokenize answered None (unsupported by this engine?)")
+            out = [int(t) for t in tokens]
+        except Exception as exc:
+            self.stats.untokenized += 1
+            level = logging.DEBUG if self._failing else logging.WARNING
+            self._failing = True
+            logger.log(
+                level,
+                "KV-event feed %s: cannot tokenize a block section (%s: %s); that request is left untracked",
+                self.feed.endpoint,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        self._failing = False
+        edge = self.edge_tokens
+        return out[edge : len(out) - edge] if edge else out

@@ -1,0 +1,90 @@
+"""The wrapper's side of an engine's KV-cache feed (``follow_engine``): guarded calls into an ``EngineCache``.
+
+With a feed (:class:`~cp_memory.core.engine_cache.EngineCache`, e.g. :class:`cp_memory.engine.EngineCacheFeed`
+on vLLM or SGLang):
+
+* every scope's index is attached — the ones in memory when the wrapper starts following, and every index
+  created or restored from a snapshot after — so its ``capacity_tokens`` model is paused while the feed is
+  healthy and resumes when it is lost;
+* a search's block section (the ``[Doc i]`` lines the prompt shows, :func:`~cp_memory.core.render.render_blocks`)
+  is tracked under the search's index request: when its turn is committed (the prompt was sent), or at once
+  for a search with nothing to commit (no conversation, or ``commit="on_search"``);
+* a rolled-back request, or one the index drops for ``max_requests_per_scope``, is untracked.
+
+Every call into the feed is guarded: a feed that raises is logged (once per kind of call) and the search
+goes on with the capacity model, never failing. Nothing here imports the engine package.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+
+from ..core.blocks import ContextBlock
+from ..core.engine_cache import EngineCache
+from ..core.index import ContextIndex
+from ..core.render import render_blocks
+from .config import ContextPilotConfig
+
+__all__ = ["EngineFollow"]
+
+logger = logging.getLogger(__name__)
+
+
+class EngineFollow:
+    """The feed a wrapper follows (None: none), with every call guarded. Thread-safe as the feed is."""
+
+    def __init__(self, config: ContextPilotConfig) -> None:
+        self.config = config
+        self.engine: EngineCache | None = None
+        self._warned: set[str] = set()
+
+    def section(self, blocks: Sequence[ContextBlock]) -> str | None:
+        """The block lines of a prompt showing ``blocks``; None when no feed is followed (nothing to track)."""
+        if self.engine is None or not blocks:
+            return None
+        return render_blocks(list(blocks), special_tokens=self.config.special_tokens, labels=self.config.labels)
+
+    def follow(self, engine: EngineCache | None, indexes: Callable[[], list[ContextIndex]]) -> None:
+        """Switch to ``engine`` (None: none); ``indexes()``, read after the switch (an index created
+        meanwhile is attached either way), leave the old feed and join the new one."""
+        if engine is not None and not isinstance(engine, EngineCache):
+            raise TypeError(
+                "follow_engine takes an engine's KV-cache feed (attach, detach, track_text, untrack: "
+                f"cp_memory.engine.EngineCacheFeed) or None, got {type(engine).__name__}"
+            )
+        old, self.engine = self.engine, engine
+        for index in indexes():
+            if old is not None:
+                self._guard("detach", old.detach, index)
+            if engine is not None:
+                self._guard("attach", engine.attach, index)
+
+    def attach(self, index: ContextIndex) -> None:
+        if self.engine is not None:
+            self._guard("attach", self.engine.attach, index)
+
+    def detach(self, index: ContextIndex) -> None:
+        if self.engine is not None:
+            self._guard("detach", self.engine.detach, index)
+
+    def track(self, index: ContextIndex, request_id: Hashable | None, section: str | None) -> None:
+        if self.engine is not None and request_id is not None and section:
+            self._guard("track_text", self.engine.track_text, index, request_id, section)
+
+    def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
+        if self.engine is not None and request_id is not None:
+            self._guard("untrack", self.engine.untrack, index, request_id)
+
+    def _guard(self, what: str, call: Callable[..., object], *args: object) -> None:
+        try:
+            call(*args)
+        except Exception:
+            level = logging.DEBUG if what in self._warned else logging.WARNING
+            self._warned.add(what)
+            logger.log(
+                level,
+                "the engine's KV-cache feed failed in %s; this index keeps its capacity model",
+                what,
+                exc_info=True,
+            )

@@ -1,0 +1,182 @@
+"""EngineCacheFeed against an engine publishing real KV events on a real ZMQ socket (tests/kv_publisher.py).
+
+What the mem0 wrapper and AgentRouter rely on: a tracked block section follows the engine's BlockRemoved
+and AllBlocksCleared; while the feed is healthy the index's capacity model is paused, and garbage, a dead
+engine or a stopped feed put it back at once, logged; a tokenizer that fails leaves one request untracked
+and raises nothing. The real vLLM: tests/engine/test_vllm_server.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import STRICT
+
+try:
+    import msgspec  # noqa: F401
+    import zmq  # noqa: F401
+except ImportError as exc:  # the kv-events extra
+    reason = f"the kv-events extra (pyzmq, msgspec) is not installed: {exc}"
+    if STRICT:
+        pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+from cp_memory.core.engine_cache import EngineCache
+from cp_memory.core.index import ContextIndex
+from cp_memory.engine import EngineCacheFeed
+from tests.kv_publisher import BlockEngine, eventually
+
+SYSTEM = "You are a helpful assistant . Answer from the context ."
+SECTION = "[Doc 1] Alice moved to Lisbon in 2023 .\n[Doc 2] Alice works as a nurse at the city hospital ."
+PROMPT = f"{SYSTEM}\nContext:\n{SECTION}\n\nQuestion: Where does Alice live ?\nAnswer:"
+
+
+@pytest.fixture()
+def engine(tmp_path: Path) -> Iterator[BlockEngine]:
+    e = BlockEngine(tmp_path, block_size=4, num_blocks=64)
+    yield e
+    if not e.sock.closed:
+        e.close()
+
+
+@pytest.fixture()
+def feed(engine: BlockEngine) -> Iterator[EngineCacheFeed]:
+    with EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize) as f:
+        engine.wait_subscribed()
+        engine.publish([])  # the engine's first step (sequence 0): the feed has seen everything
+        eventually(lambda: f.live, "the feed to go live")
+        yield f
+
+
+def sent(engine: BlockEngine, feed: EngineCacheFeed, index: ContextIndex, rid: str, prompt: str = PROMPT) -> None:
+    """The prompt is prefilled, then its block section tracked (as the wrapper does at commit)."""
+    engine.serve(prompt)
+    feed.track_text(index, rid, SECTION)
+    eventually(lambda: feed.stats.tracked >= 1 and feed.sync.pending == 0, "the section to be watched")
+
+
+def test_the_feed_is_what_index_owners_take(feed: EngineCacheFeed) -> None:
+    assert isinstance(feed, EngineCache)
+
+
+def test_a_tracked_section_follows_block_removed(engine: BlockEngine, feed: EngineCacheFeed) -> None:
+    index = ContextIndex(capacity_tokens=10**6)
+    feed.attach(index)
+    index.insert(["m1", "m2"], "r1")
+    sent(engine, feed, index, "r1")
+    tail = engine.blocks_of(PROMPT) - 1
+    engine.drop(PROMPT, tail)  # the question's last block: not the index's business
+    engine.publish([])
+    eventually(lambda: feed.sync.stats.batches >= 4, "the batches to arrive")
+    assert "r1" in index
+    engine.drop(PROMPT, 6)  # a block of the memories' lines
+    eventually(lambda: "r1" not in index, "the request to leave its index")
+    assert feed.sync.stats.evicted == 1 and feed.sync.stats.lost == 0
+
+
+def test_other_prompts_evicting_the_section_evict_the_request(engine: BlockEngine, feed: EngineCacheFeed) -> None:
+    """As on a real engine: the LRU cache makes room for other prompts and drops this one."""
+    index = ContextIndex(capacity_tokens=10**6)
+    feed.attach(index)
+    index.insert(["m1", "m2"], "r1")
+    sent(engine, feed, index, "r1")
+    for i in range(6):
+        engine.serve(" ".join(f"other{i}x{j}" for j in range(40)))
+    eventually(lambda: "r1" not in index, "the request to leave its index")
+
+
+def test_all_blocks_cleared_evicts_every_tracked_request(engine: BlockEngine, feed: EngineCacheFeed) -> None:
+    index = ContextIndex(capacity_tokens=10**6)
+    feed.attach(index)
+    index.insert(["m1", "m2"], "r1")
+    index.insert(["m3"], "untracked")
+    sent(engine, feed, index, "r1")
+    engine.flush()
+    eventually(lambda: "r1" not in index, "the clear to evict the request")
+    assert "untracked" in index and feed.live
+
+
+def capacity_index(feed: EngineCacheFeed) -> ContextIndex:
+    """An index whose capacity model alone would keep one request: while the feed is live it keeps three."""
+    index = ContextIndex(capacity_tokens=2)
+    feed.attach(index)
+    for i in range(3):
+        index.insert([f"m{i}"], f"r{i}", token_lens=[2])
+    assert len(index) == 3
+    return index
+
+
+def test_garbage_puts_the_index_back_on_its_capacity_model(engine, feed, caplog) -> None:
+    index = capacity_index(feed)
+    with caplog.at_level(logging.WARNING, logger="cp_memory.engine"):
+        engine.garbage()
+        eventually(lambda: not feed.live, "the feed to be lost")
+    assert index.request_ids() == ["r2"] and index.cached_tokens <= 2
+    assert "malformed message" in caplog.text and "falls back to its capacity model" in caplog.text
+    engine.flush()  # a known state again: the feed is followed again
+    eventually(lambda: feed.live, "the feed to be live again")
+
+
+def test_a_dead_engine_puts_the_index_back_on_its_capacity_model(engine, feed, caplog) -> None:
+    index = capacity_index(feed)
+    with caplog.at_level(logging.WARNING, logger="cp_memory.engine"):
+        engine.close()  # the engine process dies: its socket goes away
+        eventually(lambda: not feed.live, "the disconnection to be noticed")
+    assert index.request_ids() == ["r2"]
+    assert "publisher disconnected" in caplog.text and feed.feed.disconnects == 1
+
+
+def test_a_restarted_engine_is_followed_again(tmp_path: Path, engine, feed) -> None:
+    index = ContextIndex(capacity_tokens=10**6)
+    feed.attach(index)
+    index.insert(["m1"], "r1")
+    sent(engine, feed, index, "r1")
+    engine.close()
+    eventually(lambda: not feed.live, "the disconnection to be noticed")
+    again = BlockEngine(tmp_path)  # the same socket path, a new process: sequence 0
+    try:
+        again.wait_subscribed()
+        again.publish([])
+        eventually(lambda: feed.live, "the restarted engine to be followed")
+        assert "r1" not in index  # its cache is empty: what the old process held is gone
+    finally:
+        again.close()
+
+
+def test_stopping_the_feed_hands_the_index_back(engine: BlockEngine, tmp_path: Path) -> None:
+    f = EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize).start()
+    engine.wait_subscribed()
+    engine.publish([])
+    eventually(lambda: f.live, "the feed to go live")
+    index = capacity_index(f)
+    f.stop()
+    assert not f.live and index.request_ids() == ["r2"]
+    f.track_text(index, "r2", SECTION)  # a stopped feed tracks nothing, raises nothing
+    assert f.stats.dropped == 1
+
+
+def test_a_failing_tokenizer_leaves_the_request_untracked(engine: BlockEngine, caplog) -> None:
+    def tokenize(text: str) -> list[int]:
+        raise ConnectionError("engine gone")
+
+    with EngineCacheFeed(engine.endpoint, tokenize=tokenize) as f:
+        engine.wait_subscribed()
+        index = ContextIndex()
+        index.insert(["m1"], "r1")
+        with caplog.at_level(logging.WARNING, logger="cp_memory.engine"):
+            f.track_text(index, "r1", SECTION)
+            f.track_text(index, "r1", SECTION)
+            eventually(lambda: f.stats.untokenized == 2, "the tokenizer to be tried")
+        assert f.sync.tracked == 0 and "r1" in index
+        assert caplog.text.count("cannot tokenize") == 1  # a warning for the first failure in a row
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="tokenize"):
+        EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize="not callable")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="edge_tokens"):
+        EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize=len, edge_tokens=-1)  # type: ignore[arg-type]

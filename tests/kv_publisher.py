@@ -1,0 +1,137 @@
+"""A block-cache engine that publishes real KV-cache events: for the feed tests of memory, agents and engine.
+
+:class:`BlockEngine` does with a prompt what vLLM's automatic prefix caching does, as its events tell:
+the prompt's full ``block_size``-token blocks are chained by hash (a block is reused only after the same
+prefix), held in an LRU of ``num_blocks`` blocks whose tails go first, and every change goes out on a real
+ZMQ socket in vLLM's wire format — ``[topic, 8-byte sequence, msgpack([ts, [events], rank])]`` with
+``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` maps. Its tokenizer splits words and punctuation
+(one token each), so the text of a section tokenises the same alone and inside a prompt.
+
+A mock only in the sense that no model runs: the events and the socket are the real ones, and a test can
+send garbage or close the socket (a dead engine) at will. The real vLLM runs in
+``tests/engine/test_vllm_server.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+__all__ = ["BlockEngine", "eventually"]
+
+_TOKEN = re.compile(r"\w+|[^\w\s]|\n")
+
+
+def eventually(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Wait for the feed's threads to reach ``condition`` (events cross a socket and a thread)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class BlockEngine:
+    """A prefix cache of ``num_blocks`` blocks publishing its KV events on ``ipc://<folder>/kv``."""
+
+    def __init__(self, folder: Path, *, block_size: int = 4, num_blocks: int = 64) -> None:
+        self.endpoint = f"ipc://{folder}/kv"
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.seq = 0
+        self.blocks: OrderedDict[int, None] = OrderedDict()  # LRU: first = next to go
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.XPUB)  # XPUB: a test waits for the subscription, never sleeps
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(self.endpoint)
+
+    # -- the engine ----------------------------------------------------------------------------------
+    @staticmethod
+    def tokenize(text: str) -> list[int]:
+        return [zlib.crc32(t.encode()) % 50_000 for t in _TOKEN.findall(text)]
+
+    def serve(self, prompt: str) -> int:
+        """Prefill ``prompt``: reuse its cached leading blocks, store the rest (evicting LRU tails), publish.
+        Returns the cached tokens."""
+        tokens = self.tokenize(prompt)
+        size = self.block_size
+        chain = [tuple(tokens[: (i + 1) * size]) for i in range(len(tokens) // size)]
+        hashes = [self.h(c) for c in chain]
+        hit = 0
+        while hit < len(hashes) and hashes[hit] in self.blocks:
+            hit += 1
+        for h in hashes[:hit]:  # in use: not evictable while the prompt is stored
+            del self.blocks[h]
+        removed = []
+        while self.blocks and len(self.blocks) + len(hashes) > self.num_blocks:
+            removed.append(self.blocks.popitem(last=False)[0])
+        for h in reversed(hashes):  # the chain's tail is the least recently used of it: it goes first
+            self.blocks[h] = None
+        events: list[Any] = []
+        if removed:
+            events.append({"type": "BlockRemoved", "block_hashes": removed, "medium": "GPU"})
+        if hashes[hit:]:
+            events.append(
+                {
+                    "type": "BlockStored",
+                    "block_hashes": hashes[hit:],
+                    "parent_block_hash": hashes[hit - 1] if hit else None,
+                    "token_ids": tokens[hit * size : len(hashes) * size],
+                    "block_size": size,
+                    "lora_id": None,
+                    "medium": "GPU",
+                }
+            )
+        self.publish(events)
+        return hit * size
+
+    def drop(self, prompt: str, *blocks: int) -> None:
+        """The engine frees these blocks of ``prompt``'s chain (its block numbers, 0 first)."""
+        size = self.block_size
+        tokens = self.tokenize(prompt)
+        hashes = [self.h(tuple(tokens[: (i + 1) * size])) for i in range(len(tokens) // size)]
+        gone = [hashes[i] for i in blocks if hashes[i] in self.blocks]
+        for h in gone:
+            del self.blocks[h]
+        self.publish([{"type": "BlockRemoved", "block_hashes": gone, "medium": "GPU"}])
+
+    def flush(self) -> None:
+        """``/reset_prefix_cache``: every block goes, one ``AllBlocksCleared``."""
+        self.blocks.clear()
+        self.publish([{"type": "AllBlocksCleared"}])
+
+    def blocks_of(self, prompt: str) -> int:
+        return len(self.tokenize(prompt)) // self.block_size
+
+    # -- the wire ------------------------------------------------------------------------------------
+    def wait_subscribed(self) -> None:
+        assert self.sock.poll(10_000), "the feed never subscribed"
+        assert self.sock.recv()[:1] == b"\x01"
+
+    def publish(self, events: list[Any]) -> None:
+        body = msgspec.msgpack.encode([time.time(), events, 0])
+        self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"), body])
+        self.seq += 1
+
+    def garbage(self) -> None:
+        self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"), b"\xc1 not msgpack"])
+        self.seq += 1
+
+    def close(self) -> None:
+        """The engine dies: its socket goes away (the subscriber sees the disconnection)."""
+        self.sock.close(0)
+        self.ctx.term()
+
+    # -- internals -----------------------------------------------------------------------------------
+    @staticmethod
+    def h(prefix: tuple[int, ...]) -> int:
+        return int.from_bytes(hashlib.sha256(repr(prefix).encode()).digest()[:8], "big") >> 1
