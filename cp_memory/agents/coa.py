@@ -232,6 +232,7 @@ class ChainOfAgents:
             tail_key="worker",
             home_key=seg.ids[0],
             tail_tokens=self._tail(prompt[len(seg.text) :], cfg.worker_max_tokens),
+            text=seg.text,  # the segment opens the worker prompt: a worker's feed tracks it
         )
         res = yield from self._call(
             plan,

@@ -165,3 +165,31 @@ def test_feeds_are_one_per_worker() -> None:
         AgentRouter([object()], feeds=[None, None])
     with pytest.raises(TypeError, match="EngineCacheFeed"):
         AgentRouter([object()], feeds=["ipc:///tmp/kv"])  # type: ignore[list-item]
+
+
+def test_a_chain_of_agents_gives_each_worker_feed_the_segment_it_sent() -> None:
+    """ChainOfAgents passes each worker segment to the router as text=: the routed worker's feed tracks it."""
+    from cp_memory.agents import ChainOfAgents, Segmenter
+    from cp_memory.core.blocks import ContextBlock
+
+    from .conftest import FakeEngine
+
+    class Recording(Broken):
+        def __init__(self) -> None:
+            self.texts: list[str] = []
+
+        def attach(self, index: ContextIndex) -> None:
+            pass
+
+        def track_text(self, index: ContextIndex, request_id: Hashable, text: str) -> None:
+            self.texts.append(text)
+
+    feeds = [Recording(), Recording()]
+    router = AgentRouter([FakeEngine("w0"), FakeEngine("w1")], feeds=feeds)
+    coa = ChainOfAgents(router, segmenter=Segmenter(60, token_len=lambda t: len(t.split())), manager=FakeEngine("m"))
+    docs = [ContextBlock(f"d{i}", " ".join(f"fact{i}" for _ in range(30))) for i in range(4)]
+    res = coa.answer("what?", docs)
+    tracked = sorted(t for f in feeds for t in f.texts)
+    assert tracked == sorted(s.text for s in res.segments)  # every segment, on the worker that served it
+    for call, seg in zip(res.worker_calls, res.segments):
+        assert seg.text in feeds[call.worker].texts
