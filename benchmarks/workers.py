@@ -67,10 +67,13 @@ class WorkerSpec:
         """Tokens one worker's cache holds, for the routers' cache models (:func:`capacity_tokens`)."""
         return capacity_tokens(self.engine, self.model, self.cache_mib, self.ctx_size)
 
-    def worker(self, log_path: Path | None = None) -> ManagedServer:
+    def worker(self, log_path: Path | None = None, *, kv_events: bool = False) -> ManagedServer:
         """One cold worker (not started): llama-server with one slot and ``cache_mib`` of host prompt cache,
-        or vLLM with the KV cache such a replica holds (:func:`vllm_kv_cache_bytes`)."""
+        or vLLM with the KV cache such a replica holds (:func:`vllm_kv_cache_bytes`); ``kv_events``: vLLM
+        publishes its KV-cache events (llama-server has none: refused)."""
         model = resolve_model(self.model, self.engine)
+        if kv_events and self.engine != "vllm":
+            raise ValueError(f"{self.engine} workers publish no KV-cache events: an event feed needs --engine vllm")
         if self.engine == "llama":
             return LlamaServer(
                 model,
@@ -88,6 +91,7 @@ class WorkerSpec:
                 threads=self.threads,
                 log_path=log_path,
                 extra_args=self.vllm_args,
+                kv_events=kv_events,
             )
         raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from benchmarks.workers import WorkerSpec, served_name
 from cp_memory.agents import AgentRouter
-from cp_memory.engine import EngineClient, running
+from cp_memory.engine import EngineCacheFeed, EngineClient, VLLMServer, running
 from cp_memory.engine._server import ManagedServer
 from cp_memory.engine.router import SGLangRouter
 
@@ -42,11 +42,14 @@ class Arm:
     router: dict[str, Any] = field(default_factory=dict)
     color: str = "#888888"
     coa: dict[str, Any] = field(default_factory=dict)
+    #: agent arms: each worker's cache model follows its engine's KV-cache events (vLLM workers only)
+    feed: bool = False
 
     def describe(self) -> str:
         args = {**self.agent, **self.coa} if self.kind == "agent" else self.router
         what = "AgentRouter" if self.kind == "agent" else "sglang-router"
-        return f"{what}({', '.join(f'{k}={v}' for k, v in args.items()) or 'defaults'})"
+        feeds = ", feeds=EngineCacheFeed per worker" if self.feed else ""
+        return f"{what}({', '.join(f'{k}={v}' for k, v in args.items()) or 'defaults'}{feeds})"
 
 
 #: the arms, by name; --arms picks some, --agent-args / --sglang-tuned override their settings
@@ -64,6 +67,8 @@ ARMS: dict[str, Arm] = {
             color="#d62728",
         ),
         Arm("agent_aware", "agent", {"policy": "affinity"}, color="#1f77b4"),
+        # the same, each worker's cache model following its vLLM engine's KV-cache events (--engine vllm)
+        Arm("agent_aware_feed", "agent", {"policy": "affinity"}, color="#2ca02c", feed=True),
         # ablations, for the "why": the old safeguard and SGLang's pool-wide safeguard rule
         Arm("agent_aware_abs2", "agent", {"policy": "affinity", "balance_abs_threshold": 2}, color="#aec7e8"),
         Arm("agent_aware_global", "agent", {"policy": "affinity", "balance_scope": "global"}, color="#9edae5"),
@@ -123,15 +128,34 @@ def entry_clients(servers: list[ManagedServer], sglang: SGLangRouter | None) -> 
     return [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
 
 
+def follow(
+    servers: list[ManagedServer], clients: list[EngineClient], stack: contextlib.ExitStack
+) -> list[EngineCacheFeed]:
+    """One :class:`~cp_memory.engine.EngineCacheFeed` per vLLM worker, live before the arm's first request
+    (each engine flushed once its feed listens, so both start from a known, empty cache)."""
+    feeds = []
+    for server, client in zip(servers, clients):
+        endpoint = server.kv_events_endpoint if isinstance(server, VLLMServer) else None
+        if endpoint is None:
+            raise TypeError(f"an event feed needs running vLLM workers with kv_events, got {server!r}")
+        feed = EngineCacheFeed(endpoint, tokenize=client.tokenize).start()
+        stack.callback(feed.stop)
+        if client.flush_cache():
+            feed.flushed()
+        feeds.append(feed)
+    return feeds
+
+
 @contextlib.contextmanager
 def pool(
     arm: Arm, spec: WorkerSpec, *, workers: int, capacity_tokens: int | None, log_dir: Path | None = None
 ) -> Iterator[Pool]:
     """Start ``workers`` cold engine workers (llama-server or vLLM: :class:`benchmarks.workers.WorkerSpec`;
-    and the SGLang router for ``sglang`` arms); stop them after."""
+    and the SGLang router for ``sglang`` arms; feeds of the engines' KV-cache events for ``feed`` arms);
+    stop them after."""
     tag = re.sub(r"[^\w.-]+", "_", arm.name)
     logs = [None if log_dir is None else log_dir / f"{tag}-w{i}.log" for i in range(workers)]
-    with running([spec.worker(log) for log in logs]) as servers, contextlib.ExitStack() as stack:
+    with running([spec.worker(log, kv_events=arm.feed) for log in logs]) as servers, contextlib.ExitStack() as stack:
         sglang: SGLangRouter | None = None
         if arm.kind == "sglang":
             sglang = SGLangRouter(
@@ -147,5 +171,6 @@ def pool(
         if sglang is not None:
             router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")
         else:
-            router = AgentRouter(clients, capacity_tokens=capacity_tokens, **arm.agent)
+            feeds = follow(servers, clients, stack) if arm.feed else None
+            router = AgentRouter(clients, capacity_tokens=capacity_tokens, feeds=feeds, **arm.agent)
         yield Pool(servers, router, sglang)

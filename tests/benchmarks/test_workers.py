@@ -66,3 +66,17 @@ def test_a_model_vllm_alone_has_is_refused_for_llama_before_anything_starts() ->
         WorkerSpec.from_args(_args("--model", "smollm2-random"))
     with pytest.raises(ValueError, match="vllm only"):
         WorkerSpec(engine="llama", model="smollm2-random", threads=1, cache_mib=24, ctx_size=4096).worker()
+
+
+def test_the_feed_arm_gets_vllm_workers_that_publish_their_kv_events_and_is_refused_on_llama() -> None:
+    from benchmarks.coa.arms import ARMS
+
+    assert ARMS["agent_aware_feed"].feed and ARMS["agent_aware_feed"].agent == ARMS["agent_aware"].agent
+    spec = WorkerSpec.from_args(_args("--engine", "vllm"))
+    try:
+        worker = spec.worker(kv_events=True)
+    except (FileNotFoundError, ImportError) as exc:
+        missing(f"cannot build the vLLM test model: {exc}")
+    assert isinstance(worker, VLLMServer) and worker.kv_events
+    with pytest.raises(ValueError, match="publish no KV-cache events"):
+        WorkerSpec.from_args(_args()).worker(kv_events=True)
