@@ -45,6 +45,7 @@ from cp_memory.memory import ContextPilotMemory
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BUDGET",
     "CHAT_MODES",
     "MODES",
     "RECOMMENDED_MODE",
@@ -64,6 +65,8 @@ __all__ = [
 RECOMMENDED_MODE = "aligned+swap@0.1/0.75"
 MODES: tuple[str, ...] = ("baseline", "aligned", RECOMMENDED_MODE, "aligned+superset")
 CHAT_MODES: tuple[str, ...] = MODES + ("dedup",)
+#: superset / swap budget (fraction of k) of the modes named without ``@B`` (``--extra-budget``, ``--swap-budget``)
+BUDGET = 0.25
 _MODE = re.compile(r"(?:aligned\+)?(superset|swap)(?:@([0-9.]+)(?:/([0-9.]+))?)?")
 
 
@@ -101,7 +104,7 @@ class ModeSpec:
 
 
 def parse_mode(
-    name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25, protect: float = DEFAULT_PROTECT
+    name: str, *, extra_budget: float = BUDGET, swap_budget: float = BUDGET, protect: float = DEFAULT_PROTECT
 ) -> ModeSpec:
     """``baseline`` | ``aligned`` | ``dedup`` | ``aligned+superset[@B]`` | ``aligned+swap[@B[/P]]``.
 
@@ -278,7 +281,7 @@ class ModeBuilder:
         *,
         user_id: str,
         k: KSpec,
-        extra_budget: float = 0.25,
+        extra_budget: float = BUDGET,
         conversation_id: str | None = None,
         mem0_kwargs: Mapping[str, Any] | None = None,
         alpha: float = DEFAULT_ALPHA,
@@ -287,7 +290,6 @@ class ModeBuilder:
         if spec.name == "aligned+superset" and spec.extra_budget <= 0:
             raise ValueError("aligned+superset needs extra_budget > 0")
         self.spec = spec
-        self.mode = spec.name
         self.search = search
         self.user_id = user_id
         self.k = k
