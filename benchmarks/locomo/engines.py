@@ -25,10 +25,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Self
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -103,13 +100,6 @@ class BenchEngine(ABC):
             "measures_ttft": self.measures_ttft,
             "flushes": dict(self.flushes),
         }
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def library_default(f: Callable[..., Any], name: str) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cp_memory.engine import EngineClient, EngineError, LlamaServer, SGLangServer, VLLMServer
+from cp_memory.engine import CompletionResult, EngineClient, EngineError, LlamaServer, SGLangServer, VLLMServer
 
 from .engines import BenchEngine, Reply
 
@@ -45,26 +45,19 @@ class ClientEngine(BenchEngine):
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def _call(self, method: str, payload: Any, max_tokens: int) -> Reply:
+    def _call(self, send: Callable[[], CompletionResult]) -> Reply:
         try:
-            r = getattr(self.client, method)(payload, max_tokens=max_tokens, temperature=0.0)
+            r = send()
         except EngineError as exc:
             logger.warning("engine request failed: %s", exc)
             return Reply("", None, None, None, None, error=str(exc)[:500])
-        return Reply(
-            r.text,
-            r.ttft_s,
-            r.total_s,
-            r.prompt_tokens,
-            r.cached_tokens,
-            server_prompt_ms=getattr(r, "server_prompt_ms", None),
-        )
+        return Reply(r.text, r.ttft_s, r.total_s, r.prompt_tokens, r.cached_tokens, server_prompt_ms=r.server_prompt_ms)
 
     def complete(self, prompt: str, *, max_tokens: int) -> Reply:
-        return self._call("complete", prompt, max_tokens)
+        return self._call(lambda: self.client.complete(prompt, max_tokens=max_tokens, temperature=0.0))
 
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Reply:
-        return self._call("chat", messages, max_tokens)
+        return self._call(lambda: self.client.chat(messages, max_tokens=max_tokens, temperature=0.0))
 
     def close(self) -> None:
         if self._client is not None:

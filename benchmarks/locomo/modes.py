@@ -15,7 +15,7 @@ only differences between modes are the ones being measured:
 ``aligned+swap@B/P``  length-neutral superset: a cached prefix may bring in up to ``B*k`` other memories, and as
                       many of the request's lowest-ranked memories are dropped (never one in the top ``P``
                       fraction of mem0's ranking), so the prompt keeps k blocks (``aligned+swap`` takes
-                      ``--swap-budget`` / ``--protect``). Needs ``ContextPilotMemory(swap_budget=, protect=)``.
+                      ``--swap-budget`` / ``--swap-protect``): ``ContextPilotMemory(swap_budget=, protect=)``.
 ``dedup``             (chat only) aligned + multi-turn de-duplication: of the same k retrieved memories,
                       those sent in an earlier turn of the chat are replaced by location annotations
                       (``Please refer to [Doc 3] in the previous conversation (turn 1).``).
@@ -110,7 +110,7 @@ def parse_mode(
 
     Budgets are fractions of k in (0, 1]; ``P`` (protect) in [0, 1], by default the library's
     (:data:`~cp_memory.alignment_mode.DEFAULT_PROTECT`). Without ``@`` the CLI's ``--extra-budget`` /
-    ``--swap-budget`` / ``--protect`` apply.
+    ``--swap-budget`` / ``--swap-protect`` apply.
     """
     if name == "baseline":
         return ModeSpec(name, aligned=False)
@@ -308,13 +308,7 @@ class ModeBuilder:
                 **spec.alignment.options(),
                 "max_overfetch": 0,
             }
-            try:
-                self.cpm = ContextPilotMemory(search, **options)
-            except TypeError as exc:
-                raise ValueError(
-                    f"mode {spec.name!r} needs ContextPilotMemory(swap_budget=..., protect=...), "
-                    f"which this cp_memory does not have: {exc}"
-                ) from exc
+            self.cpm = ContextPilotMemory(search, **options)
 
     @property
     def filters(self) -> dict[str, Any]:
@@ -333,9 +327,7 @@ class ModeBuilder:
         """The prompt was sent (``ok``) or failed: commit or roll back the dedup turn (two-phase wrappers)."""
         if self.cpm is None or built.response is None:
             return
-        action = getattr(self.cpm, "commit" if ok else "rollback", None)
-        if callable(action):
-            action(built.response)
+        (self.cpm.commit if ok else self.cpm.rollback)(built.response)
 
     def _baseline(self, question: str) -> BuiltContext:
         response = self.search.search(question, top_k=self.k.n, filters=self.filters, **self.mem0_kwargs)

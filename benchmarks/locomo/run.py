@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -220,18 +220,8 @@ def _settings(cfg: BenchConfig, *, memory_given: bool) -> RunSettings:
     if "aligned+superset" in modes and cfg.extra_budget <= 0:
         modes = tuple(m for m in modes if m != "aligned+superset")
         logger.info("--extra-budget 0: aligned+superset left out")
-    settings = RunSettings(
-        modes=tuple(modes),
-        top_k=tuple(parse_top_k(cfg.top_k)),
-        extra_budget=cfg.extra_budget,
-        swap_budget=cfg.swap_budget,
-        protect=cfg.protect,
-        chat=cfg.chat,
-        chat_turns=cfg.chat_turns,
-        max_tokens=cfg.max_tokens,
-        warmup=cfg.warmup,
-        threshold=cfg.threshold,
-    )
+    same = {f.name: getattr(cfg, f.name) for f in fields(RunSettings) if hasattr(cfg, f.name)}
+    settings = RunSettings(**{**same, "modes": tuple(modes), "top_k": tuple(parse_top_k(cfg.top_k))})
     mode_specs(settings)
     return settings
 
@@ -331,13 +321,8 @@ def _meta(
         "memories": cfg.memories + (f" (first {cfg.max_memories})" if cfg.max_memories else ""),
         "memories_per_user": [u.memories for u in done.users],
         "ingest": [asdict(u) for u in done.users],
-        "extra_budget": cfg.extra_budget,
-        "swap_budget": cfg.swap_budget,
-        "protect": cfg.protect,
-        "chat": cfg.chat,
+        **{k: getattr(cfg, k) for k in ("extra_budget", "swap_budget", "protect", "chat", "max_tokens", "warmup")},
         "chat_turns": cfg.chat_turns if cfg.chat else None,
-        "max_tokens": cfg.max_tokens,
-        "warmup": cfg.warmup,
         "threshold": cfg.threshold,
         "flush": ", ".join(f"{how} x{n}" for how, n in done.engine_info.get("flushes", {}).items()) or "none",
         "prompt_template": SYSTEM_PROMPT if cfg.chat else PROMPT_TEMPLATE,
@@ -378,5 +363,5 @@ def _judge(records: list[RequestRecord], cfg: BenchConfig) -> list[RequestRecord
         judge.close()
     out = list(records)
     for i, s in zip(todo, scores):
-        out[i] = out[i].with_judge(s)
+        out[i] = replace(out[i], judge=s)
     return out

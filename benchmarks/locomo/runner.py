@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.common.locomo import QA, Conversation
@@ -112,9 +112,6 @@ class RequestRecord:
     evidence_positions: tuple[int, ...] = ()
     evidence_ranks: tuple[int, ...] = ()
 
-    def with_judge(self, score: float | None) -> RequestRecord:
-        return replace(self, judge=score)
-
 
 def select_questions(conv: Conversation, limit: int | None) -> list[QA]:
     """Categories 1-4 in LoCoMo order, the first ``limit`` (all when None)."""
@@ -159,18 +156,7 @@ def run_requests(
                     search.search(qa.question, top_k=k.n, filters={"user_id": user.user_id}, **settings.mem0_kwargs)
                 for r_pos, mode in enumerate(mode_order(settings.modes, c_pos + k_pos)):
                     bar.set_postfix_str(f"{conv.sample_id} k={k.label} {mode}")
-                    how = engine.flush()
-                    engine.warmup(settings.warmup)
-                    if export is not None:
-                        export.start_run(
-                            conversation=c_idx,
-                            sample_id=conv.sample_id,
-                            k=k.label,
-                            mode=mode,
-                            position=r_pos,
-                            warmup=settings.warmup,
-                        )
-                    run = _ModeRun(engine, settings, export, c_idx, conv, k, mode, r_pos, how)
+                    run = _ModeRun.cold(engine, settings, export, c_idx, conv, k, mode, r_pos)
                     builder = ModeBuilder(
                         specs[mode],
                         search,
@@ -211,6 +197,32 @@ class _ModeRun:
     mode: str
     position: int  # among the modes run for (conversation, k)
     flush: str  # how the engine cache was made cold
+
+    @classmethod
+    def cold(
+        cls,
+        engine: BenchEngine,
+        settings: RunSettings,
+        export: PromptExport | None,
+        c_idx: int,
+        conv: Conversation,
+        k: KSpec,
+        mode: str,
+        position: int,
+    ) -> _ModeRun:
+        """Start the run: the engine's cache made cold, the warm-up requests sent, the run opened in the export."""
+        how = engine.flush()
+        engine.warmup(settings.warmup)
+        if export is not None:
+            export.start_run(
+                conversation=c_idx,
+                sample_id=conv.sample_id,
+                k=k.label,
+                mode=mode,
+                position=position,
+                warmup=settings.warmup,
+            )
+        return cls(engine, settings, export, c_idx, conv, k, mode, position, how)
 
     def chat_id(self, n: int) -> str:
         """The conversation id dedup points back into: one per chat (``n``: chats started before)."""
@@ -283,10 +295,7 @@ class _ModeRun:
             gold=qa.answer,
             category=qa.category,
             answer=answer,
-            ttft_s=reply.ttft_s,
-            total_s=reply.total_s,
-            prompt_tokens=reply.prompt_tokens,
-            cached_tokens=reply.cached_tokens,
+            **{k: v for k, v in asdict(reply).items() if k != "text"},  # timings, tokens and error as they came
             f1=locomo_f1(answer, qa.answer, qa.category) if scored else None,
             judge=None,
             retrieved=built.retrieved,
@@ -296,8 +305,6 @@ class _ModeRun:
             index_prefix_len=built.prefix_len,
             context_chars=len(built.context),
             build_ms=build_ms,
-            error=reply.error,
-            server_prompt_ms=reply.server_prompt_ms,
             dropped=built.dropped,
             evidence=ev.evidence,
             evidence_coverable=ev.coverable,
