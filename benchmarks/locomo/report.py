@@ -44,7 +44,7 @@ def _f(value: float | None, fmt: str, na: str = "n/a") -> str:
 
 def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any], machine: Mapping[str, Any] | None) -> str:
     """The per-k, per-mode table with a header saying what produced the numbers (``machine``: the envelope's)."""
-    lines = [*_header(meta, machine), "", *_engine_notes(meta.get("engine", {})), ""]
+    lines = [*_header(meta, machine), *_engine_notes(meta.get("engine", {})), ""]
     lines += [
         (
             "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (paired) | "
