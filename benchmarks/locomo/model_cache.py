@@ -7,16 +7,19 @@ from typing import Any
 
 from benchmarks.common.cache_model import BlockPrefixCache, LlamaServerCache, PrefixCacheModel
 
-from .engines import BenchEngine, Reply, messages_text
+from .engines import BenchEngine, Reply, library_default, messages_text
 
-__all__ = ["CACHE_POLICIES", "ModelCacheEngine", "make_cache_model"]
+__all__ = ["CACHE_BLOCK", "CACHE_POLICIES", "CACHE_TOKENS", "ModelCacheEngine", "make_cache_model"]
 
 #: ``--cache-policy`` choices: the engine each one models
 CACHE_POLICIES = ("radix", "llama.cpp")
+#: ``--cache-tokens`` and ``--cache-block``: the radix cache model's own defaults
+CACHE_TOKENS: int = library_default(BlockPrefixCache, "capacity_tokens")
+CACHE_BLOCK: int = library_default(BlockPrefixCache, "block_size")
 
 
 def make_cache_model(
-    policy: str = "radix", *, capacity_tokens: int | None = 65_536, block_size: int = 16
+    policy: str = "radix", *, capacity_tokens: int | None = CACHE_TOKENS, block_size: int = CACHE_BLOCK
 ) -> PrefixCacheModel:
     """A fresh :mod:`benchmarks.common.cache_model` cache: ``radix`` (SGLang/vLLM: chained blocks of ``block_size``
     tokens, LRU over ``capacity_tokens``) or ``llama.cpp`` (one slot + host prompt cache of
@@ -35,7 +38,9 @@ class ModelCacheEngine(BenchEngine):
     kind = "model-cache"
     measures_ttft = False
 
-    def __init__(self, *, capacity_tokens: int = 65_536, policy: str = "radix", block_size: int = 16) -> None:
+    def __init__(
+        self, *, capacity_tokens: int = CACHE_TOKENS, policy: str = "radix", block_size: int = CACHE_BLOCK
+    ) -> None:
         super().__init__(f"benchmarks.common.cache_model {policy} (no LLM)")
         self.capacity_tokens = capacity_tokens
         self.policy = policy

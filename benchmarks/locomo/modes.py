@@ -15,7 +15,7 @@ only differences between modes are the ones being measured:
 ``aligned+swap@B/P``  length-neutral superset: a cached prefix may bring in up to ``B*k`` other memories, and as
                       many of the request's lowest-ranked memories are dropped (never one in the top ``P``
                       fraction of mem0's ranking), so the prompt keeps k blocks (``aligned+swap`` takes
-                      ``--swap-budget`` / ``--protect``). Needs ``ContextPilotMemory(swap_budget=, protect=)``.
+                      ``--swap-budget`` / ``--swap-protect``): ``ContextPilotMemory(swap_budget=, protect=)``.
 ``dedup``             (chat only) aligned + multi-turn de-duplication: of the same k retrieved memories,
                       those sent in an earlier turn of the chat are replaced by location annotations
                       (``Please refer to [Doc 3] in the previous conversation (turn 1).``).
@@ -45,6 +45,7 @@ from cp_memory.memory import ContextPilotMemory
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BUDGET",
     "CHAT_MODES",
     "MODES",
     "RECOMMENDED_MODE",
@@ -64,6 +65,8 @@ __all__ = [
 RECOMMENDED_MODE = "aligned+swap@0.1/0.75"
 MODES: tuple[str, ...] = ("baseline", "aligned", RECOMMENDED_MODE, "aligned+superset")
 CHAT_MODES: tuple[str, ...] = MODES + ("dedup",)
+#: superset / swap budget (fraction of k) of the modes named without ``@B`` (``--extra-budget``, ``--swap-budget``)
+BUDGET = 0.25
 _MODE = re.compile(r"(?:aligned\+)?(superset|swap)(?:@([0-9.]+)(?:/([0-9.]+))?)?")
 
 
@@ -101,13 +104,13 @@ class ModeSpec:
 
 
 def parse_mode(
-    name: str, *, extra_budget: float = 0.25, swap_budget: float = 0.25, protect: float = DEFAULT_PROTECT
+    name: str, *, extra_budget: float = BUDGET, swap_budget: float = BUDGET, protect: float = DEFAULT_PROTECT
 ) -> ModeSpec:
     """``baseline`` | ``aligned`` | ``dedup`` | ``aligned+superset[@B]`` | ``aligned+swap[@B[/P]]``.
 
     Budgets are fractions of k in (0, 1]; ``P`` (protect) in [0, 1], by default the library's
     (:data:`~cp_memory.alignment_mode.DEFAULT_PROTECT`). Without ``@`` the CLI's ``--extra-budget`` /
-    ``--swap-budget`` / ``--protect`` apply.
+    ``--swap-budget`` / ``--swap-protect`` apply.
     """
     if name == "baseline":
         return ModeSpec(name, aligned=False)
@@ -278,7 +281,7 @@ class ModeBuilder:
         *,
         user_id: str,
         k: KSpec,
-        extra_budget: float = 0.25,
+        extra_budget: float = BUDGET,
         conversation_id: str | None = None,
         mem0_kwargs: Mapping[str, Any] | None = None,
         alpha: float = DEFAULT_ALPHA,
@@ -287,7 +290,6 @@ class ModeBuilder:
         if spec.name == "aligned+superset" and spec.extra_budget <= 0:
             raise ValueError("aligned+superset needs extra_budget > 0")
         self.spec = spec
-        self.mode = spec.name
         self.search = search
         self.user_id = user_id
         self.k = k
@@ -306,13 +308,7 @@ class ModeBuilder:
                 **spec.alignment.options(),
                 "max_overfetch": 0,
             }
-            try:
-                self.cpm = ContextPilotMemory(search, **options)
-            except TypeError as exc:
-                raise ValueError(
-                    f"mode {spec.name!r} needs ContextPilotMemory(swap_budget=..., protect=...), "
-                    f"which this cp_memory does not have: {exc}"
-                ) from exc
+            self.cpm = ContextPilotMemory(search, **options)
 
     @property
     def filters(self) -> dict[str, Any]:
@@ -331,9 +327,7 @@ class ModeBuilder:
         """The prompt was sent (``ok``) or failed: commit or roll back the dedup turn (two-phase wrappers)."""
         if self.cpm is None or built.response is None:
             return
-        action = getattr(self.cpm, "commit" if ok else "rollback", None)
-        if callable(action):
-            action(built.response)
+        (self.cpm.commit if ok else self.cpm.rollback)(built.response)
 
     def _baseline(self, question: str) -> BuiltContext:
         response = self.search.search(question, top_k=self.k.n, filters=self.filters, **self.mem0_kwargs)

@@ -1,38 +1,30 @@
-"""The markdown tables, machine description and results folder of a LoCoMo run (statistics in
-:mod:`.summary`, plots in :mod:`.plots`)."""
+"""The markdown tables and results folder of a LoCoMo run, and reading an earlier one back (statistics in
+:mod:`.summary`, plots in :mod:`.plots`, the envelope and JSON writer from :mod:`benchmarks.common.harness`)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import platform
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import harness
 
 from .plots import pareto_plot, plot
 from .runner import RequestRecord
 from .summary import Summary, summarize
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
     "PAPER_ROWS",
     "Summary",
     "evidence_table",
-    "load_records",
-    "machine_info",
+    "load_run",
     "markdown_table",
     "paper_table",
-    "pareto_plot",
-    "plot",
     "summarize",
+    "summary_payload",
     "write_results",
-    "write_summary_json",
 ]
 
 #: The paper's Mem0 + LoCoMo numbers (Qwen3-4B, SGLang, H100, GPT-4.1 judge), for side-by-side tables.
@@ -42,57 +34,18 @@ PAPER_ROWS: tuple[dict[str, Any], ...] = (
     {"k": "100", "mode": "baseline", "ttft_s": 0.101, "judge": 0.437},
     {"k": "100", "mode": "ContextPilot", "ttft_s": 0.055, "judge": 0.420, "speedup": 1.83},
 )
+#: the harness envelope's fields, as every results file carries them
+ENVELOPE = ("command", "machine", "git_commit")
 
 
 def _f(value: float | None, fmt: str, na: str = "n/a") -> str:
     return na if value is None else format(value, fmt)
 
 
-def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str:
-    """The per-k, per-mode table with a header saying what produced the numbers."""
-    eng = meta.get("engine", {})
-    per_user = ", ".join(map(str, meta.get("memories_per_user", []))) or "?"
-    how = (
-        f"chats with history (a new chat every {meta.get('chat_turns')} questions)"
-        if meta.get("chat")
-        else "one-shot prompts"
-    )
-    lines = [
-        f"**LoCoMo TTFT benchmark** — engine: **{eng.get('kind', '?')}**, model: **{eng.get('model', '?')}**",
-        "",
-        f"- machine: {meta.get('machine', {}).get('summary', '?')}",
-        (
-            f"- conversations: {meta.get('conversations_label', '?')}; questions: {meta.get('questions_label', '?')} "
-            f"(categories 1-4); memories: {meta.get('memories', '?')} ({per_user} per user)"
-        ),
-        (
-            f"- {how}; max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: "
-            f"{meta.get('flush', '?')}; {meta.get('warmup', 0)} warm-up request(s) and the first question of each "
-            "run left out of TTFT/hit"
-        ),
-        (
-            "- speedup (mean) = baseline mean TTFT / mode mean TTFT; speedup (paired) = median over questions of "
-            "baseline TTFT / mode TTFT for the same question (robust to load spikes on a shared machine)"
-        ),
-    ]
-    if eng.get("random_weights"):
-        lines.append(
-            "- **random-weight model**: TTFT is a real llama.cpp prefill of this small architecture "
-            "(SmolLM2 tokenizer); its answers are noise, so F1 means nothing here"
-        )
-    if not eng.get("measures_ttft", True):
-        policy = eng.get("policy", "radix")
-        shape = (
-            f"{eng.get('block_tokens', 16)}-token blocks, LRU over {eng.get('capacity_tokens', '?')} tokens"
-            if policy == "radix"
-            else "one slot + host prompt cache"
-        )
-        lines.append(
-            f"- **no LLM ran**: hit ratios come from benchmarks.common.cache_model ({policy}: regex tokens, "
-            f"{shape}); TTFT, answers and F1 are n/a"
-        )
+def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any], machine: Mapping[str, Any] | None) -> str:
+    """The per-k, per-mode table with a header saying what produced the numbers (``machine``: the envelope's)."""
+    lines = [*_header(meta, machine), *_engine_notes(meta.get("engine", {})), ""]
     lines += [
-        "",
         (
             "| k | mode | n | mean TTFT (s) | p50 TTFT (s) | speedup (mean) | speedup (paired) | "
             "engine hit ratio | prompt tokens | prefilled vs baseline | evidence recall | F1 | judge | "
@@ -110,6 +63,56 @@ def markdown_table(summaries: Sequence[Summary], meta: Mapping[str, Any]) -> str
             f"{_f(s.judge, '.3f', '-')} | {s.extra_mean:.2f} | {_f(s.build_ms_p50, '.1f')} | {s.errors} |"
         )
     return "\n".join(lines + ["", evidence_table(summaries)])
+
+
+def _header(meta: Mapping[str, Any], machine: Mapping[str, Any] | None) -> list[str]:
+    eng = meta.get("engine", {})
+    per_user = ", ".join(map(str, meta.get("memories_per_user", []))) or "?"
+    how = (
+        f"chats with history (a new chat every {meta.get('chat_turns')} questions)"
+        if meta.get("chat")
+        else "one-shot prompts"
+    )
+    return [
+        f"**LoCoMo TTFT benchmark** — engine: **{eng.get('kind', '?')}**, model: **{eng.get('model', '?')}**",
+        "",
+        f"- machine: {(machine or {}).get('summary', '?')}",
+        (
+            f"- conversations: {meta.get('conversations_label', '?')}; questions: {meta.get('questions_label', '?')} "
+            f"(categories 1-4); memories: {meta.get('memories', '?')} ({per_user} per user)"
+        ),
+        (
+            f"- {how}; max_tokens {meta.get('max_tokens')}; cache made cold before every mode by: "
+            f"{meta.get('flush', '?')}; {meta.get('warmup', 0)} warm-up request(s) and the first question of each "
+            "run left out of TTFT/hit"
+        ),
+        (
+            "- speedup (mean) = baseline mean TTFT / mode mean TTFT; speedup (paired) = median over questions of "
+            "baseline TTFT / mode TTFT for the same question (robust to load spikes on a shared machine)"
+        ),
+    ]
+
+
+def _engine_notes(eng: Mapping[str, Any]) -> list[str]:
+    """What the engine's numbers mean: random weights (answers are noise), no LLM (hit ratios only)."""
+    notes = []
+    if eng.get("random_weights"):
+        notes.append(
+            "- **random-weight model**: TTFT is a real llama.cpp prefill of this small architecture "
+            "(SmolLM2 tokenizer); its answers are noise, so F1 means nothing here"
+        )
+    if not eng.get("measures_ttft", True):
+        policy = eng.get("policy", "radix")
+        shape = (
+            f"{eng.get('block_tokens', 16)}-token blocks, LRU over {eng.get('capacity_tokens', '?')} tokens"
+            if policy == "radix"
+            else "one slot + host prompt cache"
+        )
+        notes.append(
+            f"- **no LLM ran**: hit ratios come from benchmarks.common.cache_model ({policy}: regex tokens, "
+            f"{shape}); TTFT, answers and F1 are n/a"
+        )
+    return notes
 
 
 def _quarters_text(shares: Sequence[float]) -> str:
@@ -158,103 +161,53 @@ def paper_table() -> str:
     return "\n".join(lines)
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        cores = os.cpu_count() or 0
-    gpu = None
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            )
-            gpu = "; ".join(line.strip() for line in out.stdout.splitlines() if line.strip()) or None
-        except (OSError, subprocess.TimeoutExpired):
-            gpu = None
-    mem_gib = None
-    try:
-        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        pass
-    summary = (
-        f"{cpu}, {cores} cores"
-        + (f", {mem_gib:.0f} GiB RAM" if mem_gib else "")
-        + (f", GPU {gpu}" if gpu else ", no GPU")
-    )
-    return {
-        "cpu": cpu,
-        "cores": cores,
-        "gpu": gpu,
-        "memory_gib": mem_gib,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "summary": summary,
-    }
-
-
 def write_results(
-    folder: Path, records: Sequence[RequestRecord], summaries: Sequence[Summary], meta: Mapping[str, Any], table: str
+    folder: Path, payload: Mapping[str, Any], summaries: Sequence[Summary], table: str
 ) -> dict[str, Path]:
-    """``results.json`` (meta, summary, every request), ``table.md``, ``ttft.png``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = {"json": folder / "results.json", "table": folder / "table.md"}
-    payload = {"meta": dict(meta), "summary": [asdict(s) for s in summaries], "requests": [asdict(r) for r in records]}
-    out["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
+    """``results.json`` (the envelope, meta, summary, every request), ``table.md`` (with the paper's rows),
+    ``ttft.png`` (``hit_ratio.png`` where no TTFT was measured) and ``pareto.png``."""
+    out = {"json": harness.write_json(folder / "results.json", payload), "table": folder / "table.md"}
     out["table"].write_text(
         table + "\n\nPaper (Mem0 + LoCoMo, Qwen3-4B, SGLang, H100):\n\n" + paper_table() + "\n", encoding="utf-8"
     )
-    eng = meta.get("engine", {})
-    png = plot(
-        summaries,
-        folder / ("ttft.png" if eng.get("measures_ttft", True) else "hit_ratio.png"),
-        f"LoCoMo {meta.get('conversations_label', '')} — {eng.get('kind', '?')} / {eng.get('model', '?')}",
-        ttft=bool(eng.get("measures_ttft", True)),
-    )
-    if png is not None:
-        out["plot"] = png
-    front = pareto_plot(
-        summaries,
-        folder / "pareto.png",
-        f"LoCoMo {meta.get('conversations_label', '')} — prefill vs evidence recall ({eng.get('kind', '?')})",
-    )
-    if front is not None:
-        out["pareto"] = front
-    return out
+    eng, label = payload["meta"].get("engine", {}), payload["meta"].get("conversations_label", "")
+    ttft = bool(eng.get("measures_ttft", True))
+    png = folder / ("ttft.png" if ttft else "hit_ratio.png")
+    drawn = {
+        "plot": plot(summaries, png, f"LoCoMo {label} — {eng.get('kind', '?')} / {eng.get('model', '?')}", ttft=ttft),
+        "pareto": pareto_plot(
+            summaries, folder / "pareto.png", f"LoCoMo {label} — prefill vs evidence recall ({eng.get('kind', '?')})"
+        ),
+    }
+    return out | {kind: path for kind, path in drawn.items() if path is not None}
 
 
-def write_summary_json(
-    path: str | Path, summaries: Sequence[Summary], meta: Mapping[str, Any], *, source: str | None = None
-) -> Path:
-    """Meta and the per-(k, mode) summary only (no request texts): the committed JSON behind a table."""
+def summary_payload(payload: Mapping[str, Any], summaries: Sequence[Summary], source: str | None) -> dict[str, Any]:
+    """The committed JSON behind a table (``--summary-json``): the envelope, meta without the prompt template
+    and the per-(k, mode) summary; no request texts."""
+    meta = {k: v for k, v in payload["meta"].items() if k != "prompt_template"}
+    envelope = {k: payload.get(k) for k in ENVELOPE}
+    return {**envelope, "source": source, "meta": meta, "summary": [asdict(s) for s in summaries]}
+
+
+def load_run(path: str | Path) -> tuple[dict[str, Any], list[Summary]]:
+    """An earlier run (its folder, ``results.json`` or a ``--summary-json`` file, from before the harness
+    envelope too) as a payload with the envelope's fields, and its summary rows (computed afresh from the
+    requests where the file has them)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    keep = {k: v for k, v in meta.items() if k not in ("prompt_template",)}
-    command = "python -m benchmarks.locomo " + " ".join(str(a) for a in meta.get("argv", []))
-    payload = {"command": command, "source": source, "meta": keep, "summary": [asdict(s) for s in summaries]}
-    p.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
-    return p
+    data = json.loads((p / "results.json" if p.is_dir() else p).read_text(encoding="utf-8"))
+    meta = dict(data["meta"])
+    older = {k: meta.pop(k) for k in ("machine", "git_commit") if k in meta}  # meta held them before the envelope
+    argv = meta.pop("argv", [])
+    payload = {"command": harness.command("benchmarks.locomo", argv), **older, **data, "meta": meta}
+    if "requests" in data:
+        known = {f.name for f in fields(RequestRecord)}
+        records = [RequestRecord(**{k: v for k, v in r.items() if k in known}) for r in data["requests"]]
+        return payload, summarize(records)
+    return payload, [_summary(row) for row in data["summary"]]
 
 
-def load_records(path: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """Records and meta of an earlier run's ``results.json`` (a folder or the file)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    data = json.loads(p.read_text(encoding="utf-8"))
-    fields = set(RequestRecord.__dataclass_fields__)
-    records = [RequestRecord(**{k: v for k, v in r.items() if k in fields}) for r in data["requests"]]
-    return records, data["meta"]
+def _summary(row: Mapping[str, Any]) -> Summary:
+    known = {f.name for f in fields(Summary)}
+    kept: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items() if k in known}
+    return Summary(**kept)

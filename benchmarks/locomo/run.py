@@ -4,24 +4,25 @@ mode), judge, write the results folder), with its configuration :class:`BenchCon
 from __future__ import annotations
 
 import logging
-import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.locomo import Conversation, load_locomo
+from benchmarks.common import harness
+from benchmarks.common.locomo import QA, Conversation, load_locomo
 from cp_memory.core.alignment_mode import DEFAULT_PROTECT
+from cp_memory.engine import LlamaServer
 
-from .engines import WARMUP_PROMPT, BenchEngine, slug
+from .engines import WARMUP_PROMPT, BenchEngine, library_default, slug
 from .export import PromptExport
-from .http_engines import LlamaEngine, SGLangEngine, UrlEngine, VLLMEngine, vllm_model
+from .http_engines import LlamaEngine, SGLangEngine, UrlEngine, VLLMEngine
 from .ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from .judge import Judge
-from .model_cache import ModelCacheEngine
-from .modes import CHAT_MODES, MODES, CachedSearch, KSpec, parse_top_k
-from .report import Summary, machine_info, markdown_table, summarize, write_results
+from .model_cache import CACHE_BLOCK, CACHE_TOKENS, ModelCacheEngine
+from .modes import BUDGET, CHAT_MODES, MODES, CachedSearch, parse_top_k
+from .report import Summary, markdown_table, summarize, write_results
 from .runner import (
     PROMPT_TEMPLATE,
     SYSTEM_PROMPT,
@@ -37,19 +38,23 @@ logger = logging.getLogger("benchmarks.locomo")
 __all__ = ["QUICK_QUESTIONS", "BenchConfig", "BenchResult", "make_engine", "run_benchmark", "select_conversations"]
 
 QUICK_QUESTIONS = 20
+#: context per request of the engines launched here: llama-server's own default; chats need the history too
+LLAMA_CTX: int = library_default(LlamaServer, "ctx_size")
+CHAT_CTX = 32_768
+_SECRETS = ("argv", "api_key", "llm_api_key", "judge_api_key")  # never in the results' config echo
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Everything a run depends on (the CLI's options)."""
+    """Everything a run depends on (the CLI's options, whose defaults these are)."""
 
     locomo: str | None = None
     conversations: str = "0"  # "all", "0", "0,3", "0-4"
     questions: int | None = None  # per conversation; None = all (categories 1-4)
     top_k: str = "20,100,5x10"
     modes: tuple[str, ...] | None = None  # None: MODES (+ dedup with chat)
-    extra_budget: float = 0.25
-    swap_budget: float = 0.25
+    extra_budget: float = BUDGET
+    swap_budget: float = BUDGET
     protect: float = DEFAULT_PROTECT
     chat: bool = False
     chat_turns: int = 5
@@ -62,11 +67,11 @@ class BenchConfig:
     llm_api_key: str | None = None
     engine: str = "llama"  # llama | vllm | sglang | model-cache
     engine_url: str | None = None
-    model: str | None = None  # llama: GGUF path, "smollm2" or "tiny"; sglang/url: model name/path
+    model: str | None = None  # llama/vllm: harness.resolve_model's names or a path; sglang/url: model name/path
     api_key: str | None = None
     ctx_size: int | None = None
     threads: int | None = None
-    cache_ram_mib: int = 2048
+    cache_ram_mib: int = library_default(LlamaServer, "cache_ram_mib")
     sglang_args: tuple[str, ...] = ()
     vllm_args: tuple[str, ...] = ()
     block_size: int | None = None  # vllm: prefix-cache block (None: vLLM's default)
@@ -77,8 +82,8 @@ class BenchConfig:
     judge_model: str | None = None
     judge_api_key: str | None = None
     cache_policy: str = "radix"  # model-cache: radix (SGLang/vLLM blocks) | llama.cpp
-    cache_block: int = 16
-    cache_tokens: int = 65_536
+    cache_block: int = CACHE_BLOCK
+    cache_tokens: int = CACHE_TOKENS
     out: str = "results"
     export_prompts: str | None = None  # write the exact prompt sequence here (benchmarks.replay)
     progress: bool = True
@@ -93,7 +98,24 @@ class BenchResult:
     table: str
     summaries: tuple[Summary, ...]
     records: tuple[RequestRecord, ...]
-    meta: dict[str, Any]
+    payload: dict[str, Any]  # results.json: the harness envelope, meta, summary, requests
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = self.payload["meta"]
+        return meta
+
+
+@dataclass
+class _Measured:
+    """What the measuring step leaves: the records and what the results' meta says about them."""
+
+    records: list[RequestRecord]
+    users: list[Ingested]
+    search: CachedSearch
+    engine_info: dict[str, Any]
+    export: PromptExport | None
+    interrupted: bool
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -131,39 +153,13 @@ def make_engine(cfg: BenchConfig) -> BenchEngine:
         if not cfg.model:
             raise ValueError("--engine sglang needs --model (a Hugging Face id or a local model folder)")
         return SGLangEngine(cfg.model, context_length=cfg.ctx_size, extra_args=cfg.sglang_args)
+    if cfg.engine not in harness.ENGINES:
+        raise ValueError(f"unknown engine {cfg.engine!r}: llama, vllm, sglang, model-cache (or --engine-url URL)")
+    model = harness.resolve_model(cfg.model or ("tiny" if cfg.quick else "smollm2"), cfg.engine)
+    ctx = cfg.ctx_size or (CHAT_CTX if cfg.chat else LLAMA_CTX)
     if cfg.engine == "vllm":
-        name = cfg.model or ("tiny" if cfg.quick else "smollm2")
-        ctx = cfg.ctx_size or (32_768 if cfg.chat else 8192)
-        return VLLMEngine(vllm_model(name), max_model_len=ctx, block_size=cfg.block_size, extra_args=cfg.vllm_args)
-    if cfg.engine == "llama":
-        from cp_memory.engine import random_model_path, smollm2_model_path
-
-        name = cfg.model or ("tiny" if cfg.quick else "smollm2")
-        path = (
-            smollm2_model_path()
-            if name == "smollm2"
-            else random_model_path()
-            if name in ("tiny", "random")
-            else Path(name)
-        )
-        ctx = cfg.ctx_size or (32_768 if cfg.chat else 8192)
-        return LlamaEngine(path, ctx_size=ctx, threads=cfg.threads, cache_ram_mib=cfg.cache_ram_mib)
-    raise ValueError(f"unknown engine {cfg.engine!r}: llama, vllm, sglang, model-cache (or --engine-url URL)")
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip() or None
-    except OSError:
-        return None
+        return VLLMEngine(str(model), max_model_len=ctx, block_size=cfg.block_size, extra_args=cfg.vllm_args)
+    return LlamaEngine(model, ctx_size=ctx, threads=cfg.threads, cache_ram_mib=cfg.cache_ram_mib)
 
 
 def _results_folder(base: str, engine: BenchEngine) -> Path:
@@ -184,41 +180,66 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
     not ingested again. ``engine``: an engine to use instead of building one from ``cfg``.
     """
     t_start = time.perf_counter()
+    settings = _settings(cfg, memory_given=memory is not None)
+    convs = load_locomo(cfg.locomo)
+    picked = select_conversations(cfg.conversations, convs)
+    questions = [select_questions(c, cfg.questions) for _, c in picked]
+    eng = engine if engine is not None else make_engine(cfg)
+    done = _measure(cfg, settings, eng, picked, questions, memory, own_engine=engine is None)
+    records = _judge(done.records, cfg) if cfg.judge_url and done.records and not done.interrupted else done.records
+    meta = _meta(cfg, settings, convs, picked, questions, done)
+    meta["wall_s"] = round(time.perf_counter() - t_start, 1)
+    summaries = summarize(records)
+    payload = harness.envelope(
+        "benchmarks.locomo",
+        cfg.argv,
+        meta=meta,
+        summary=[asdict(s) for s in summaries],
+        requests=[asdict(r) for r in records],
+    )
+    table = markdown_table(summaries, meta, payload["machine"])
+    folder = _results_folder(cfg.out, eng)
+    files = write_results(folder, payload, summaries, table)
+    if done.export is not None and cfg.export_prompts:
+        files["prompts"] = done.export.write(cfg.export_prompts)
+        logger.info("prompts of %d runs written to %s", len(done.export.runs), files["prompts"])
+    logger.info("results in %s", folder)
+    return BenchResult(folder, files, table, tuple(summaries), tuple(records), payload)
+
+
+def _settings(cfg: BenchConfig, *, memory_given: bool) -> RunSettings:
+    """The checked run settings: bad options and unknown modes fail here, before the engine starts."""
     if cfg.memories not in MEMORY_SOURCES:
         raise ValueError(f"--memories must be one of {MEMORY_SOURCES}")
-    if cfg.memories == "extract" and not cfg.llm_url and memory is None and not cfg.mem0_config:
+    if cfg.memories == "extract" and not cfg.llm_url and not memory_given and not cfg.mem0_config:
         raise ValueError(
             "--memories extract needs an LLM for mem0: --llm-url URL (OpenAI-compatible) "
             "or an llm section in --mem0-config"
         )
-    top_k: list[KSpec] = parse_top_k(cfg.top_k)
     modes = cfg.modes or (CHAT_MODES if cfg.chat else MODES)
     if "aligned+superset" in modes and cfg.extra_budget <= 0:
         modes = tuple(m for m in modes if m != "aligned+superset")
         logger.info("--extra-budget 0: aligned+superset left out")
-    settings = RunSettings(
-        modes=tuple(modes),
-        top_k=tuple(top_k),
-        extra_budget=cfg.extra_budget,
-        swap_budget=cfg.swap_budget,
-        protect=cfg.protect,
-        chat=cfg.chat,
-        chat_turns=cfg.chat_turns,
-        max_tokens=cfg.max_tokens,
-        warmup=cfg.warmup,
-        threshold=cfg.threshold,
-    )
-    mode_specs(settings)  # unknown modes fail here, before the engine starts
-    convs = load_locomo(cfg.locomo)
-    picked = select_conversations(cfg.conversations, convs)
-    questions = [select_questions(c, cfg.questions) for _, c in picked]
+    same = {f.name: getattr(cfg, f.name) for f in fields(RunSettings) if hasattr(cfg, f.name)}
+    settings = RunSettings(**{**same, "modes": tuple(modes), "top_k": tuple(parse_top_k(cfg.top_k))})
+    mode_specs(settings)
+    return settings
 
-    # the engine first: a missing binary, an absent GPU or a wrong URL fails before minutes of ingestion
-    own_engine = engine is None
-    eng = engine if engine is not None else make_engine(cfg)
+
+def _measure(
+    cfg: BenchConfig,
+    settings: RunSettings,
+    eng: BenchEngine,
+    picked: Sequence[tuple[int, Conversation]],
+    questions: Sequence[Sequence[QA]],
+    memory: Any,
+    *,
+    own_engine: bool,
+) -> _Measured:
+    """Start the engine first (a missing binary, an absent GPU or a wrong URL fails before minutes of
+    ingestion), ingest, send every request; Ctrl-C keeps the requests recorded so far."""
     own_memory = memory is None
     records: list[RequestRecord] = []
-    interrupted = False
     try:
         eng.start()
         if own_memory:
@@ -229,11 +250,12 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
                 llm_model=cfg.llm_model,
                 llm_api_key=cfg.llm_api_key,
             )
-        users: list[Ingested] = ingest(
+        users = ingest(
             memory, [c for _, c in picked], cfg.memories, max_memories=cfg.max_memories, progress=cfg.progress
         )
         search = CachedSearch(memory)
         export = PromptExport(_export_meta(cfg, settings, picked)) if cfg.export_prompts else None
+        interrupted = False
         try:
             run_requests(
                 eng,
@@ -249,77 +271,71 @@ def run_benchmark(cfg: BenchConfig, *, memory: Any = None, engine: BenchEngine |
         except KeyboardInterrupt:
             interrupted = True
             logger.warning("interrupted: writing the %d requests recorded so far", len(records))
-        engine_info = eng.describe()
+        return _Measured(records, users, search, eng.describe(), export, interrupted)
     finally:
         if own_engine:
             eng.close()
+        if own_memory and memory is not None:
+            _close(memory)
 
-    if cfg.judge_url and records and not interrupted:
-        records = _judge(records, cfg)
 
-    n_q = [len(q) for q in questions]
-    meta: dict[str, Any] = {
+def _close(memory: Any) -> None:
+    close = getattr(memory, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            logger.debug("closing mem0 failed", exc_info=True)
+
+
+def _described(cfg: BenchConfig, settings: RunSettings, picked: Sequence[tuple[int, Conversation]]) -> dict[str, Any]:
+    """What the results' meta and the prompt export both say about the run."""
+    return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "argv": list(cfg.argv),
-        "config": {
-            k: v for k, v in asdict(cfg).items() if k not in ("argv", "api_key", "llm_api_key", "judge_api_key")
-        },
-        "git_commit": _git_commit(),
-        "engine": engine_info,
-        "machine": machine_info(),
         "conversations": [{"index": i, "sample_id": c.sample_id} for i, c in picked],
-        "conversations_label": (
-            "all 10 conversations"
-            if len(picked) == len(convs)
-            else f"{len(picked)} conversation(s): " + ", ".join(f"#{i} {c.sample_id}" for i, c in picked)
-        ),
+        "modes": list(settings.modes),
+        "top_k": [k.label for k in settings.top_k],
+    }
+
+
+def _meta(
+    cfg: BenchConfig,
+    settings: RunSettings,
+    convs: Sequence[Conversation],
+    picked: Sequence[tuple[int, Conversation]],
+    questions: Sequence[Sequence[QA]],
+    done: _Measured,
+) -> dict[str, Any]:
+    """The results' ``meta`` (the harness envelope carries command, machine and git commit)."""
+    n_q = [len(q) for q in questions]
+    labels = ", ".join(f"#{i} {c.sample_id}" for i, c in picked)
+    return {
+        **_described(cfg, settings, picked),
+        "config": {k: v for k, v in asdict(cfg).items() if k not in _SECRETS},
+        "engine": done.engine_info,
+        "conversations_label": "all 10 conversations"
+        if len(picked) == len(convs)
+        else f"{len(picked)} conversation(s): {labels}",
         "questions_per_conversation": n_q,
         "questions_label": f"{sum(n_q)} ({'first ' + str(cfg.questions) if cfg.questions else 'all'} per conversation)",
         "memories": cfg.memories + (f" (first {cfg.max_memories})" if cfg.max_memories else ""),
-        "memories_per_user": [u.memories for u in users],
-        "ingest": [asdict(u) for u in users],
-        "modes": list(settings.modes),
-        "top_k": [k.label for k in top_k],
-        "extra_budget": cfg.extra_budget,
-        "swap_budget": cfg.swap_budget,
-        "protect": cfg.protect,
-        "chat": cfg.chat,
+        "memories_per_user": [u.memories for u in done.users],
+        "ingest": [asdict(u) for u in done.users],
+        **{k: getattr(cfg, k) for k in ("extra_budget", "swap_budget", "protect", "chat", "max_tokens", "warmup")},
         "chat_turns": cfg.chat_turns if cfg.chat else None,
-        "max_tokens": cfg.max_tokens,
-        "warmup": cfg.warmup,
         "threshold": cfg.threshold,
-        "flush": ", ".join(f"{how} x{n}" for how, n in engine_info.get("flushes", {}).items()) or "none",
+        "flush": ", ".join(f"{how} x{n}" for how, n in done.engine_info.get("flushes", {}).items()) or "none",
         "prompt_template": SYSTEM_PROMPT if cfg.chat else PROMPT_TEMPLATE,
-        "search_cache": {"calls": search.calls, "hits": search.hits},
-        "interrupted": interrupted,
-        "wall_s": round(time.perf_counter() - t_start, 1),
+        "search_cache": {"calls": done.search.calls, "hits": done.search.hits},
+        "interrupted": done.interrupted,
     }
-    summaries = summarize(records)
-    table = markdown_table(summaries, meta)
-    folder = _results_folder(cfg.out, eng)
-    files = write_results(folder, records, summaries, meta, table)
-    if export is not None and cfg.export_prompts:
-        files["prompts"] = export.write(cfg.export_prompts)
-        logger.info("prompts of %d runs written to %s", len(export.runs), files["prompts"])
-    logger.info("results in %s", folder)
-    if own_memory:
-        close = getattr(memory, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception:
-                logger.debug("closing mem0 failed", exc_info=True)
-    return BenchResult(folder, files, table, tuple(summaries), tuple(records), meta)
 
 
 def _export_meta(cfg: BenchConfig, settings: RunSettings, picked: Sequence[tuple[int, Conversation]]) -> dict[str, Any]:
     return {
         "argv": list(cfg.argv),
-        "git_commit": _git_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "conversations": [{"index": i, "sample_id": c.sample_id} for i, c in picked],
-        "modes": list(settings.modes),
-        "top_k": [k.label for k in settings.top_k],
+        "git_commit": harness.git_commit(),
+        **_described(cfg, settings, picked),
         "max_tokens": settings.max_tokens,
         "warmup": settings.warmup,
         "warmup_prompt": WARMUP_PROMPT,
@@ -347,5 +363,5 @@ def _judge(records: list[RequestRecord], cfg: BenchConfig) -> list[RequestRecord
         judge.close()
     out = list(records)
     for i, s in zip(todo, scores):
-        out[i] = out[i].with_judge(s)
+        out[i] = replace(out[i], judge=s)
     return out

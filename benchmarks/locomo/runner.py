@@ -20,38 +20,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.common.locomo import QA, Conversation
-from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 from cp_memory.core.render import build_messages, build_prompt
 
 from .engines import BenchEngine, Reply
-from .evidence import EvidenceIndex
+from .evidence import EvidenceIndex, EvidenceScore
 from .export import PromptExport
 from .ingest import Ingested
 from .metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
-from .modes import (
-    MODES,
-    CachedSearch,
-    KSpec,
-    ModeBuilder,
-    ModeSpec,
-    mode_order,
-    parse_mode,
-)
+from .modes import BuiltContext, CachedSearch, KSpec, ModeBuilder, ModeSpec, mode_order, parse_mode
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "PROMPT_TEMPLATE",
-    "SYSTEM_PROMPT",
-    "RequestRecord",
-    "RunSettings",
-    "run_requests",
-    "select_questions",
-]
+__all__ = ["PROMPT_TEMPLATE", "SYSTEM_PROMPT", "RequestRecord", "RunSettings", "run_requests", "select_questions"]
 
 #: The completion prompt of every mode (only the context differs).
 PROMPT_TEMPLATE = (
@@ -65,19 +49,26 @@ SYSTEM_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    modes: tuple[str, ...] = MODES
-    top_k: tuple[KSpec, ...] = (KSpec(20), KSpec(100), KSpec(5, 10))
-    extra_budget: float = 0.25
-    swap_budget: float = 0.25  # aligned+swap without @B
-    protect: float = DEFAULT_PROTECT  # aligned+swap without /P (the library's default)
-    chat: bool = False
-    chat_turns: int = 5  # chat: questions per chat before a new one starts (0: one chat)
-    max_tokens: int = 16
-    warmup: int = 2
-    threshold: float = 0.0  # mem0 search score threshold (0: always k results when it has them)
+    """What the loop runs (from :class:`benchmarks.locomo.run.BenchConfig`, the one source of the defaults)."""
+
+    modes: tuple[str, ...]
+    top_k: tuple[KSpec, ...]
+    extra_budget: float  # aligned+superset without @B
+    swap_budget: float  # aligned+swap without @B
+    protect: float  # aligned+swap without /P
+    chat: bool
+    chat_turns: int  # chat: questions per chat before a new one starts (0: one chat)
+    max_tokens: int
+    warmup: int
+    threshold: float  # mem0 search score threshold (0: always k results when it has them)
     exclude_first_turn: bool = True
+
+    @property
+    def mem0_kwargs(self) -> dict[str, Any]:
+        """What every mem0 search of the run is given besides the query, top_k and filters."""
+        return {"threshold": self.threshold}
 
 
 @dataclass(frozen=True)
@@ -121,9 +112,6 @@ class RequestRecord:
     evidence_positions: tuple[int, ...] = ()
     evidence_ranks: tuple[int, ...] = ()
 
-    def with_judge(self, score: float | None) -> RequestRecord:
-        return replace(self, judge=score)
-
 
 def select_questions(conv: Conversation, limit: int | None) -> list[QA]:
     """Categories 1-4 in LoCoMo order, the first ``limit`` (all when None)."""
@@ -151,7 +139,13 @@ def run_requests(
     total = sum(len(q) for q in questions) * len(settings.top_k) * len(settings.modes)
     bar = tqdm(total=total, desc="requests", unit="req", disable=not progress)
     records: list[RequestRecord] = []
-    mem0_kwargs = {"threshold": settings.threshold}
+
+    def record(rec: RequestRecord) -> None:
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+        bar.update(1)
+
     try:
         for c_pos, ((c_idx, conv), user, qs) in enumerate(zip(conversations, users, questions)):
             evidence = EvidenceIndex.of_user(search.memory, user.user_id)
@@ -159,53 +153,19 @@ def run_requests(
                 # retrieve every question once up front: all modes then get the identical (memoized) mem0
                 # results, and no mode's build time includes the first, uncached search
                 for qa in qs:
-                    search.search(qa.question, top_k=k.n, filters={"user_id": user.user_id}, **mem0_kwargs)
+                    search.search(qa.question, top_k=k.n, filters={"user_id": user.user_id}, **settings.mem0_kwargs)
                 for r_pos, mode in enumerate(mode_order(settings.modes, c_pos + k_pos)):
                     bar.set_postfix_str(f"{conv.sample_id} k={k.label} {mode}")
-                    how = engine.flush()
-                    engine.warmup(settings.warmup)
-                    if export is not None:
-                        export.start_run(
-                            conversation=c_idx,
-                            sample_id=conv.sample_id,
-                            k=k.label,
-                            mode=mode,
-                            position=r_pos,
-                            warmup=settings.warmup,
-                        )
+                    run = _ModeRun.cold(engine, settings, export, c_idx, conv, k, mode, r_pos)
                     builder = ModeBuilder(
                         specs[mode],
                         search,
                         user_id=user.user_id,
                         k=k,
-                        conversation_id=f"{conv.sample_id}/k={k.label}",
-                        mem0_kwargs=mem0_kwargs,
+                        conversation_id=run.chat_id(0),
+                        mem0_kwargs=settings.mem0_kwargs,
                     )
-                    history: list[dict[str, Any]] = []
-                    for turn, qa in enumerate(qs, start=1):
-                        if settings.chat_turns and turn > 1 and (turn - 1) % settings.chat_turns == 0:
-                            history = []
-                            builder.new_chat(f"{conv.sample_id}/k={k.label}/chat{(turn - 1) // settings.chat_turns}")
-                        rec = _one(
-                            engine,
-                            builder,
-                            evidence,
-                            conv,
-                            c_idx,
-                            k,
-                            mode,
-                            r_pos,
-                            how,
-                            turn,
-                            qa,
-                            history,
-                            settings,
-                            export,
-                        )
-                        records.append(rec)
-                        if on_record is not None:
-                            on_record(rec)
-                        bar.update(1)
+                    run.ask_all(builder, evidence, qs, record)
     finally:
         bar.close()
     return records
@@ -224,80 +184,131 @@ def mode_specs(settings: RunSettings) -> dict[str, ModeSpec]:
     return specs
 
 
-def _one(
-    engine: BenchEngine,
-    builder: ModeBuilder,
-    evidence: EvidenceIndex,
-    conv: Conversation,
-    c_idx: int,
-    k: KSpec,
-    mode: str,
-    r_pos: int,
-    how: str,
-    turn: int,
-    qa: QA,
-    history: list[dict[str, Any]],
-    settings: RunSettings,
-    export: PromptExport | None = None,
-) -> RequestRecord:
-    t0 = time.perf_counter()
-    built = builder.build(qa.question)
-    carrier = {"results": [], "context_pilot": {"context": built.context}}
-    if settings.chat:
+@dataclass(frozen=True)
+class _ModeRun:
+    """One (conversation, k, mode) run on a cold engine cache: its questions asked as successive turns."""
+
+    engine: BenchEngine
+    settings: RunSettings
+    export: PromptExport | None
+    c_idx: int
+    conv: Conversation
+    k: KSpec
+    mode: str
+    position: int  # among the modes run for (conversation, k)
+    flush: str  # how the engine cache was made cold
+
+    @classmethod
+    def cold(
+        cls,
+        engine: BenchEngine,
+        settings: RunSettings,
+        export: PromptExport | None,
+        c_idx: int,
+        conv: Conversation,
+        k: KSpec,
+        mode: str,
+        position: int,
+    ) -> _ModeRun:
+        """Start the run: the engine's cache made cold, the warm-up requests sent, the run opened in the export."""
+        how = engine.flush()
+        engine.warmup(settings.warmup)
+        if export is not None:
+            export.start_run(
+                conversation=c_idx,
+                sample_id=conv.sample_id,
+                k=k.label,
+                mode=mode,
+                position=position,
+                warmup=settings.warmup,
+            )
+        return cls(engine, settings, export, c_idx, conv, k, mode, position, how)
+
+    def chat_id(self, n: int) -> str:
+        """The conversation id dedup points back into: one per chat (``n``: chats started before)."""
+        base = f"{self.conv.sample_id}/k={self.k.label}"
+        return f"{base}/chat{n}" if n else base
+
+    def ask_all(
+        self, builder: ModeBuilder, evidence: EvidenceIndex, qs: Sequence[QA], record: Callable[[RequestRecord], None]
+    ) -> None:
+        """Every question in order; with ``chat_turns`` a new chat (empty history) every so many questions."""
+        history: list[dict[str, Any]] = []
+        every = self.settings.chat_turns
+        for turn, qa in enumerate(qs, start=1):
+            if every and turn > 1 and (turn - 1) % every == 0:
+                history = []
+                builder.new_chat(self.chat_id((turn - 1) // every))
+            record(self.ask(builder, evidence, turn, qa, history))
+
+    def ask(
+        self, builder: ModeBuilder, evidence: EvidenceIndex, turn: int, qa: QA, history: list[dict[str, Any]]
+    ) -> RequestRecord:
+        """Build the context, send the request (the chat's ``history`` grows by this turn), score the reply."""
+        t0 = time.perf_counter()
+        built = builder.build(qa.question)
+        reply, build_ms = self._send(built, turn, qa, history, t0)
+        builder.sent(built, reply.error is None)
+        ev = evidence.score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
+        return self._record(turn, qa, built, reply, build_ms, ev)
+
+    def _measured(self, turn: int) -> bool:
+        return not (self.settings.exclude_first_turn and turn == 1)
+
+    def _send(
+        self, built: BuiltContext, turn: int, qa: QA, history: list[dict[str, Any]], t0: float
+    ) -> tuple[Reply, float]:
+        """The reply and the context build time (ms since ``t0``, up to the finished prompt)."""
+        carrier = {"results": [], "context_pilot": {"context": built.context}}
+        s = self.settings
+        if not s.chat:
+            prompt = build_prompt(qa.question, carrier, template=PROMPT_TEMPLATE)
+            build_ms = (time.perf_counter() - t0) * 1e3
+            if self.export is not None:
+                self.export.add(turn=turn, measured=self._measured(turn), prompt=prompt)
+            return self.engine.complete(prompt, max_tokens=s.max_tokens), build_ms
         messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
         build_ms = (time.perf_counter() - t0) * 1e3
-        if export is not None:
-            export.add(
-                turn=turn,
-                measured=not (settings.exclude_first_turn and turn == 1),
-                user=str(messages[-1]["content"]),
-                new_chat=not history,
+        if self.export is not None:
+            self.export.add(
+                turn=turn, measured=self._measured(turn), user=str(messages[-1]["content"]), new_chat=not history
             )
-        reply: Reply = engine.chat(messages, max_tokens=settings.max_tokens)
-        history.append(messages[-1])
-        history.append({"role": "assistant", "content": reply.text})
-    else:
-        prompt = build_prompt(qa.question, carrier, template=PROMPT_TEMPLATE)
-        build_ms = (time.perf_counter() - t0) * 1e3
-        if export is not None:
-            export.add(turn=turn, measured=not (settings.exclude_first_turn and turn == 1), prompt=prompt)
-        reply = engine.complete(prompt, max_tokens=settings.max_tokens)
-    builder.sent(built, reply.error is None)
-    ev = evidence.score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
-    answer = clean_answer(reply.text)
-    f1 = locomo_f1(answer, qa.answer, qa.category) if engine.measures_ttft and reply.error is None else None
-    return RequestRecord(
-        sample_id=conv.sample_id,
-        conversation=c_idx,
-        k=k.label,
-        mode=mode,
-        run_position=r_pos,
-        flush=how,
-        turn=turn,
-        measured=not (settings.exclude_first_turn and turn == 1) and reply.error is None,
-        question=qa.question,
-        gold=qa.answer,
-        category=qa.category,
-        answer=answer,
-        ttft_s=reply.ttft_s,
-        total_s=reply.total_s,
-        prompt_tokens=reply.prompt_tokens,
-        cached_tokens=reply.cached_tokens,
-        f1=f1,
-        judge=None,
-        retrieved=built.retrieved,
-        blocks=len(built.block_ids),
-        extra=built.extra,
-        duplicates=built.duplicates,
-        index_prefix_len=built.prefix_len,
-        context_chars=len(built.context),
-        build_ms=build_ms,
-        error=reply.error,
-        server_prompt_ms=reply.server_prompt_ms,
-        dropped=built.dropped,
-        evidence=ev.evidence,
-        evidence_coverable=ev.coverable,
-        evidence_hit=ev.hit,
-        evidence_positions=ev.positions,
-        evidence_ranks=ev.ranks,
-    )
+        reply = self.engine.chat(messages, max_tokens=s.max_tokens)
+        history += [messages[-1], {"role": "assistant", "content": reply.text}]
+        return reply, build_ms
+
+    def _record(
+        self, turn: int, qa: QA, built: BuiltContext, reply: Reply, build_ms: float, ev: EvidenceScore
+    ) -> RequestRecord:
+        answer = clean_answer(reply.text)
+        scored = self.engine.measures_ttft and reply.error is None
+        return RequestRecord(
+            sample_id=self.conv.sample_id,
+            conversation=self.c_idx,
+            k=self.k.label,
+            mode=self.mode,
+            run_position=self.position,
+            flush=self.flush,
+            turn=turn,
+            measured=self._measured(turn) and reply.error is None,
+            question=qa.question,
+            gold=qa.answer,
+            category=qa.category,
+            answer=answer,
+            **{k: v for k, v in asdict(reply).items() if k != "text"},  # timings, tokens and error as they came
+            f1=locomo_f1(answer, qa.answer, qa.category) if scored else None,
+            judge=None,
+            retrieved=built.retrieved,
+            blocks=len(built.block_ids),
+            extra=built.extra,
+            duplicates=built.duplicates,
+            index_prefix_len=built.prefix_len,
+            context_chars=len(built.context),
+            build_ms=build_ms,
+            dropped=built.dropped,
+            evidence=ev.evidence,
+            evidence_coverable=ev.coverable,
+            evidence_hit=ev.hit,
+            evidence_positions=ev.positions,
+            evidence_ranks=ev.ranks,
+        )

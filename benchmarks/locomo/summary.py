@@ -3,7 +3,7 @@ prompt length against the baseline, evidence recall and where the evidence sits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,72 +55,84 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
     """Rows in first-seen k order, then mode order as given in the records' settings."""
-    keys: list[tuple[str, str]] = []
-    for r in records:
-        if (r.k, r.mode) not in keys:
-            keys.append((r.k, r.mode))
-    k_order = list(dict.fromkeys(r.k for r in records))
-    keys.sort(key=lambda km: (k_order.index(km[0]), mode_sort_key(km[1])))
+    keys = _keys(records)
     # fairness: a question counts only where every mode of that k answered it (an engine error in one
     # mode, e.g. a context overflow, drops that question from all modes' statistics)
-    measured_in_all: dict[str, set[tuple[str, int]]] = {}
-    answered_in_all: dict[str, set[tuple[str, int]]] = {}
-    for k in k_order:
-        modes_k = [m for kk, m in keys if kk == k]
-        measured_in_all[k] = set.intersection(
-            *[{(r.sample_id, r.turn) for r in records if r.k == k and r.mode == m and r.measured} for m in modes_k]
+    measured = _in_every_mode(records, keys, lambda r: r.measured)
+    answered = _in_every_mode(records, keys, lambda r: r.error is None)
+    rows = [
+        _row(k, mode, [r for r in records if r.k == k and r.mode == mode], measured[k], answered[k]) for k, mode in keys
+    ]
+    return _against_baseline(rows, records, measured)
+
+
+_Questions = set[tuple[str, int]]  # (sample id, turn)
+
+
+def _keys(records: Sequence[RequestRecord]) -> list[tuple[str, str]]:
+    k_order = list(dict.fromkeys(r.k for r in records))
+    keys = dict.fromkeys((r.k, r.mode) for r in records)
+    return sorted(keys, key=lambda km: (k_order.index(km[0]), mode_sort_key(km[1])))
+
+
+def _in_every_mode(
+    records: Sequence[RequestRecord], keys: Sequence[tuple[str, str]], ok: Callable[[RequestRecord], bool]
+) -> dict[str, _Questions]:
+    """Per k, the questions that every mode of that k has an ``ok`` record of."""
+    out: dict[str, _Questions] = {}
+    for k in dict.fromkeys(k for k, _ in keys):
+        out[k] = set.intersection(
+            *[
+                {(r.sample_id, r.turn) for r in records if r.k == k and r.mode == m and ok(r)}
+                for kk, m in keys
+                if kk == k
+            ]
         )
-        answered_in_all[k] = set.intersection(
-            *[{(r.sample_id, r.turn) for r in records if r.k == k and r.mode == m and r.error is None} for m in modes_k]
-        )
-    rows: list[Summary] = []
-    for k, mode in keys:
-        rs = [r for r in records if r.k == k and r.mode == mode]
-        meas = [r for r in rs if r.measured and (r.sample_id, r.turn) in measured_in_all[k]]
-        ttft = [r.ttft_s for r in meas if r.ttft_s is not None]
-        toks = [(r.cached_tokens, r.prompt_tokens) for r in meas if r.cached_tokens is not None and r.prompt_tokens]
-        hit = sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None
-        answered = [r for r in rs if (r.sample_id, r.turn) in answered_in_all[k]]
-        f1 = [r.f1 for r in answered if r.f1 is not None]
-        judge = [r.judge for r in answered if r.judge is not None]
-        prompt_tokens = [float(p) for _, p in toks] or [
-            float(r.prompt_tokens) for r in meas if r.prompt_tokens is not None
-        ]
-        rows.append(
-            Summary(
-                k=k,
-                mode=mode,
-                requests=len(rs),
-                measured=len(meas),
-                errors=sum(r.error is not None for r in rs),
-                ttft_mean_s=mean(ttft),
-                ttft_p50_s=percentile(ttft, 50),
-                ttft_p90_s=percentile(ttft, 90),
-                speedup_mean=None,
-                speedup_p50=None,
-                speedup_paired=None,
-                hit_ratio=hit,
-                prompt_tokens_mean=mean(prompt_tokens),
-                f1=mean(f1),
-                judge=mean(judge),
-                extra_mean=mean([float(r.extra) for r in rs]) or 0.0,
-                duplicates_mean=mean([float(r.duplicates) for r in rs]) or 0.0,
-                build_ms_p50=percentile([r.build_ms for r in rs], 50),
-                server_prefill_ms_mean=mean([r.server_prompt_ms for r in meas if r.server_prompt_ms is not None]),
-                prefill_tokens_mean=mean([float(p - c) for c, p in toks]),
-                dropped_mean=mean([float(r.dropped) for r in rs]) or 0.0,
-                **_evidence(answered),
-            )
-        )
+    return out
+
+
+def _row(k: str, mode: str, rs: Sequence[RequestRecord], measured: _Questions, answered: _Questions) -> Summary:
+    """One (k, mode) row from its records, before the comparison with the baseline."""
+    meas = [r for r in rs if r.measured and (r.sample_id, r.turn) in measured]
+    ttft = [r.ttft_s for r in meas if r.ttft_s is not None]
+    toks = [(r.cached_tokens, r.prompt_tokens) for r in meas if r.cached_tokens is not None and r.prompt_tokens]
+    common = [r for r in rs if (r.sample_id, r.turn) in answered]
+    prompt_tokens = [float(p) for _, p in toks] or [float(r.prompt_tokens) for r in meas if r.prompt_tokens is not None]
+    return Summary(
+        k=k,
+        mode=mode,
+        requests=len(rs),
+        measured=len(meas),
+        errors=sum(r.error is not None for r in rs),
+        ttft_mean_s=mean(ttft),
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p90_s=percentile(ttft, 90),
+        speedup_mean=None,
+        speedup_p50=None,
+        speedup_paired=None,
+        hit_ratio=sum(c for c, _ in toks) / sum(p for _, p in toks) if toks else None,
+        prompt_tokens_mean=mean(prompt_tokens),
+        f1=mean([r.f1 for r in common if r.f1 is not None]),
+        judge=mean([r.judge for r in common if r.judge is not None]),
+        extra_mean=mean([float(r.extra) for r in rs]) or 0.0,
+        duplicates_mean=mean([float(r.duplicates) for r in rs]) or 0.0,
+        build_ms_p50=percentile([r.build_ms for r in rs], 50),
+        server_prefill_ms_mean=mean([r.server_prompt_ms for r in meas if r.server_prompt_ms is not None]),
+        prefill_tokens_mean=mean([float(p - c) for c, p in toks]),
+        dropped_mean=mean([float(r.dropped) for r in rs]) or 0.0,
+        **_evidence(common),
+    )
+
+
+def _against_baseline(
+    rows: Sequence[Summary], records: Sequence[RequestRecord], measured: Mapping[str, _Questions]
+) -> list[Summary]:
+    """Speedups (of means, of p50s, paired per question) and prefill / prompt length relative to the
+    baseline of the same k, over the questions measured in every mode."""
     base = {s.k: (s.ttft_mean_s, s.ttft_p50_s) for s in rows if s.mode == "baseline"}
-    tokens = {(r.k, r.mode): (0, 0) for r in records}
+    tokens = {(r.k, r.mode): (0, 0) for r in records}  # (Σ prompt, Σ prefilled)
     for r in records:
-        if (
-            r.measured
-            and (r.sample_id, r.turn) in measured_in_all[r.k]
-            and r.prompt_tokens
-            and r.cached_tokens is not None
-        ):
+        if r.measured and (r.sample_id, r.turn) in measured[r.k] and r.prompt_tokens and r.cached_tokens is not None:
             p, c = tokens[(r.k, r.mode)]
             tokens[(r.k, r.mode)] = (p + r.prompt_tokens, c + r.prompt_tokens - r.cached_tokens)
     base_ttft = {
@@ -136,7 +148,7 @@ def summarize(records: Sequence[RequestRecord]) -> list[Summary]:
             and r.mode == s.mode
             and r.ttft_s
             and (r.k, r.sample_id, r.turn) in base_ttft
-            and (r.sample_id, r.turn) in measured_in_all[s.k]
+            and (r.sample_id, r.turn) in measured[s.k]
         ]
         (p_mode, f_mode), (p_base, f_base) = tokens[(s.k, s.mode)], tokens.get((s.k, "baseline"), (0, 0))
         out.append(

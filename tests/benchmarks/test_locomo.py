@@ -113,18 +113,19 @@ def test_parse_mode_names() -> None:
 
 
 def test_the_locomo_benchmark_uses_the_librarys_modes_and_defaults() -> None:
-    from benchmarks.locomo.cli import build_parser
+    from benchmarks.locomo.cli import build_parser, config_from_args
     from benchmarks.locomo.modes import parse_mode
     from benchmarks.locomo.run import BenchConfig
-    from benchmarks.locomo.runner import RunSettings
     from cp_memory.core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
 
     assert parse_mode("aligned+swap").alignment == AlignmentMode.swap(0.25, DEFAULT_PROTECT)
     assert parse_mode("aligned+swap@0.1/0.5").alignment == AlignmentMode.swap(0.1, 0.5)
     assert parse_mode("aligned+superset@0.1").alignment == AlignmentMode.superset(0.1)
     assert parse_mode("aligned").alignment == AlignmentMode.exact()
-    assert RunSettings().protect == BenchConfig().protect == DEFAULT_PROTECT
-    assert build_parser().parse_args([]).protect == DEFAULT_PROTECT
+    assert BenchConfig().protect == config_from_args(build_parser().parse_args([])).protect == DEFAULT_PROTECT
+    # the shared --swap-protect, and --protect as this benchmark documented it before
+    for flag in ("--swap-protect", "--protect"):
+        assert config_from_args(build_parser().parse_args([flag, "0.5"])).protect == 0.5
 
 
 def test_evidence_score_like_the_docstring() -> None:
@@ -175,7 +176,7 @@ def test_parse_judge_score() -> None:
 
 
 def test_select_conversations() -> None:
-    from benchmarks.locomo.cli import select_conversations
+    from benchmarks.locomo.run import select_conversations
 
     class C:
         def __init__(self, sid: str) -> None:
@@ -216,7 +217,7 @@ def memory() -> Any:
 
 
 def _config(tmp_path: Path, **kw: Any) -> Any:
-    from benchmarks.locomo.cli import BenchConfig
+    from benchmarks.locomo.run import BenchConfig
 
     base: dict[str, Any] = {
         "locomo": str(_locomo_path()),
@@ -237,8 +238,11 @@ def _check_outputs(result: Any, *, ttft: bool) -> dict[str, Any]:
     assert result.folder.is_dir()
     assert result.folder.name.startswith("locomo-")
     data = json.loads((result.folder / "results.json").read_text())
-    assert {"meta", "summary", "requests"} <= set(data)
+    # the harness envelope (the command as it re-runs, the machine, the commit), then the run
+    assert list(data) == ["command", "machine", "git_commit", "meta", "summary", "requests"]
+    assert data["command"].startswith("python -m benchmarks.locomo") and data["machine"]["summary"]
     meta = data["meta"]
+    assert not {"machine", "git_commit", "argv"} & set(meta)
     assert meta["engine"]["kind"] and meta["engine"]["model"]
     assert meta["conversations"] == [{"index": 0, "sample_id": "conv-26"}]
     assert meta["questions_per_conversation"] == [3]
@@ -284,7 +288,7 @@ def _has_matplotlib() -> bool:
 
 
 def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
-    from benchmarks.locomo.cli import run_benchmark
+    from benchmarks.locomo.run import run_benchmark
 
     result = run_benchmark(_config(tmp_path, engine="model-cache"), memory=memory)
     data = _check_outputs(result, ttft=False)
@@ -295,7 +299,7 @@ def test_model_cache_end_to_end(memory: Any, tmp_path: Path) -> None:
     assert len(reqs) == 3 * 3 * len(MODES)
     assert {(r["k"], r["mode"]) for r in reqs} == {(k, m) for k in ("4", "8", "2x3") for m in MODES}
     assert data["meta"]["engine"]["kind"] == "model-cache"
-    assert "no LLM ran" in result.table
+    assert "(robust to load spikes on a shared machine)\n- **no LLM ran**" in result.table  # notes end the header
     # fairness: the same questions and memories in every mode; an aligned prompt is the baseline's length plus
     # its order annotation, which it has only where alignment changed mem0's order
     by = {(r["k"], r["mode"], r["turn"]): r for r in reqs}
@@ -340,7 +344,7 @@ def test_report_rerenders_an_earlier_run(memory: Any, tmp_path: Path, capsys: py
 
 
 def test_model_cache_chat_dedup(memory: Any, tmp_path: Path) -> None:
-    from benchmarks.locomo.cli import run_benchmark
+    from benchmarks.locomo.run import run_benchmark
 
     result = run_benchmark(
         _config(tmp_path, engine="model-cache", chat=True, top_k="8", modes=("baseline", "dedup")), memory=memory
@@ -367,27 +371,41 @@ def test_cli_model_cache_quick_flags(
     from benchmarks.locomo import cli, run
 
     monkeypatch.setattr(run, "make_memory", lambda **_: memory)
-    code = cli.main(
-        [
-            "--engine",
-            "model-cache",
-            "--locomo",
-            str(_locomo_path()),
-            "--quick",
-            "--questions",
-            "2",
-            "--max-memories",
-            "30",
-            "--top-k",
-            "4",
-            "--out",
-            str(tmp_path),
-            "--no-progress",
-        ]
-    )
+    argv = ["--engine", "model-cache", "--locomo", str(_locomo_path()), "--quick", "--questions", "2"]
+    argv += ["--max-memories", "30", "--top-k", "4", "--out", str(tmp_path), "--no-progress"]
+    argv += ["--summary-json", str(tmp_path / "summary.json")]
+    code = cli.main(argv)
     out = capsys.readouterr().out
     assert code == 0
     assert "engine: **model-cache**" in out and "| 4 | aligned |" in out and "results:" in out
+    # --summary-json: the envelope (the command as given), meta without the prompt template, the summary rows
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (folder,) = (p for p in tmp_path.iterdir() if p.is_dir())
+    full = json.loads((folder / "results.json").read_text())
+    assert list(summary) == ["command", "machine", "git_commit", "source", "meta", "summary"]
+    assert summary["command"] == full["command"] == "python -m benchmarks.locomo " + " ".join(argv)
+    assert summary["source"] == str(folder) and summary["summary"] == full["summary"]
+    assert summary["meta"] == {k: v for k, v in full["meta"].items() if k != "prompt_template"}
+    # --report re-renders the run's table from the summary JSON alone, and writes the same summary again
+    assert cli.main(["--report", str(tmp_path / "summary.json"), "--summary-json", str(tmp_path / "again.json")]) == 0
+    assert capsys.readouterr().out.strip() == out.split("\n\nresults:")[0].strip()
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again == {**summary, "source": str(tmp_path / "summary.json")}
+
+
+@pytest.mark.parametrize("name", ["locomo_llama_tiny", "locomo_vllm_tiny", "locomo_front_model", "locomo_front_llama"])
+def test_report_rerenders_a_committed_summary_json(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/results/locomo_*.json hold no requests (and predate the harness envelope): --report prints their
+    table from the summary rows, with the machine they ran on."""
+    from benchmarks.locomo import cli
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "results" / f"{name}.json"
+    committed = json.loads(path.read_text())
+    assert cli.main(["--report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"- machine: {committed['meta']['machine']['summary']}" in out
+    for row in committed["summary"]:
+        assert f"| {row['k']} | {row['mode']} | {row['measured']} |" in out
 
 
 def test_cli_errors_are_clear(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -410,7 +428,7 @@ def test_llama_server_end_to_end(memory: Any, tmp_path: Path) -> None:
         if REQUIRE_ENGINE:
             pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
         pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
-    from benchmarks.locomo.cli import run_benchmark
+    from benchmarks.locomo.run import run_benchmark
 
     result = run_benchmark(
         _config(
@@ -545,7 +563,7 @@ def test_engine_url_against_a_running_llama_server(memory: Any, tmp_path: Path) 
         if REQUIRE_ENGINE:
             pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
         pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
-    from benchmarks.locomo.cli import run_benchmark
+    from benchmarks.locomo.run import run_benchmark
 
     with LlamaServer(random_model_path(), ctx_size=4096, cache_ram_mib=64, alias="tiny-served") as server:
         result = run_benchmark(
