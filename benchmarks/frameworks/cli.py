@@ -158,21 +158,9 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> tuple[dict[str
     (ingested,) = ingest(store, [conv], "observations", progress=False)
     logger.info("%d memories for %s; %d chats x %d turns", ingested.memories, ingested.user_id, len(chats), args.turns)
     model = harness.resolve_model(args.model)
-    records: list[dict[str, Any]] = []
-    version: str | None = None
-    t_start = time.perf_counter()
-    for fw in frameworks:
-        runner = _runner(fw)(
-            store, ingested.user_id, top_k=args.top_k, max_tokens=args.max_tokens, overfetch=args.overfetch
-        )
-        for mode in modes:
-            engine, block = _block(runner, mode, chats, model, args.ctx_size)
-            version, records = version or engine, records + block
-            if partial is not None:  # a crash later keeps what was measured (--report re-renders it)
-                partial.write_text(json.dumps({"meta": {"partial": True}, "records": records}), encoding="utf-8")
-    meta = {
+    meta: dict[str, Any] = {
         "model": model.name,
-        "engine": version,
+        "engine": None,
         "conversation": args.conversation,
         "locomo_sample": conv.sample_id,
         "memories": ingested.memories,
@@ -183,11 +171,25 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> tuple[dict[str
         "overfetch": args.overfetch,
         "frameworks": frameworks,
         "answers": modes,
-        "seconds": round(time.perf_counter() - t_start, 1),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "seconds": None,
+        "date": None,
         "doc_pages": DOC_PAGES,
         "notes": NOTES,
     }
+    records: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for fw in frameworks:
+        runner = _runner(fw)(
+            store, ingested.user_id, top_k=args.top_k, max_tokens=args.max_tokens, overfetch=args.overfetch
+        )
+        for mode in modes:
+            engine, block = _block(runner, mode, chats, model, args.ctx_size)
+            meta["engine"], records = meta["engine"] or engine, records + block
+            if partial is not None:  # a crash later keeps what was measured (--report re-renders it)
+                partial.write_text(
+                    json.dumps({"meta": {**meta, "partial": True}, "records": records}), encoding="utf-8"
+                )
+    meta.update(seconds=round(time.perf_counter() - t_start, 1), date=time.strftime("%Y-%m-%d %H:%M:%S"))
     return meta, records
 
 

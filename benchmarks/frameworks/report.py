@@ -102,7 +102,7 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 
 def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The table; ``meta`` is the run's, with the envelope's ``machine`` (a description, or its one line)."""
-    turns, machine = meta["turns"], meta["machine"]
+    turns, machine = meta["turns"], meta.get("machine", "?")
     if isinstance(machine, dict):
         machine = f"{machine['summary']}, shared by several processes (timings are noisy; token counts are not)"
     lines = [

@@ -137,3 +137,16 @@ def test_report_re_renders_the_committed_run(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "frameworks.json").read_text(encoding="utf-8"))["summary"] == committed["summary"]
     table = (tmp_path / "frameworks.md").read_text(encoding="utf-8")
     assert table == (RESULTS / "frameworks.md").read_text(encoding="utf-8")
+
+
+def test_report_re_renders_a_partial_run(tmp_path: Path) -> None:
+    """A run that crashed leaves frameworks.partial.json (its meta so far and the records measured): ``--report``
+    renders it although it has no machine description."""
+    from benchmarks.frameworks.cli import main
+
+    committed = json.loads((RESULTS / "frameworks.json").read_text(encoding="utf-8"))
+    meta = {k: v for k, v in committed["meta"].items() if k not in ("command", "machine", "git_commit")}
+    partial = tmp_path / "frameworks.partial.json"
+    partial.write_text(json.dumps({"meta": {**meta, "partial": True}, "records": committed["records"]}))
+    assert main(["--report", str(partial), "--out", str(tmp_path / "out")]) == 0
+    assert "| langgraph | fixed | cp-append | 340 / 348 (0.98x) |" in (tmp_path / "out" / "frameworks.md").read_text()
