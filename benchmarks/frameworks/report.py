@@ -26,68 +26,74 @@ def _quartiles(xs: Sequence[float]) -> tuple[float, float, float] | None:
     return q1, q2, q3
 
 
+Table = dict[tuple[int, int], dict[str, Any]]  # (chat, turn) -> record
+
+
+def _per_turn(table: Table, key: str, turns: int) -> list[float | None]:
+    return [_mean(r[key] for (_, t), r in table.items() if t == turn) for turn in range(1, turns + 1)]
+
+
+def _ratios(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict[str, Any]:
+    """mem0 / cp of ``key`` over the (mem0, cp) pairs where both have it: ratio of the sums, median, quartiles."""
+    both = [(b[key], o[key]) for b, o in pairs if b[key] and o[key]]
+    so = sum(o for _, o in both)
+    q = _quartiles([b / o for b, o in both])
+    return {
+        "n": len(both),
+        "ratio_of_sums": sum(b for b, _ in both) / so if so else None,
+        "median": q[1] if q else None,
+        "q1": q[0] if q else None,
+        "q3": q[2] if q else None,
+    }
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _compare(fw: str, answers: str, arm: str, base: Table, ours: Table, turns: int) -> dict[str, Any]:
+    """One summary row: the cp arm ``arm`` against mem0's pattern, paired by (chat, turn)."""
+    pairs = [(base[k], ours[k]) for k in sorted(ours) if k in base]
+    pre_b, pre_o = _per_turn(base, "prefilled", turns), _per_turn(ours, "prefilled", turns)
+    total_b = sum(b["prefilled"] or 0 for b, _ in pairs)
+    total_o = sum(o["prefilled"] or 0 for _, o in pairs)
+    return {
+        "framework": fw,
+        "answers": answers,
+        "arm": arm,
+        "chats": len({c for c, _ in ours}),
+        "prefilled_per_turn": {"mem0": pre_b, arm: pre_o},
+        "prompt_tokens_per_turn": {
+            "mem0": _per_turn(base, "prompt_tokens", turns),
+            arm: _per_turn(ours, "prompt_tokens", turns),
+        },
+        "memories_per_turn": {"mem0": _per_turn(base, "memories", turns), arm: _per_turn(ours, "memories", turns)},
+        "pointers_per_turn": _per_turn(ours, "pointers", turns),
+        "prefill_ratio_turn1": _div(pre_b[0], pre_o[0]),
+        "prefill_ratio_last_turn": _div(pre_b[-1], pre_o[-1]),
+        "prefill_ratio_chat": _div(total_b, total_o),
+        "prefilled_total": {"mem0": total_b, arm: total_o},
+        "prompt_tokens_total": {
+            "mem0": sum(b["prompt_tokens"] or 0 for b, _ in pairs),
+            arm: sum(o["prompt_tokens"] or 0 for _, o in pairs),
+        },
+        "ttft_ratio": _ratios(pairs, "ttft_s"),
+        "server_prompt_ratio": _ratios(pairs, "server_prompt_ms"),
+    }
+
+
 def summarize(records: Sequence[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
     """Per (framework, answers, cp arm): prefilled tokens per turn of both arms, the ratio at the last turn,
     and the TTFT / server-prefill ratios mem0 / cp (paired by chat and turn: median and quartiles; and the
     ratio of the sums)."""
-    by: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    by: dict[tuple[str, str, str], Table] = defaultdict(dict)
     for r in records:
-        by[(r["framework"], r["answers"], r["arm"])].append(r)
-    out = []
-    for (fw, answers, arm), rows in sorted(by.items()):
-        if arm == "mem0":
-            continue
-        base = {(r["chat"], r["turn"]): r for r in by.get((fw, answers, "mem0"), [])}
-        ours = {(r["chat"], r["turn"]): r for r in rows}
-        pairs = [(base[k], ours[k]) for k in sorted(ours) if k in base]
-
-        def per_turn(table: dict[tuple[int, int], dict[str, Any]], key: str) -> list[float | None]:
-            return [_mean(r[key] for (c, t), r in table.items() if t == turn) for turn in range(1, turns + 1)]
-
-        def ratios(key: str, pairs: list[tuple[dict[str, Any], dict[str, Any]]] = pairs) -> dict[str, Any]:
-            rs = [b[key] / o[key] for b, o in pairs if b[key] and o[key]]
-            sb = sum(b[key] for b, o in pairs if b[key] and o[key])
-            so = sum(o[key] for b, o in pairs if b[key] and o[key])
-            q = _quartiles(rs)
-            return {
-                "n": len(rs),
-                "ratio_of_sums": sb / so if so else None,
-                "median": q[1] if q else None,
-                "q1": q[0] if q else None,
-                "q3": q[2] if q else None,
-            }
-
-        pre_b, pre_o = per_turn(base, "prefilled"), per_turn(ours, "prefilled")
-        last_b, last_o = pre_b[-1], pre_o[-1]
-        first_b, first_o = pre_b[0], pre_o[0]
-        total_b = sum(b["prefilled"] or 0 for b, _ in pairs)
-        total_o = sum(o["prefilled"] or 0 for _, o in pairs)
-        out.append(
-            {
-                "framework": fw,
-                "answers": answers,
-                "arm": arm,
-                "chats": len({c for c, _ in ours}),
-                "prefilled_per_turn": {"mem0": pre_b, arm: pre_o},
-                "prompt_tokens_per_turn": {
-                    "mem0": per_turn(base, "prompt_tokens"),
-                    arm: per_turn(ours, "prompt_tokens"),
-                },
-                "memories_per_turn": {"mem0": per_turn(base, "memories"), arm: per_turn(ours, "memories")},
-                "pointers_per_turn": per_turn(ours, "pointers"),
-                "prefill_ratio_turn1": (first_b / first_o) if first_b and first_o else None,
-                "prefill_ratio_last_turn": (last_b / last_o) if last_b and last_o else None,
-                "prefill_ratio_chat": (total_b / total_o) if total_b and total_o else None,
-                "prefilled_total": {"mem0": total_b, arm: total_o},
-                "prompt_tokens_total": {
-                    "mem0": sum(b["prompt_tokens"] or 0 for b, _ in pairs),
-                    arm: sum(o["prompt_tokens"] or 0 for _, o in pairs),
-                },
-                "ttft_ratio": ratios("ttft_s"),
-                "server_prompt_ratio": ratios("server_prompt_ms"),
-            }
-        )
-    return out
+        by[(r["framework"], r["answers"], r["arm"])][(r["chat"], r["turn"])] = r
+    return [
+        _compare(fw, answers, arm, by.get((fw, answers, "mem0"), {}), ours, turns)
+        for (fw, answers, arm), ours in sorted(by.items())
+        if arm != "mem0"
+    ]
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -95,7 +101,10 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 
 
 def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
-    turns = meta["turns"]
+    """The table; ``meta`` is the run's, with the envelope's ``machine`` (a description, or its one line)."""
+    turns, machine = meta["turns"], meta.get("machine", "?")
+    if isinstance(machine, dict):
+        machine = f"{machine['summary']}, shared by several processes (timings are noisy; token counts are not)"
     lines = [
         f"# Framework integrations: mem0's documented pattern vs cp_memory ({meta['model']})",
         "",
@@ -105,8 +114,7 @@ def markdown(summary: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"llama-server ({meta['engine']}), one server per arm, chats alternating between arms. "
             f"Answers: `model` = the model's own (max {meta['max_tokens']} tokens); `fixed` = replaced in the "
             "history by a fixed ~120-word answer. Prefilled = prompt tokens - cached tokens, as the engine reports "
-            "them. TTFT measured on the client at the HTTP layer; machine: "
-            f"{meta['machine']}."
+            f"them. TTFT measured on the client at the HTTP layer; machine: {machine}."
         ),
         "",
         (
@@ -143,7 +151,40 @@ def _ratio(s: dict[str, Any], turn: int) -> float | None:
     return b / o if b and o else None
 
 
-def plot(summary: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], path: Path, turns: int) -> None:
+STYLES = {
+    "mem0": ("tab:red", "o"),
+    "cp-append": ("tab:blue", "s"),
+    "cp-late": ("tab:green", "^"),
+    "cp": ("tab:blue", "s"),
+}
+
+
+def _panel(ax: Any, title: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Mean prefilled tokens per turn of mem0's pattern and of each cp arm, with their ratios."""
+    lines = {
+        "mem0": rows[0]["prefilled_per_turn"]["mem0"],
+        **{s["arm"]: s["prefilled_per_turn"][s["arm"]] for s in rows},
+    }
+    for arm in sorted(lines, key=lambda a: (a != "mem0", a)):
+        color, marker = STYLES.get(arm, ("gray", "x"))
+        label = "mem0 guide" if arm == "mem0" else f"cp_memory ({arm})"
+        ys = [y if y is not None else float("nan") for y in lines[arm]]
+        ax.plot(range(1, len(ys) + 1), ys, marker=marker, color=color, label=label)
+    ratios = [
+        f"{s['arm']}: turn 1 {_fmt(_ratio(s, 0), 2)}x, last {_fmt(_ratio(s, -1), 2)}x, "
+        f"chat {_fmt(s.get('prefill_ratio_chat'), 2)}x"
+        for s in rows
+    ]
+    ax.set_title(title, fontsize=10)
+    ax.text(0.02, 0.98, "mem0 / cp prefilled\n" + "\n".join(ratios), transform=ax.transAxes, fontsize=7, va="top")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("prefilled tokens (mean over chats)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def plot(summary: Sequence[dict[str, Any]], path: Path) -> Path:
+    """One panel per (answers, framework) of the summary's prefilled tokens per turn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,46 +195,11 @@ def plot(summary: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], p
     fig, axes = plt.subplots(
         len(modes), len(frameworks), figsize=(4.6 * len(frameworks), 3.4 * len(modes)), squeeze=False, sharex=True
     )
-    styles = {
-        "mem0": ("tab:red", "o"),
-        "cp-append": ("tab:blue", "s"),
-        "cp-late": ("tab:green", "^"),
-        "cp": ("tab:blue", "s"),
-    }
-    xs = list(range(1, turns + 1))
     for i, mode in enumerate(modes):
         for j, fw in enumerate(frameworks):
-            ax = axes[i][j]
-            arms = sorted(
-                {r["arm"] for r in records if r["framework"] == fw and r["answers"] == mode},
-                key=lambda a: (a != "mem0", a),
-            )
-            for arm in arms:
-                ys = [
-                    _mean(
-                        r["prefilled"]
-                        for r in records
-                        if r["framework"] == fw and r["answers"] == mode and r["arm"] == arm and r["turn"] == t
-                    )
-                    for t in xs
-                ]
-                color, marker = styles.get(arm, ("gray", "x"))
-                label = "mem0 guide" if arm == "mem0" else f"cp_memory ({arm})"
-                ax.plot(xs, [y if y is not None else float("nan") for y in ys], marker=marker, color=color, label=label)
-            ratios = [
-                f"{s['arm']}: turn 1 {_fmt(_ratio(s, 0), 2)}x, last {_fmt(_ratio(s, -1), 2)}x, "
-                f"chat {_fmt(s.get('prefill_ratio_chat'), 2)}x"
-                for s in summary
-                if s["framework"] == fw and s["answers"] == mode
-            ]
-            ax.set_title(f"{fw} — {mode} answers", fontsize=10)
-            ax.text(
-                0.02, 0.98, "mem0 / cp prefilled\n" + "\n".join(ratios), transform=ax.transAxes, fontsize=7, va="top"
-            )
-            ax.set_xlabel("turn")
-            ax.set_ylabel("prefilled tokens (mean over chats)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="lower right")
+            rows = [s for s in summary if s["framework"] == fw and s["answers"] == mode]
+            _panel(axes[i][j], f"{fw} — {mode} answers", rows)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path

@@ -13,6 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
+from cp_memory.integrations.chat import Layout
 from cp_memory.integrations.langgraph import MemoryPrompt, memory_node
 
 from .arms import FrameworkRunner
@@ -51,12 +52,12 @@ class LangGraphRunner(FrameworkRunner):
 
         def chatbot(state: State) -> dict[str, Any]:  # the guide's node, minus its mem0.add
             messages = state["messages"]
-            memories = mem0.search(messages[-1].content, user_id=state["mem0_user_id"])
+            memories = mem0.search(messages[-1].text, user_id=state["mem0_user_id"])
             context = "Relevant information from previous conversations:\n"
             for memory in memories["results"]:
                 context += f"- {memory['memory']}\n"
             system_message = SystemMessage(content=f"{INSTRUCTIONS}\n{context}")
-            response = llm.invoke([system_message] + messages)
+            response = llm.invoke([system_message, *messages])
             return {"messages": [response]}
 
         return chatbot
@@ -66,7 +67,7 @@ class LangGraphRunner(FrameworkRunner):
         if arm == "mem0":
             node = self._mem0_node(llm)
         else:
-            layout = "append" if arm == "cp-append" else "late"
+            layout: Layout = "append" if arm == "cp-append" else "late"
             node = memory_node(MemoryPrompt(self.cp[arm], system=INSTRUCTIONS, layout=layout, top_k=self.top_k), llm)
         graph = StateGraph(State)
         graph.add_node("chatbot", node)

@@ -91,7 +91,7 @@ class ScriptedFirstStep(Model):
         system_instructions: Any,
         input: Any,
         model_settings: Any,
-        tools: Any,  # type: ignore[override]
+        tools: Any,
         output_schema: Any,
         handoffs: Any,
         tracing: Any,
@@ -100,7 +100,15 @@ class ScriptedFirstStep(Model):
         call = self._call(input)
         if call is not None:
             response = Response.model_construct(
-                id=f"resp_{self.calls:04d}", output=[call], usage=None, object="response", model="scripted"
+                id=f"resp_{self.calls:04d}",
+                output=[call],
+                usage=None,
+                object="response",
+                model="scripted",
+                created_at=0.0,
+                parallel_tool_calls=False,
+                tool_choice="auto",
+                tools=[],
             )
             yield ResponseCompletedEvent.model_construct(
                 type="response.completed", response=response, sequence_number=0

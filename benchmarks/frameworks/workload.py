@@ -12,7 +12,6 @@ with a real assistant's answers.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -78,10 +77,6 @@ def load_workload(locomo: str | None, conversation: int, chats: int, turns: int)
     if len(questions) < need:
         raise ValueError(f"conversation {conversation} has {len(questions)} questions; {chats}x{turns} need {need}")
     return conv, [Chat(c, tuple(questions[c * turns : (c + 1) * turns])) for c in range(chats)]
-
-
-def count_lines(text: str, prefixes: Sequence[str]) -> int:
-    return sum(1 for line in text.splitlines() if line.startswith(tuple(prefixes)))
 
 
 _BLOCK_LINE = re.compile(r"(?:\[Doc \d+\]|\d+\.) ")

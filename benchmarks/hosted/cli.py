@@ -3,7 +3,8 @@
 By default against a local server that applies the providers' documented cache rules (127.0.0.1; nothing
 leaves the machine); with ``--base-url`` and an API key (``--api-key-env``, default ``OPENAI_API_KEY`` /
 ``ANTHROPIC_API_KEY``) against the real provider, with the same code (``--providers`` one of them then).
-Writes ``hosted.json``, ``hosted.md`` and ``hosted.png`` under ``--out`` (default docs/results/).
+Writes ``hosted.json``, ``hosted.md`` and ``hosted.png`` under ``--out`` (default docs/results/);
+``--report`` re-renders them from an earlier run's JSON.
 """
 
 from __future__ import annotations
@@ -12,17 +13,25 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import harness
+
+from .report import aims, markdown, plot, summarize
+from .run import Record, run_provider
 
 __all__ = ["main"]
 
 logger = logging.getLogger("benchmarks.hosted")
 
 MODELS = {"openai": "gpt-5-mini", "anthropic": "claude-sonnet-4-5"}
+QUIET = ("httpx", "httpx2", "openai", "anthropic", "mem0", "sentence_transformers", "urllib3", "qdrant_client")
+LOCAL_TARGET = "local server applying the documented cache rules (benchmarks.common.provider_cache)"
+LOCAL_SECRET = "benchmark-local-secret-not-for-production"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,132 +54,106 @@ def build_parser() -> argparse.ArgumentParser:
         default="CP_MEMORY_CACHE_KEY_SECRET",
         help="environment variable with the prompt_cache_key secret (a fixed one for the local run)",
     )
-    p.add_argument("--locomo", help="path of locomo10.json (default: $CP_MEMORY_LOCOMO or shared/data)")
-    p.add_argument("--out", default="docs/results", help="folder of hosted.json / .md / .png")
+    harness.add_locomo(p)
+    harness.add_out(p, "docs/results")
     p.add_argument("--name", default="hosted", help="file name stem")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--report", metavar="JSON", help="only re-render the summary, markdown and PNG of an earlier run")
+    harness.add_verbose(p)
     return p
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in (
-        "httpx",
-        "httpx2",
-        "openai",
-        "anthropic",
-        "mem0",
-        "sentence_transformers",
-        "urllib3",
-        "qdrant_client",
-    ):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def _providers(args: argparse.Namespace) -> list[str]:
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     if any(p not in MODELS for p in providers):
         raise SystemExit(f"--providers: choose from {sorted(MODELS)}")
     if args.base_url and len(providers) != 1:
         raise SystemExit("--base-url talks to one provider: pass --providers openai or --providers anthropic")
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    return providers
 
-    from benchmarks.locomo.ingest import make_memory
-    from benchmarks.locomo.report import machine_info
-    from cp_memory.providers import PromptCacheKeys, default_counting
 
-    from .report import aims, markdown, plot, summarize
-    from .run import run_provider
+def _endpoints(args: argparse.Namespace, providers: Sequence[str], stack: ExitStack) -> dict[str, tuple[str, str]]:
+    """provider -> (base URL, API key): the real provider's with ``--base-url``, else the local server's."""
     from .server import ProviderServer
-    from .workload import build_workload
 
-    t0 = time.perf_counter()
-    counting = default_counting()
-    memory = make_memory()
-    work = build_workload(
-        memory,
-        [int(c) for c in args.conversations.split(",")],
-        chats=args.chats,
-        turns=args.turns,
-        chat_top_k=args.chat_top_k,
-        questions=args.questions,
-        qa_top_k=[int(k) for k in args.qa_top_k.split(",")],
-        locomo=args.locomo,
-    )
-    searched_s = time.perf_counter() - t0
-    logger.info("workload ready in %.0f s (%s memories)", searched_s, work.memories)
-    secret = os.environ.get(args.key_secret_env) or "benchmark-local-secret-not-for-production"
-    keys = PromptCacheKeys(secret)
-    records: list[Any] = []
-    accounts: dict[str, Any] = {}
-    models = {"openai": args.openai_model, "anthropic": args.anthropic_model}
     if args.base_url:
         env = args.api_key_env or f"{providers[0].upper()}_API_KEY"
-        api_key = os.environ.get(env)
-        if not api_key:
+        if not os.environ.get(env):
             raise SystemExit(f"--base-url needs an API key in ${env}")
-        target = f"measured on {args.base_url}"
-        recs, acc = run_provider(
-            providers[0],
-            models[providers[0]],
-            work,
-            base_url=args.base_url,
-            api_key=api_key,
-            systems=systems,
-            keys=keys,
-            counter=counting.tokens,
+        return {providers[0]: (args.base_url, os.environ[env])}
+    server = stack.enter_context(ProviderServer(step_s=args.step_s))
+    return {p: (server.url + ("/v1" if p == "openai" else ""), "local") for p in providers}
+
+
+def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
+    """Build the workload, send it to every provider; returns (meta, records)."""
+    from benchmarks.locomo.ingest import make_memory
+    from cp_memory.providers import PromptCacheKeys, default_counting
+
+    from .workload import build_workload
+
+    providers, t0 = _providers(args), time.perf_counter()
+    counting = default_counting()
+    models = {"openai": args.openai_model, "anthropic": args.anthropic_model}
+    keys = PromptCacheKeys(os.environ.get(args.key_secret_env) or LOCAL_SECRET)
+    records: list[Record] = []
+    accounts: dict[str, Any] = {}
+    with ExitStack() as stack:
+        endpoints = _endpoints(args, providers, stack)
+        work = build_workload(
+            make_memory(),
+            [int(c) for c in args.conversations.split(",")],
+            chats=args.chats,
+            turns=args.turns,
+            chat_top_k=args.chat_top_k,
+            questions=args.questions,
+            qa_top_k=[int(k) for k in args.qa_top_k.split(",")],
+            locomo=args.locomo,
         )
-        records += recs
-        accounts[providers[0]] = acc
-    else:
-        target = "local server applying the documented cache rules (benchmarks.common.provider_cache)"
-        with ProviderServer(step_s=args.step_s) as server:
-            for provider in providers:
-                base = server.url + ("/v1" if provider == "openai" else "")
-                recs, acc = run_provider(
-                    provider,
-                    models[provider],
-                    work,
-                    base_url=base,
-                    api_key="local",
-                    systems=systems,
-                    keys=keys,
-                    counter=counting.tokens,
-                )
-                records += recs
-                accounts[provider] = acc
-    rows = summarize(records)
-    meta: dict[str, Any] = {
-        "label": "modelled on the documented rules" if not args.base_url else "measured on the provider",
-        "target": target,
-        "command": "python -m benchmarks.hosted " + " ".join(argv if argv is not None else os.sys.argv[1:]),
+        searched_s = time.perf_counter() - t0
+        logger.info("workload ready in %.0f s (%s memories)", searched_s, work.memories)
+        systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+        for provider, (base_url, api_key) in endpoints.items():
+            recs, accounts[provider] = run_provider(
+                provider,
+                models[provider],
+                work,
+                base_url=base_url,
+                api_key=api_key,
+                systems=systems,
+                keys=keys,
+                counter=counting.tokens,
+            )
+            records += recs
+    meta = {
+        "label": "measured on the provider" if args.base_url else "modelled on the documented rules",
+        "target": f"measured on {args.base_url}" if args.base_url else LOCAL_TARGET,
         "args": vars(args),
         "models": models,
         "tokenizer": counting.name,
         "memories": work.memories,
         "seconds": round(time.perf_counter() - t0, 1),
         "search_seconds": round(searched_s, 1),
-        "git_commit": _git_commit(),
-        "machine": machine_info(),
         "accounts": accounts,
     }
-    meta["aims"] = aims(rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(
-        json.dumps({"meta": meta, "summary": rows, "records": [r.to_dict() for r in records]}, indent=1) + "\n",
-        encoding="utf-8",
-    )
-    (out / f"{args.name}.md").write_text(markdown(rows, meta), encoding="utf-8")
-    plot(rows, out / f"{args.name}.png")
-    for a in meta["aims"]:
+    return meta, records
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    harness.setup_logging(args.verbose)
+    for noisy in QUIET:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.report:  # the records of an earlier run, the envelope it was made with
+        payload = json.loads(Path(args.report).read_text(encoding="utf-8"))
+        records = [Record(**r) for r in payload["records"]]
+    else:
+        meta, records = _measure(args)
+        payload = harness.envelope("benchmarks.hosted", argv, meta=meta)
+    rows = summarize(records)
+    payload.update(summary=rows, records=[r.to_dict() for r in records])
+    payload["meta"]["aims"] = aims(rows)
+    harness.write_outputs(args.out, args.name, payload, markdown=markdown(payload), plot=lambda path: plot(rows, path))
+    for a in payload["meta"]["aims"]:
         logger.info("aim %s [%s]: %.3f %s", a["aim"], a["system"], a["value"], "met" if a["met"] else "NOT met")
-    logger.info("wrote %s/%s.{json,md,png} in %.0f s", out, args.name, meta["seconds"])
+    logger.info("wrote %s/%s.{json,md,png} in %.0f s", args.out, args.name, payload["meta"]["seconds"])
     return 0

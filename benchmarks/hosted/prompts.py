@@ -59,76 +59,59 @@ _RULES = [
     "If the user asks what you know about them, list the main facts briefly and offer more detail.",
 ]
 
-_TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "save_memory",
-        "description": "Store a short factual sentence about the user for later conversations.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "text": {"type": "string", "description": "The fact, one sentence, in the third person."},
-                "category": {"type": "string", "enum": ["person", "place", "event", "preference", "other"]},
-            },
-            "required": ["text"],
-        },
-    },
-    {
-        "name": "delete_memory",
-        "description": "Delete one stored memory of the user by its id, when the user asks to forget it.",
-        "parameters": {
-            "type": "object",
-            "properties": {"memory_id": {"type": "string", "description": "The id of the memory to delete."}},
-            "required": ["memory_id"],
-        },
-    },
-    {
-        "name": "search_memories",
-        "description": "Search the user's stored memories with a natural-language query.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What to look for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "How many results."},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "get_calendar",
-        "description": "List the user's calendar events between two dates (inclusive).",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "start": {"type": "string", "description": "First day, YYYY-MM-DD."},
-                "end": {"type": "string", "description": "Last day, YYYY-MM-DD."},
-            },
-            "required": ["start", "end"],
-        },
-    },
-    {
-        "name": "set_reminder",
-        "description": "Create a reminder for the user at a given date and time.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "when": {"type": "string", "description": "Date and time, ISO 8601."},
-                "text": {"type": "string", "description": "What to remind the user of."},
-            },
-            "required": ["when", "text"],
-        },
-    },
-    {
-        "name": "web_search",
-        "description": "Search the public web for facts that are not about the user.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "The search query."},
-                "recency_days": {"type": "integer", "minimum": 1, "description": "Only results this recent."},
-            },
-            "required": ["query"],
-        },
-    },
+
+def _arg(kind: str, description: str | None = None, **schema: Any) -> dict[str, Any]:
+    """One parameter's JSON schema: ``type``, its constraints, then its ``description``."""
+    return {"type": kind, **schema, **({"description": description} if description else {})}
+
+
+def _tool(name: str, description: str, required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    parameters = {"type": "object", "properties": properties, "required": required}
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+_TOOLS = [
+    _tool(
+        "save_memory",
+        "Store a short factual sentence about the user for later conversations.",
+        ["text"],
+        text=_arg("string", "The fact, one sentence, in the third person."),
+        category=_arg("string", enum=["person", "place", "event", "preference", "other"]),
+    ),
+    _tool(
+        "delete_memory",
+        "Delete one stored memory of the user by its id, when the user asks to forget it.",
+        ["memory_id"],
+        memory_id=_arg("string", "The id of the memory to delete."),
+    ),
+    _tool(
+        "search_memories",
+        "Search the user's stored memories with a natural-language query.",
+        ["query"],
+        query=_arg("string", "What to look for."),
+        limit=_arg("integer", "How many results.", minimum=1, maximum=50),
+    ),
+    _tool(
+        "get_calendar",
+        "List the user's calendar events between two dates (inclusive).",
+        ["start", "end"],
+        start=_arg("string", "First day, YYYY-MM-DD."),
+        end=_arg("string", "Last day, YYYY-MM-DD."),
+    ),
+    _tool(
+        "set_reminder",
+        "Create a reminder for the user at a given date and time.",
+        ["when", "text"],
+        when=_arg("string", "Date and time, ISO 8601."),
+        text=_arg("string", "What to remind the user of."),
+    ),
+    _tool(
+        "web_search",
+        "Search the public web for facts that are not about the user.",
+        ["query"],
+        query=_arg("string", "The search query."),
+        recency_days=_arg("integer", "Only results this recent.", minimum=1),
+    ),
 ]
 
 REALISTIC_SYSTEM = (

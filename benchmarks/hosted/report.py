@@ -22,6 +22,44 @@ def _share(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+def _per_turn(rs: Sequence[Record]) -> list[dict[str, Any]]:
+    by_turn: dict[int, list[Record]] = defaultdict(list)
+    for r in rs:
+        by_turn[r.turn].append(r)
+    return [
+        {
+            "turn": t,
+            "input_tokens": sum(r.input_tokens for r in g) / len(g),
+            "cached_share": _share(sum(r.cache_read_tokens for r in g), sum(r.input_tokens for r in g)),
+            "cost": sum(r.cost for r in g) / len(g),
+        }
+        for t, g in sorted(by_turn.items())
+    ]
+
+
+def _chat_fields(rs: Sequence[Record]) -> dict[str, Any]:
+    """A chat row's own: cached share from turn 3, per turn, cost per chat."""
+    late = [r for r in rs if r.turn >= 3]
+    by_chat: dict[tuple[int, int], float] = defaultdict(float)
+    for r in rs:
+        by_chat[(r.conversation, r.chat)] += r.cost
+    return {
+        "cached_share_from_turn_3": _share(sum(r.cache_read_tokens for r in late), sum(r.input_tokens for r in late)),
+        "per_turn": _per_turn(rs),
+        "cost_per_chat": [round(v, 1) for _, v in sorted(by_chat.items())],
+    }
+
+
+def _qa_fields(rs: Sequence[Record]) -> dict[str, Any]:
+    """A one-shot row's own: the share of questions whose cached prefix reaches into the memory lines."""
+    beyond = [
+        r
+        for r in rs
+        if r.cache_read_tokens >= OPENAI_MIN_TOKENS and r.cache_read_tokens >= r.stable_tokens + INTO_MEMORIES
+    ]
+    return {"questions_cached_into_memories": _share(len(beyond), len(rs))}
+
+
 def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
     """One row per (provider, system, workload, arm)."""
     groups: dict[tuple[str, str, str, str], list[Record]] = defaultdict(list)
@@ -52,35 +90,7 @@ def summarize(records: Sequence[Record]) -> list[dict[str, Any]]:
             "shared_per_request": sum(r.shared for r in rs) / n,
             "pointers_per_request": sum(r.pointers for r in rs) / n,
         }
-        if workload == "chat":
-            late = [r for r in rs if r.turn >= 3]
-            row["cached_share_from_turn_3"] = _share(
-                sum(r.cache_read_tokens for r in late), sum(r.input_tokens for r in late)
-            )
-            by_turn: dict[int, list[Record]] = defaultdict(list)
-            for r in rs:
-                by_turn[r.turn].append(r)
-            row["per_turn"] = [
-                {
-                    "turn": t,
-                    "input_tokens": sum(r.input_tokens for r in g) / len(g),
-                    "cached_share": _share(sum(r.cache_read_tokens for r in g), sum(r.input_tokens for r in g)),
-                    "cost": sum(r.cost for r in g) / len(g),
-                }
-                for t, g in sorted(by_turn.items())
-            ]
-            by_chat: dict[tuple[int, int], float] = defaultdict(float)
-            for r in rs:
-                by_chat[(r.conversation, r.chat)] += r.cost
-            row["cost_per_chat"] = [round(v, 1) for _, v in sorted(by_chat.items())]
-        else:
-            beyond = [
-                r
-                for r in rs
-                if r.cache_read_tokens >= OPENAI_MIN_TOKENS and r.cache_read_tokens >= r.stable_tokens + INTO_MEMORIES
-            ]
-            row["questions_cached_into_memories"] = _share(len(beyond), n)
-        rows.append(row)
+        rows.append(row | (_chat_fields(rs) if workload == "chat" else _qa_fields(rs)))
     return rows
 
 
@@ -89,6 +99,10 @@ def _find(rows: Sequence[Mapping[str, Any]], **want: str) -> Mapping[str, Any] |
         if all(r.get(k) == v for k, v in want.items()):
             return r
     return None
+
+
+def _aim(aim: str, system: str, value: float, met: bool) -> dict[str, Any]:
+    return {"aim": aim, "system": system, "value": value, "met": met}
 
 
 def aims(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -100,40 +114,24 @@ def aims(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             cp = _find(rows, provider="anthropic", system=system, workload="chat", arm=arm)
             if cp and base and base["input_cost"]:
                 ratio = cp["input_cost"] / base["input_cost"]
-                out.append(
-                    {
-                        "aim": f"Anthropic 8-turn chats: {arm} input cost <= 0.5x mem0's documented pattern",
-                        "system": system,
-                        "value": ratio,
-                        "met": ratio <= 0.5,
-                    }
-                )
+                aim = f"Anthropic 8-turn chats: {arm} input cost <= 0.5x mem0's documented pattern"
+                out.append(_aim(aim, system, ratio, ratio <= 0.5))
         for arm in ("cp-append", "cp-late"):
             cp = _find(rows, provider="openai", system=system, workload="chat", arm=arm)
             if cp and cp.get("cached_share_from_turn_3") is not None:
                 share = cp["cached_share_from_turn_3"]
-                out.append(
-                    {
-                        "aim": f"OpenAI 8-turn chats: >= 70% of input tokens cached from turn 3 on ({arm})",
-                        "system": system,
-                        "value": share,
-                        "met": share >= 0.70,
-                    }
-                )
+                aim = f"OpenAI 8-turn chats: >= 70% of input tokens cached from turn 3 on ({arm})"
+                out.append(_aim(aim, system, share, share >= 0.70))
         for provider in ("openai", "anthropic"):
             for arm in ("cp", "cp-swap"):
                 cp = _find(rows, provider=provider, system=system, workload="qa100", arm=arm)
                 if cp and cp.get("questions_cached_into_memories") is not None:
                     share = cp["questions_cached_into_memories"]
-                    out.append(
-                        {
-                            "aim": f"{provider} one-shot QA k=100: >= 40% of questions cached past 1,024 "
-                            f"tokens and into the memory lines ({arm})",
-                            "system": system,
-                            "value": share,
-                            "met": share >= 0.40,
-                        }
+                    aim = (
+                        f"{provider} one-shot QA k=100: >= 40% of questions cached past 1,024 tokens and into the "
+                        f"memory lines ({arm})"
                     )
+                    out.append(_aim(aim, system, share, share >= 0.40))
     return out
 
 
@@ -143,7 +141,10 @@ def _f(x: Any, fmt: str = ".2f") -> str:
     return format(x, fmt)
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
+def markdown(payload: Mapping[str, Any]) -> str:
+    """The table and the aims of a run's JSON (``command`` and ``machine`` from its envelope, or from the
+    ``meta`` of a result written before the envelope)."""
+    rows, meta = payload["summary"], {**payload, **payload["meta"]}
     lines = [
         "# Hosted prompt caches: mem0's documented pattern vs cp_memory",
         "",
@@ -175,6 +176,13 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bars(ax: Any, rows: Sequence[Mapping[str, Any]], values: list[float], labels: list[str], **ticks: Any) -> None:
+    """One bar per row, coloured by arm (cp blue, mem0 red, mem0+auto orange)."""
+    colors = ["#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in rows]
+    ax.bar(range(len(rows)), values, color=colors)
+    ax.set_xticks(range(len(rows)), labels, **ticks)
+
+
 def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     try:
         import matplotlib
@@ -184,19 +192,11 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     except ImportError:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    ax = axes[0]
     chat = [r for r in rows if r["provider"] == "anthropic" and r["workload"] == "chat"]
     labels = [f"{r['system']}\n{r['arm']}" for r in chat]
-    ax.bar(
-        range(len(chat)),
-        [r["cost_per_100"] for r in chat],
-        color=[
-            "#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in chat
-        ],
-    )
-    ax.set_xticks(range(len(chat)), labels, fontsize=8)
-    ax.set_ylabel("input cost per 100 questions (input-token units)")
-    ax.set_title("Anthropic, 8-turn chats")
+    _bars(axes[0], chat, [r["cost_per_100"] for r in chat], labels, fontsize=8)
+    axes[0].set_ylabel("input cost per 100 questions (input-token units)")
+    axes[0].set_title("Anthropic, 8-turn chats")
     ax = axes[1]
     for r in rows:
         if r["provider"] == "openai" and r["workload"] == "chat":
@@ -209,27 +209,16 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
                 label=f"{r['arm']} ({r['system']})",
             )
     ax.axhline(0.7, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_ylim(0, 1)
     ax.set_xlabel("turn")
-    ax.set_ylabel("share of input tokens cached")
     ax.set_title("OpenAI, 8-turn chats")
     ax.legend(fontsize=8)
-    ax = axes[2]
     qa = [r for r in rows if r["workload"].startswith("qa")]
-    ax.bar(
-        range(len(qa)),
-        [r["cached_share"] or 0 for r in qa],
-        color=["#4c72b0" if r["arm"].startswith("cp") else "#c44e52" if r["arm"] == "mem0" else "#dd8452" for r in qa],
-    )
-    ax.set_xticks(
-        range(len(qa)),
-        [f"{r['provider'][:4]} {r['system'][:5]}\n{r['workload']} {r['arm']}" for r in qa],
-        fontsize=6,
-        rotation=90,
-    )
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("share of input tokens cached")
-    ax.set_title("one-shot QA")
+    labels = [f"{r['provider'][:4]} {r['system'][:5]}\n{r['workload']} {r['arm']}" for r in qa]
+    _bars(axes[2], qa, [r["cached_share"] or 0 for r in qa], labels, fontsize=6, rotation=90)
+    axes[2].set_title("one-shot QA")
+    for ax in axes[1:]:
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("share of input tokens cached")
     fig.suptitle("Prompt caches modelled on the providers' documented rules (LoCoMo, local server)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

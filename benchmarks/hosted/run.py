@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from cp_memory.providers import (
@@ -95,49 +95,38 @@ class Caller:
             self.client = Anthropic(base_url=base_url, api_key=api_key, max_retries=2)
 
     def send(self, kwargs: dict[str, Any], run: str, stream: bool) -> CacheUsage:
-        headers = {"x-bench-run": run}
         if self.provider == "openai":
-            if stream:
-                events = self.client.chat.completions.create(
-                    model=self.model,
-                    max_completion_tokens=MAX_TOKENS,
-                    stream=True,
-                    stream_options={"include_usage": True},
-                    extra_headers=headers,
-                    **kwargs,
-                )
-                usage = UsageStream(provider="openai")
-                for _ in usage.wrap(events):
-                    pass
-                return usage.usage
-            reply = self.client.chat.completions.create(
-                model=self.model, max_completion_tokens=MAX_TOKENS, extra_headers=headers, **kwargs
-            )
-            return read_usage(reply)
-        if stream:
-            usage = UsageStream(provider="anthropic")
-            with self.client.messages.create(
-                model=self.model, max_tokens=MAX_TOKENS, stream=True, extra_headers=headers, **kwargs
-            ) as events:
-                for _ in usage.wrap(events):
-                    pass
-            return usage.usage
-        return read_usage(
-            self.client.messages.create(model=self.model, max_tokens=MAX_TOKENS, extra_headers=headers, **kwargs)
+            create, limit = self.client.chat.completions.create, {"max_completion_tokens": MAX_TOKENS}
+            streamed = {"stream": True, "stream_options": {"include_usage": True}}
+        else:
+            create, limit = self.client.messages.create, {"max_tokens": MAX_TOKENS}
+            streamed = {"stream": True}
+        reply = create(
+            model=self.model, extra_headers={"x-bench-run": run}, **limit, **(streamed if stream else {}), **kwargs
         )
+        if not stream:
+            return read_usage(reply)
+        usage = UsageStream(provider=self.provider)
+        with reply as events:
+            for _ in usage.wrap(events):
+                pass
+        return usage.usage
 
 
-def _shown(response: Any) -> tuple[int, int]:
+def _shown(response: Any) -> tuple[int, int, int]:
+    """(memories in full, pointers, leading memories aligned with an earlier prompt) of a search response."""
     info = response.get("context_pilot") if isinstance(response, dict) else None
     if not isinstance(info, dict):
-        return len(response.get("results", [])), 0
-    return len(info.get("blocks") or []), len(info.get("sent") or [])
+        return len(response.get("results", [])), 0, 0
+    return len(info.get("blocks") or []), len(info.get("sent") or []), int(info.get("prefix_len") or 0)
 
 
 class Arm:
     """Builds each request of one (provider, arm, system) combination; keeps a chat's history."""
 
-    def __init__(self, provider: str, arm: str, variant: str, model: str, keys: PromptCacheKeys, counter: Any) -> None:
+    def __init__(
+        self, provider: str, arm: str, variant: str, model: str, keys: PromptCacheKeys, counter: Callable[[str], int]
+    ) -> None:
         self.provider, self.arm, self.variant, self.model = provider, arm, variant, model
         self.system = SYSTEMS[variant]
         self.tools = tools_for(variant, provider)
@@ -157,10 +146,9 @@ class Arm:
         if self.arm.startswith("cp"):
             r = s.cp[self.arm]
             if self.provider == "openai":
-                kw = openai_request(
+                return openai_request(
                     s.question, r, system=self.system, history=self.history, tools=self.tools, keys=self.keys
-                )
-                return kw, 0
+                ), 0
             layout = "oneshot" if not chat else ("late" if self.arm == "cp-late" else "append")
             req = anthropic_request(
                 s.question,
@@ -172,6 +160,10 @@ class Arm:
                 layout=layout,
             )
             return req.kwargs(), len(req.breakpoints)
+        return self._mem0_request(s), 1 if self.arm == "mem0+auto" else 0
+
+    def _mem0_request(self, s: Searched) -> dict[str, Any]:
+        """mem0's documented pattern: the memories in the system message, then the history and the question."""
         system = mem0_system(self.system, s.mem0)
         messages = self.history + [{"role": "user", "content": s.question}]
         if self.provider == "openai":
@@ -182,7 +174,7 @@ class Arm:
                 kw["cache_control"] = {"type": "ephemeral"}
         if self.tools:
             kw["tools"] = self.tools
-        return kw, 1 if self.arm == "mem0+auto" else 0
+        return kw
 
     def sent(self, s: Searched, kwargs: dict[str, Any]) -> None:
         """Keep the turn in the history: cp-append as sent (memories included: append-only), the others the
@@ -197,6 +189,58 @@ class Arm:
         self.history.append({"role": "assistant", "content": fixed_answer(s.question)})
 
 
+def _jobs(work: Workload, arm: str) -> list[tuple[str, int, int, list[Searched]]]:
+    """(workload, conversation, chat, questions) of every chat and one-shot sequence ``arm`` takes part in."""
+    jobs = [] if arm in QA_ONLY else [("chat", conv, c, turns) for (conv, c), turns in sorted(work.chats.items())]
+    if arm not in CHAT_ONLY:
+        for k, by_conv in sorted(work.qa.items()):
+            jobs += [(f"qa{k}", conv, 0, rows) for conv, rows in sorted(by_conv.items())]
+    return jobs
+
+
+def _run_job(
+    caller: Caller, arm: Arm, account: SavingsAccount, job: tuple[str, int, int, list[Searched]], run: str
+) -> list[Record]:
+    """Send one chat (streamed, its turns kept in the history) or one-shot sequence; one record a request."""
+    workload, conv, c, rows = job
+    chat, stable = workload == "chat", arm.stable_tokens()
+    prices = default_prices(arm.provider, arm.model)
+    arm.new_chat()
+    out = []
+    for t, s in enumerate(rows, 1):
+        kwargs, breakpoints = arm.request(s, chat=chat)
+        usage = replace(caller.send(kwargs, run, stream=chat), provider=arm.provider, model=arm.model)
+        account.add(usage)
+        if chat:
+            arm.sent(s, kwargs)
+        memories, pointers, shared = _shown(s.cp[arm.arm] if arm.arm.startswith("cp") else s.mem0)
+        out.append(
+            Record(
+                provider=arm.provider,
+                model=arm.model,
+                system=arm.variant,
+                workload=workload,
+                arm=arm.arm,
+                conversation=conv,
+                chat=c,
+                turn=t,
+                question=s.digest,
+                input_tokens=usage.input_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cache_write_1h_tokens=usage.cache_write_1h_tokens,
+                uncached_tokens=usage.uncached_tokens,
+                cost=call_cost(usage, prices) if prices else float("nan"),
+                stable_tokens=stable,
+                memories=memories,
+                pointers=pointers,
+                breakpoints=breakpoints,
+                shared=shared,
+            )
+        )
+    return out
+
+
 def run_provider(
     provider: str,
     model: str,
@@ -206,73 +250,18 @@ def run_provider(
     api_key: str,
     systems: Sequence[str],
     keys: PromptCacheKeys,
-    counter: Any,
-    run_prefix: str = "",
+    counter: Callable[[str], int],
 ) -> tuple[list[Record], dict[str, Any]]:
     """Every arm x system prompt x workload of one provider; returns the records and the accounts' totals."""
     caller = Caller(provider, base_url, api_key, model)
     records: list[Record] = []
     accounts: dict[str, Any] = {}
-    prices = default_prices(provider, model)
     for variant in systems:
         for arm_name in ARMS[provider]:
             arm = Arm(provider, arm_name, variant, model, keys, counter)
-            stable = arm.stable_tokens()
             account = SavingsAccount()
-            jobs: list[tuple[str, int, int, list[Searched]]] = [
-                ("chat", conv, c, turns) for (conv, c), turns in sorted(work.chats.items())
-            ]
-            for k, by_conv in sorted(work.qa.items()):
-                jobs += [(f"qa{k}", conv, 0, rows) for conv, rows in sorted(by_conv.items())]
-            for workload, conv, c, rows in jobs:
-                chat = workload == "chat"
-                if (chat and arm_name in QA_ONLY) or (not chat and arm_name in CHAT_ONLY):
-                    continue
-                run = f"{run_prefix}{provider}/{variant}/{arm_name}/{workload}"
-                arm.new_chat()
-                for t, s in enumerate(rows, 1):
-                    kwargs, breakpoints = arm.request(s, chat=chat)
-                    usage = caller.send(kwargs, run, stream=chat)
-                    usage = CacheUsage(
-                        provider,
-                        usage.input_tokens,
-                        usage.cache_read_tokens,
-                        usage.cache_write_tokens,
-                        usage.output_tokens,
-                        usage.cache_write_1h_tokens,
-                        model,
-                    )
-                    account.add(usage)
-                    if chat:
-                        arm.sent(s, kwargs)
-                    shown = s.cp[arm_name] if arm_name.startswith("cp") else s.mem0
-                    memories, pointers = _shown(shown)
-                    info = shown.get("context_pilot") if isinstance(shown, dict) else None
-                    shared = int(info.get("prefix_len") or 0) if isinstance(info, dict) else 0
-                    records.append(
-                        Record(
-                            provider,
-                            model,
-                            variant,
-                            workload,
-                            arm_name,
-                            conv,
-                            c,
-                            t,
-                            s.digest,
-                            usage.input_tokens,
-                            usage.cache_read_tokens,
-                            usage.cache_write_tokens,
-                            usage.cache_write_1h_tokens,
-                            usage.uncached_tokens,
-                            call_cost(usage, prices) if prices else float("nan"),
-                            stable,
-                            memories,
-                            pointers,
-                            breakpoints,
-                            shared,
-                        )
-                    )
+            for job in _jobs(work, arm_name):
+                records += _run_job(caller, arm, account, job, f"{provider}/{variant}/{arm_name}/{job[0]}")
             if account.summary().calls:
                 accounts[f"{variant}/{arm_name}"] = asdict(account.summary())
             logger.info("%s %s %s: %s", provider, variant, arm_name, account.summary().line())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,6 +30,8 @@ from cp_memory.providers.rules import anthropic_min_tokens
 __all__ = ["ANSWER", "ProviderServer", "default_tokenizer"]
 
 ANSWER = "Noted."
+#: (SSE event name or None, data) of a streamed answer
+Events = list[tuple[str | None, Any]]
 
 
 def default_tokenizer() -> Callable[[str], Sequence[Hashable]]:
@@ -79,38 +82,32 @@ class ProviderServer:
                 return
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                run = self.headers.get("x-bench-run") or "default"
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                run, path = self.headers.get("x-bench-run") or "default", self.path.rstrip("/")
+                openai = path.endswith("/chat/completions")
+                if not openai and not path.endswith("/messages"):
+                    self.send_error(404)
+                    return
                 try:
-                    if self.path.rstrip("/").endswith("/chat/completions"):
-                        events, payload = server.chat(body, run)
-                    elif self.path.rstrip("/").endswith("/messages"):
-                        events, payload = server.messages(body, run)
-                    else:
-                        self.send_error(404)
-                        return
+                    events, payload = (server.chat if openai else server.messages)(body, run)
                 except ValueError as exc:  # what the real API rejects with a 400
-                    data = json.dumps({"error": {"type": "invalid_request_error", "message": str(exc)}}).encode()
-                    self.send_response(400)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self._json(400, {"error": {"type": "invalid_request_error", "message": str(exc)}})
                     return
-                if body.get("stream"):
-                    self.send_response(200)
-                    self.send_header("content-type", "text/event-stream")
-                    self.end_headers()
-                    for name, event in events:
-                        line = (f"event: {name}\n" if name else "") + f"data: {json.dumps(event)}\n\n"
-                        self.wfile.write(line.encode())
-                    if self.path.rstrip("/").endswith("/chat/completions"):
-                        self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
+                if not body.get("stream"):
+                    self._json(200, payload)
                     return
-                data = json.dumps(payload).encode()
                 self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for name, event in events:
+                    self.wfile.write(((f"event: {name}\n" if name else "") + f"data: {json.dumps(event)}\n\n").encode())
+                if openai:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+            def _json(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
@@ -142,7 +139,7 @@ class ProviderServer:
             tokens += list(self.tokenize(_text_of(m.get("content"))))
         return tokens
 
-    def chat(self, body: dict[str, Any], run: str) -> tuple[list[tuple[str | None, Any]], dict[str, Any]]:
+    def chat(self, body: dict[str, Any], run: str) -> tuple[Events, dict[str, Any]]:
         with self.lock:
             now = self._tick()
             cache = self.openai.setdefault(run, OpenAIPromptCache(machines=self.machines))
@@ -150,17 +147,7 @@ class ProviderServer:
             served = cache.serve(
                 tokens, key=body.get("prompt_cache_key"), retention=body.get("prompt_cache_retention"), now=now
             )
-            self.log.append(
-                {
-                    "api": "openai",
-                    "run": run,
-                    "prompt": served.prompt,
-                    "cached": served.cached,
-                    "machine": served.machine,
-                    "overflow": served.overflow,
-                    "now": now,
-                }
-            )
+            self.log.append({"api": "openai", "run": run, "now": now, **asdict(served)})
         out = len(self.tokenize(ANSWER))
         usage = {
             "prompt_tokens": served.prompt,
@@ -168,8 +155,7 @@ class ProviderServer:
             "total_tokens": served.prompt + out,
             "prompt_tokens_details": {"cached_tokens": served.cached, "audio_tokens": 0},
         }
-        model = body.get("model", "model")
-        head = {"id": f"chatcmpl-{len(self.log)}", "created": int(now), "model": model}
+        head = {"id": f"chatcmpl-{len(self.log)}", "created": int(now), "model": body.get("model", "model")}
         payload = {
             **head,
             "object": "chat.completion",
@@ -177,7 +163,7 @@ class ProviderServer:
             "usage": usage,
         }
         chunk = {**head, "object": "chat.completion.chunk"}
-        events: list[tuple[str | None, Any]] = [
+        events: Events = [
             (None, {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ANSWER}}]}),
             (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
         ]
@@ -201,7 +187,7 @@ class ProviderServer:
             out.append(CacheBlock(tokens, ttl))
         return out
 
-    def messages(self, body: dict[str, Any], run: str) -> tuple[list[tuple[str | None, Any]], dict[str, Any]]:
+    def messages(self, body: dict[str, Any], run: str) -> tuple[Events, dict[str, Any]]:
         model = str(body.get("model", "claude"))
         auto = body.get("cache_control")
         automatic = (auto.get("ttl", "5m") if isinstance(auto, dict) else None) or None
@@ -209,16 +195,7 @@ class ProviderServer:
             now = self._tick()
             cache = self.anthropic.setdefault((run, model), AnthropicPromptCache(anthropic_min_tokens(model)[0]))
             served = cache.serve(self.anthropic_blocks(body), automatic=automatic, now=now)
-            self.log.append(
-                {
-                    "api": "anthropic",
-                    "run": run,
-                    "prompt": served.prompt,
-                    "read": served.read,
-                    "written": served.written,
-                    "now": now,
-                }
-            )
+            self.log.append({"api": "anthropic", "run": run, "now": now, **asdict(served)})
         out = len(self.tokenize(ANSWER))
         usage = {
             "input_tokens": served.uncached,
@@ -238,41 +215,30 @@ class ProviderServer:
             "stop_sequence": None,
             "usage": usage,
         }
-        start_usage = {**usage, "output_tokens": 1}
-        events: list[tuple[str | None, Any]] = [
-            (
-                "message_start",
-                {
-                    "type": "message_start",
-                    "message": {
-                        **message,
-                        "content": [],
-                        "stop_reason": None,
-                        "stop_sequence": None,
-                        "usage": start_usage,
-                    },
-                },
-            ),
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            ),
-            (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ANSWER}},
-            ),
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": out},
-                },
-            ),
-            ("message_stop", {"type": "message_stop"}),
-        ]
-        return events, payload
+        return _anthropic_events(message, usage, out), payload
+
+
+def _event(name: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    return name, {"type": name, **fields}
+
+
+def _anthropic_events(message: dict[str, Any], usage: dict[str, Any], out: int) -> Events:
+    """A streamed Anthropic answer: message_start (the usage of the prompt), one text block, message_delta."""
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    return [
+        _event("message_start", message=start),
+        _event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+        _event("content_block_delta", index=0, delta={"type": "text_delta", "text": ANSWER}),
+        _event("content_block_stop", index=0),
+        _event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": out}),
+        _event("message_stop"),
+    ]
 
 
 def _blocks(message: dict[str, Any]) -> list[Any]:

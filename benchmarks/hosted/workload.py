@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.common.locomo import Conversation, load_locomo
+from benchmarks.frameworks.workload import fixed_answer  # the assistant answer kept in the history: ~120 words
 from cp_memory.core.blocks import text_digest
 
 __all__ = ["SWAP_BUDGET", "SWAP_PROTECT", "Searched", "Workload", "build_workload", "fixed_answer"]
@@ -30,13 +31,6 @@ SWAP_BUDGET = 0.25
 SWAP_PROTECT = 0.5
 
 logger = logging.getLogger(__name__)
-
-
-def fixed_answer(question: str) -> str:
-    """The assistant answer kept in the history (the frameworks benchmark's ~120-word fixed answer)."""
-    from benchmarks.frameworks.workload import fixed_answer as answer
-
-    return answer(question)
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from benchmarks.frameworks.probe import EngineProbe, _AsyncTransport, _SyncTransport
+from benchmarks.frameworks.probe import EngineProbe, _Transport
 from benchmarks.frameworks.report import markdown, summarize
 from benchmarks.frameworks.workload import count_shown, fixed_answer
 
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 BODY = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}
 
 
@@ -49,7 +51,7 @@ def _engine(request: httpx.Request) -> httpx.Response:
 
 def test_probe_records_the_request_and_what_the_engine_reported() -> None:
     probe = EngineProbe()
-    with httpx.Client(transport=_SyncTransport(probe, httpx.MockTransport(_engine))) as client:
+    with httpx.Client(transport=_Transport(probe, httpx.MockTransport(_engine))) as client:
         with client.stream("POST", "http://e/v1/chat/completions", json={**BODY, "stream": True}) as r:
             assert b"".join(r.iter_bytes()) == STREAM  # the framework sees the answer unchanged
         client.post("http://e/v1/chat/completions", json=BODY)
@@ -64,7 +66,7 @@ def test_probe_records_the_request_and_what_the_engine_reported() -> None:
 
 async def test_async_probe() -> None:
     probe = EngineProbe()
-    transport = _AsyncTransport(probe, httpx.MockTransport(_engine))
+    transport = _Transport(probe, httpx.MockTransport(_engine))
     async with httpx.AsyncClient(transport=transport) as client:
         r = await client.post("http://e/v1/chat/completions", json={**BODY, "stream": True})
         assert r.content == STREAM
@@ -124,3 +126,27 @@ def test_shown_memories_and_pointers_are_counted_in_both_label_styles() -> None:
 
 def test_fixed_answer_is_100_to_150_words() -> None:
     assert 100 <= len(fixed_answer("Where does Alice live?").split()) <= 150
+
+
+def test_report_re_renders_the_committed_run(tmp_path: Path) -> None:
+    """``--report``: the summary and the table of docs/results/frameworks.json come back from its records."""
+    from benchmarks.frameworks.cli import main
+
+    assert main(["--report", str(RESULTS / "frameworks.json"), "--out", str(tmp_path)]) == 0
+    committed = json.loads((RESULTS / "frameworks.json").read_text(encoding="utf-8"))
+    assert json.loads((tmp_path / "frameworks.json").read_text(encoding="utf-8"))["summary"] == committed["summary"]
+    table = (tmp_path / "frameworks.md").read_text(encoding="utf-8")
+    assert table == (RESULTS / "frameworks.md").read_text(encoding="utf-8")
+
+
+def test_report_re_renders_a_partial_run(tmp_path: Path) -> None:
+    """A run that crashed leaves frameworks.partial.json (its meta so far and the records measured): ``--report``
+    renders it although it has no machine description."""
+    from benchmarks.frameworks.cli import main
+
+    committed = json.loads((RESULTS / "frameworks.json").read_text(encoding="utf-8"))
+    meta = {k: v for k, v in committed["meta"].items() if k not in ("command", "machine", "git_commit")}
+    partial = tmp_path / "frameworks.partial.json"
+    partial.write_text(json.dumps({"meta": {**meta, "partial": True}, "records": committed["records"]}))
+    assert main(["--report", str(partial), "--out", str(tmp_path / "out")]) == 0
+    assert "| langgraph | fixed | cp-append | 340 / 348 (0.98x) |" in (tmp_path / "out" / "frameworks.md").read_text()

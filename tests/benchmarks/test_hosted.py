@@ -3,12 +3,16 @@ the providers' shapes and cp_memory reads the cache model's figures from it."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from benchmarks.hosted.server import ProviderServer
 from cp_memory.providers import UsageStream, read_usage
 
 SYSTEM = "Stable instructions. " * 400  # ~1,600 tokens
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 def test_openai_sdk_against_the_local_server_stream_and_not():
@@ -63,3 +67,14 @@ def test_anthropic_sdk_against_the_local_server_stream_and_not():
             client.messages.create(
                 model="claude-sonnet-4-5", max_tokens=8, system=many, messages=[{"role": "user", "content": "q"}]
             )
+
+
+def test_report_re_renders_the_committed_run_from_its_records(tmp_path: Path) -> None:
+    """``--report``: the summary, the aims and the table of docs/results/hosted.json come back from its records."""
+    from benchmarks.hosted.cli import main
+
+    assert main(["--report", str(RESULTS / "hosted.json"), "--out", str(tmp_path)]) == 0
+    committed = json.loads((RESULTS / "hosted.json").read_text(encoding="utf-8"))
+    again = json.loads((tmp_path / "hosted.json").read_text(encoding="utf-8"))
+    assert again["summary"] == committed["summary"] and again["meta"]["aims"] == committed["meta"]["aims"]
+    assert (tmp_path / "hosted.md").read_text(encoding="utf-8") == (RESULTS / "hosted.md").read_text(encoding="utf-8")
