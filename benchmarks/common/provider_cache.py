@@ -240,19 +240,8 @@ class AnthropicPromptCache:
             raise TypeError("blocks must be CacheBlock records")
         if automatic is not None and automatic not in ANTHROPIC_TTLS:
             raise ValueError(f"automatic TTL must be one of {ANTHROPIC_TTLS} or None, got {automatic!r}")
-        marks: dict[int, str] = {i: b.breakpoint for i, b in enumerate(blocks) if b.breakpoint is not None}
-        count = len(marks) + (1 if automatic is not None and blocks else 0)
-        if count > self.max_breakpoints:
-            raise ValueError(
-                f"A maximum of {self.max_breakpoints} blocks with cache_control may be provided. Found {count}."
-            )
-        if automatic is not None and blocks:
-            last = len(blocks) - 1
-            marks[last] = max(marks.get(last, automatic), automatic, key=ANTHROPIC_TTL_SECONDS.__getitem__)
+        marks = self._breakpoints(blocks, automatic)
         ordered = sorted(marks)
-        for first, later in zip(ordered, ordered[1:]):
-            if ANTHROPIC_TTL_SECONDS[marks[first]] < ANTHROPIC_TTL_SECONDS[marks[later]]:
-                raise ValueError("a cache_control TTL of 1h must not come after one of 5m (longer TTLs first)")
         self._expire(now)
         digests: list[bytes] = []
         cum: list[int] = []
@@ -290,6 +279,24 @@ class AnthropicPromptCache:
             done = cum[bp]
         read = cum[read_at] if read_at >= 0 else 0
         return AnthropicServed(total, read, written, written_1h, total - read - written, tuple(ordered))
+
+    def _breakpoints(self, blocks: Sequence[CacheBlock], automatic: str | None) -> dict[int, str]:
+        """Block index -> TTL of every breakpoint (the automatic one on the last block), checked as the API
+        checks them: at most ``max_breakpoints``, no 1 h breakpoint after a 5 min one."""
+        marks: dict[int, str] = {i: b.breakpoint for i, b in enumerate(blocks) if b.breakpoint is not None}
+        count = len(marks) + (1 if automatic is not None and blocks else 0)
+        if count > self.max_breakpoints:
+            raise ValueError(
+                f"A maximum of {self.max_breakpoints} blocks with cache_control may be provided. Found {count}."
+            )
+        if automatic is not None and blocks:
+            last = len(blocks) - 1
+            marks[last] = max(marks.get(last, automatic), automatic, key=ANTHROPIC_TTL_SECONDS.__getitem__)
+        ordered = sorted(marks)
+        for first, later in zip(ordered, ordered[1:]):
+            if ANTHROPIC_TTL_SECONDS[marks[first]] < ANTHROPIC_TTL_SECONDS[marks[later]]:
+                raise ValueError("a cache_control TTL of 1h must not come after one of 5m (longer TTLs first)")
+        return marks
 
     def _expire(self, now: float) -> None:
         for k in [k for k, e in self._entries.items() if e.expires <= now]:

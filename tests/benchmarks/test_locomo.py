@@ -176,7 +176,7 @@ def test_parse_judge_score() -> None:
 
 
 def test_select_conversations() -> None:
-    from benchmarks.locomo.run import select_conversations
+    from benchmarks.common.locomo_select import select_conversations
 
     class C:
         def __init__(self, sid: str) -> None:
