@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.harness import envelope
 from benchmarks.locomo.export import join_lines, load_prompts
 
 from .client import Reply, StreamingClient
@@ -205,18 +206,6 @@ def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _envelope(argv: Sequence[str], **fields: Any) -> dict[str, Any]:
-    """The harness's result envelope (command, machine, git commit), then ``fields``. The harness imports
-    cp_memory (numpy, scipy) for a default of its own: on a bare Python the replay records its command alone."""
-    try:
-        from benchmarks.common.harness import envelope
-    except ImportError as exc:
-        logger.warning("the machine is not described on this bare Python (%s)", exc)
-        command = " ".join(["python -m benchmarks.replay", *argv])  # as the harness writes it
-        return {"command": command, "machine": None, "git_commit": None, **fields}
-    return envelope("benchmarks.replay", argv, **fields)
-
-
 def _engine(args: argparse.Namespace) -> tuple[StreamingClient, str, LaunchedLlamaServer | None]:
     """(client, engine kind, the launched llama-server or None) from ``--llama-server`` / ``--engine-url``."""
     if not args.llama_server:
@@ -298,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
     rows = summarize(records)
-    payload = _envelope(argv, meta=meta, summary=rows, requests=records)
+    payload = envelope("benchmarks.replay", argv, meta=meta, summary=rows, requests=records)
     header = [
         f"**LoCoMo prompt replay** — engine: **{engine['kind']}**, model: **{engine['model']}**",
         "",

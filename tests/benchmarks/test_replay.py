@@ -236,8 +236,8 @@ def test_replay_rejects_bad_arguments(tmp_path: Path) -> None:
 
 def test_replay_runs_on_a_bare_python(tmp_path: Path, model_server: _ModelServer) -> None:
     """The replay needs the standard library only (the GPU path): under ``python -S`` (no site-packages: no
-    numpy, none of cp_memory's dependencies) it replays an export and records the command that ran it,
-    without the machine description the harness gives in a full environment."""
+    numpy, none of cp_memory's dependencies) it replays an export and records the command and the machine
+    (the harness needs the standard library only)."""
     export = PromptExport({"max_tokens": 2})
     export.start_run(conversation=0, sample_id="c", k="20", mode="baseline", position=0, warmup=1)
     export.add(turn=1, measured=False, prompt="Memories:\n[Doc 1] a\n\nQuestion: q1\nAnswer:")
@@ -255,10 +255,10 @@ def test_replay_runs_on_a_bare_python(tmp_path: Path, model_server: _ModelServer
     assert bare.returncode == 0, bare.stderr
     (folder,) = (tmp_path / "bare").iterdir()
     result = json.loads((folder / "results.json").read_text())
-    assert result["command"].startswith("python -m benchmarks.replay ") and result["machine"] is None
+    assert result["command"].startswith("python -m benchmarks.replay ") and result["machine"]["summary"]
     assert [r["turn"] for r in result["requests"]] == [1, 2] and result["meta"]["engine"]["kind"] == "sglang"
-    full = _replay(tmp_path, "--engine-url", url)  # in this environment the harness describes the machine
-    assert full["machine"]["summary"]
+    full = _replay(tmp_path, "--engine-url", url)  # the same replay in the full environment
+    assert full["machine"] == result["machine"]
     assert [r["prompt_tokens"] for r in full["requests"]] == [r["prompt_tokens"] for r in result["requests"]]
 
 
