@@ -2,7 +2,13 @@
 
 * The **order annotation** tells the model the retriever's ranking after alignment moved blocks around:
   ``Please read the context in the following priority order: [Doc 2] > [Doc 1] > [Doc 4] and answer the
-  question.`` It goes after the blocks and before the question.
+  question.`` It goes after the blocks and before the question, so it never breaks a cached prefix.
+  With ``top=n`` it names only the ``n`` best-ranked blocks and says the others follow:
+  ``... priority order: [Doc 7] > [Doc 2] > [Doc 13] > the rest and answer the question.`` The paper's
+  blocks are ~1,000-token chunks, where a full ranking is negligible; mem0 memories are ~25 tokens, and a
+  full ranking costs ~7 tokens per block (706 tokens at k=100 with SmolLM2's tokenizer, never cached), more
+  than alignment saves. Named blocks always come in their true order and "the rest" are exactly the
+  shown blocks ranked below them (or not retrieved at all: superset/swap extras).
 * A **location annotation** replaces a block that was already sent earlier in the same conversation:
   ``Please refer to [Doc 1] in the previous conversation (turn 1).`` The paper's wording has no turn; we add
   it because labels are per turn ("[Doc 1]" of turn 1 is not "[Doc 1]" of turn 2).
@@ -34,15 +40,25 @@ __all__ = [
     "LabelStyle",
     "LOCATION_TEMPLATE",
     "ORDER_TEMPLATE",
+    "RANKING_REST",
     "SAME_TURN_TEMPLATE",
+    "DEFAULT_ANNOTATE_TOP",
     "block_label",
     "doc_label",
     "grouped_locations",
     "location_annotation",
     "order_differs",
     "order_annotation",
+    "owed_order_annotation",
 ]
 
+#: How many of the best-ranked blocks the wrapper's order annotation names (``ContextPilotConfig.annotate_top``;
+#: ``None`` there: all). On LoCoMo (conversations 0-2, 10 questions each) the evidence mem0 retrieved sat at
+#: ranks 1-5 for 23 of 26 hits at k=20 and 23 of 36 at k=100 (ranks 6-10 added one), so the top five carry
+#: most of what the ranking says, for ~50 tokens instead of ~7 per block.
+DEFAULT_ANNOTATE_TOP = 5
+#: What follows the named blocks when an order annotation names only the top few (``top=``).
+RANKING_REST = "the rest"
 ORDER_TEMPLATE = "Please read the context in the following priority order: {ranking} and answer the question."
 LOCATION_TEMPLATE = "Please refer to {label} in the previous conversation (turn {turn})."
 LOCATION_TEMPLATE_NO_TURN = "Please refer to {label} in the previous conversation."
@@ -78,11 +94,25 @@ def block_label(position: int, style: LabelStyle = "doc") -> str:
     raise ValueError(f"label style must be one of {LABEL_STYLES}, got {style!r}")
 
 
-def order_differs(ranking: Sequence[Hashable], shown: Sequence[Hashable]) -> bool:
-    """Whether an order annotation would tell the model anything: the blocks ``shown`` (prompt order) are
-    not in the order of ``ranking`` (the retriever's, restricted to what is shown)."""
+def order_differs(ranking: Sequence[Hashable], shown: Sequence[Hashable], *, top: int | None = None) -> bool:
+    """Whether an order annotation would tell the model anything, i.e. the prompt's own order does not say
+    it already: the blocks ``shown`` (prompt order; unranked extras included) are not those of ``ranking``
+    (the retriever's, restricted to what is shown) in that order.
+
+    With ``top=n`` (an annotation naming the ``n`` best-ranked blocks only) only those ranks matter: it is
+    owed unless the prompt starts with exactly these ``n`` blocks in rank order. When ``n`` covers the whole
+    ranking it is the full annotation, owed whenever the order differs or an unranked block is shown.
+
+    >>> order_differs(["a", "b", "c", "d"], ["a", "b", "d", "c"], top=2)
+    False
+    >>> order_differs(["a", "b", "c", "d"], ["a", "b", "d", "c"])
+    True
+    """
     where = set(shown)
-    return [b for b in ranking if b in where] != list(shown)
+    ranked = [b for b in ranking if b in where]
+    if top is not None and top < len(ranked):
+        return ranked[:top] != list(shown[:top])
+    return ranked != list(shown)
 
 
 def grouped_locations(pointers: Sequence[tuple[int, int]], *, turn: int) -> str:
@@ -127,6 +157,8 @@ def order_annotation(
     template: str = ORDER_TEMPLATE,
     *,
     dropped: Collection[Hashable] = (),
+    top: int | None = None,
+    rest: str = RANKING_REST,
 ) -> str:
     """Annotation restoring the retrieval ranking ``original`` after alignment to ``aligned``.
 
@@ -136,15 +168,26 @@ def order_annotation(
     ``dropped`` (swap alignment's :attr:`~cp_memory.core.index.Placement.dropped`) are retrieved blocks left
     out on purpose: they are not ranked either. Raises ``ValueError`` when ``original`` has any other
     block that ``aligned`` lacks (a block was lost).
+
+    ``top=n`` names only the ``n`` best-ranked blocks, then ``rest`` (``... > [Doc 9] > the rest``): still
+    the true ranking, as the rest all rank below them; ``None`` (the default, the paper's form) names every
+    block.
+
+    >>> order_annotation([2, 1, 4, 3], [1, 2, 3, 4], top=2)
+    'Please read the context in the following priority order: [Doc 2] > [Doc 1] > the rest and answer the question.'
     """
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"top must be a positive int or None, got {top!r}")
     aligned_set = set(aligned)
     left_out = set(dropped)
     missing = [b for b in original if b not in aligned_set and b not in left_out]
     if missing:
         raise ValueError(f"aligned order lost block(s) {missing!r} of the original ranking")
     name = _labeller(label)
-    ranking = " > ".join(name(b) for b in original if b in aligned_set)
-    return template.format(ranking=ranking)
+    ranked = [name(b) for b in original if b in aligned_set]
+    if top is not None and top < len(ranked):
+        ranked = [*ranked[:top], rest]
+    return template.format(ranking=" > ".join(ranked))
 
 
 def location_annotation(
@@ -159,3 +202,31 @@ def location_annotation(
     if template is None:
         template = LOCATION_TEMPLATE if turn is not None else LOCATION_TEMPLATE_NO_TURN
     return template.format(label=text, turn=turn, id=block_id)
+
+
+def owed_order_annotation(
+    shown: Sequence[Hashable],
+    ranking: Sequence[Hashable],
+    labels: Mapping[Hashable, str],
+    *,
+    style: LabelStyle = "doc",
+    top: int | None = None,
+) -> str:
+    """The order annotation a prompt owes, or ``""`` when the prompt's own order already says it.
+
+    ``shown``: the blocks in prompt order (unranked extras included); ``ranking``: the retrieved blocks among
+    them, best first; ``labels``: each shown block's label (``[Doc 3]``, or ``3.`` in the ``"number"`` style,
+    which names items by number). ``top``: name only that many best-ranked blocks (:func:`order_differs`
+    decides with the same ``top``); fewer than two ranked blocks need no annotation.
+
+    >>> owed_order_annotation(["a", "b", "c"], ["b", "a", "c"], {"a": "1.", "b": "2.", "c": "3."}, style="number")
+    'Read the items in this priority order: 2 > 1 > 3, then answer the question.'
+    """
+    if style not in LABEL_STYLES:
+        raise ValueError(f"label style must be one of {LABEL_STYLES}, got {style!r}")
+    if len(ranking) < 2 or not order_differs(ranking, shown, top=top):
+        return ""
+    if style == "doc":
+        return order_annotation(ranking, shown, label=labels, top=top)
+    numbers = {b: label.rstrip(".") for b, label in labels.items()}
+    return order_annotation(ranking, shown, label=numbers, template=NUMBER_ORDER_TEMPLATE, top=top)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..core.alignment import DEFAULT_TAIL_ORDER, TailOrder
 from ..core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
-from ..core.annotations import LabelStyle
+from ..core.annotations import DEFAULT_ANNOTATE_TOP, LabelStyle
 from ..core.distance import DEFAULT_ALPHA
 from ..core.index_snapshot import MAX_SNAPSHOT_BYTES
 from ..core.special_tokens import SpecialTokens
@@ -39,6 +39,13 @@ class ContextPilotConfig(BaseModel):
     alpha: float = Field(DEFAULT_ALPHA, ge=0, description="positional weight of the index distance (paper Eq. 1)")
     annotate: bool = Field(
         True, description="add the order annotation restoring mem0's ranking (only when the prompt's order differs)"
+    )
+    annotate_top: int | None = Field(
+        DEFAULT_ANNOTATE_TOP,
+        ge=1,
+        description="the order annotation names mem0's top annotate_top memories, then 'the rest' (~7 tokens "
+        "per name, never cached); None: every retrieved memory (the paper's full ranking, ~700 tokens at "
+        "top_k=100); omitted when the prompt already starts with them in rank order",
     )
     align: bool = Field(
         True,

@@ -10,11 +10,12 @@ of its inputs plus the wrapper's own state (per-scope indexes, dedup records, pe
 3. :meth:`~SearchPipeline.align` — the fresh blocks are inserted into the scope's context index, which
    returns the aligned order (plus superset/swap extras: ids to verify with mem0 before use);
 4. :meth:`~SearchPipeline.finish` — extras that passed verification join, the conversation's dedup plan
-   replaces already-sent memories by location annotations, labels and the order annotation are made and
-   the context is rendered. The turn is pending until committed (:mod:`.turns`), or committed at once
+   replaces already-sent memories by location annotations, labels and the order annotation (mem0's top
+   ``annotate_top``, :func:`~cp_memory.core.annotations.owed_order_annotation`) are made and the context
+   is rendered. The turn is pending until committed (:mod:`.turns`), or committed at once
    (``commit="on_search"``).
 
-Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, which never raises).
+Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, :mod:`.response`; never raises).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.annotations import NUMBER_ORDER_TEMPLATE, block_label, grouped_locations, order_annotation, order_differs
+from ..core.annotations import block_label, grouped_locations, owed_order_annotation
 from ..core.blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..core.dedup import Deduplicator, DedupResult
 from ..core.index import Placement
@@ -34,21 +35,14 @@ from ..core.scope import Scope
 from .calls import SearchCall
 from .config import ContextPilotConfig
 from .filters import StoredCopy, admits
+from .response import fallback_response, respond, results_of
 from .state import ScopeState, ScopeStore
 from .turns import Turns
-from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
+from .types import ContextPilotInfo, RenderedBlock, SentMemory
 
-__all__ = ["Aligned", "Plan", "SearchPipeline", "Window", "respond", "results_of"]
+__all__ = ["Aligned", "DedupTurn", "Plan", "SearchPipeline", "Window"]
 
 logger = logging.getLogger(__name__)
-
-
-def results_of(response: Any) -> list[Any] | None:
-    """mem0's result list from either response shape (``{"results": [...]}`` or a bare list)."""
-    if isinstance(response, Mapping):
-        results = response.get("results")
-        return results if isinstance(results, list) else None
-    return response if isinstance(response, list) else None
 
 
 @dataclass(frozen=True)
@@ -70,6 +64,17 @@ class Window:
     short: int  # fresh blocks missing to reach top_k although mem0 had more
     passed: list[ContextBlock]  # already sent, ranked below top_k: left out without a pointer
     scanned: int  # results of mem0's list the window looked at
+
+
+@dataclass(frozen=True)
+class DedupTurn:
+    """The blocks a search keeps after dedup and the turn it opened (none without a conversation)."""
+
+    kept: list[ContextBlock]
+    sent: tuple[SentMemory, ...] = ()  # retrieved memories replaced by pointers
+    turn: int | None = None
+    turn_id: str | None = None
+    committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,33 +220,24 @@ class SearchPipeline:
     # ------------------------------------------------------------------ 4. finish
     def finish(self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]) -> Any:
         """Dedup, label, annotate, render; the response in mem0's shape plus ``context_pilot``."""
-        window, placement = aligned.window, aligned.placement
-        plan, scope = window.plan, window.plan.call.scope
+        window = aligned.window
         candidates, dropped = self._candidates(aligned, extras)
         dropped_ids = {k[0] if isinstance(k, tuple) else k for k in dropped}
         extra_ids = {b.id for b in extras.values()}
-        candidates += window.pre_sent
         rank = {r["id"]: i for i, r in enumerate(window.results)}
-        turn_id, turn, committed, sent = None, None, False, []
-        style = self.config.labels
-        if plan.conversation is not None and scope is not None:
-            key = self._conversation_key(scope, plan.conversation)
-            result = self._dedup_plan(key, candidates, extra_ids, rank, plan.call.top_k)
-            result, turn_id, committed = self._open_turn(aligned, result)
-            turn, kept = result.turn, list(result.blocks)
-            sent = self._sent_memories(result, candidates, extra_ids, rank)
-        else:
-            kept = candidates
-        if turn_id is None and aligned.state is not None and placement is not None:  # nothing to commit: track now
-            self.scopes.engine.track(aligned.state.index, placement.request_id, self.scopes.engine.section(kept))
+        turn = self._dedup_turn(aligned, candidates + window.pre_sent, extra_ids, rank)
+        style, kept = self.config.labels, turn.kept
         labels = {b.id: block_label(i, style) for i, b in enumerate(kept, start=1)}
         retrieved = [b.id for b in kept if b.id not in extra_ids]
-        annotation = self._order_annotation(retrieved, len(retrieved) < len(kept), rank, labels)
-        notes = list(dict.fromkeys(s.annotation for s in sent))  # a grouped line once
+        annotation = ""
+        if self.config.annotate:  # mem0's top annotate_top, unless the prompt's order already shows them
+            ranking = sorted(retrieved, key=rank.__getitem__)
+            shown = [b.id for b in kept]
+            annotation = owed_order_annotation(shown, ranking, labels, style=style, top=self.config.annotate_top)
         context = render_context(
             kept,
             order_annotation=annotation or None,
-            location_annotations=notes,
+            location_annotations=list(dict.fromkeys(s.annotation for s in turn.sent)),  # a grouped line once
             special_tokens=self.config.special_tokens,
             labels=style,
         )
@@ -249,22 +245,65 @@ class SearchPipeline:
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
         if self.config.results_order == "mem0":
             out_ids.sort(key=rank.__getitem__)
+        info = self._info(aligned, turn, labels, extra_ids, dropped_ids, annotation, context)
+        return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
+
+    def _dedup_turn(
+        self, aligned: Aligned, candidates: list[ContextBlock], extra_ids: set[Hashable], rank: Mapping[Hashable, int]
+    ) -> DedupTurn:
+        """The conversation's dedup plan of ``candidates`` (all kept without a conversation), opened as a
+        pending turn or committed at once (``commit="on_search"``)."""
+        plan, placement = aligned.window.plan, aligned.placement
+        scope = plan.call.scope
+        if plan.conversation is None or scope is None:
+            self._track_now(aligned, candidates)
+            return DedupTurn(candidates)
+        key = self._conversation_key(scope, plan.conversation)
+        result = self._dedup_plan(key, candidates, extra_ids, rank, plan.call.top_k)
+        turn_id, committed = None, self.config.commit == "on_search"
+        if committed:
+            result = self.deduplicator.commit(result)
+            self._track_now(aligned, result.blocks)
+        else:  # pending: its section is tracked once the turn is committed (the prompt was sent)
+            rid = None if placement is None else placement.request_id
+            turn_id = self.turns.open(result, aligned.state, rid, self.scopes.engine.section(result.blocks))
+        sent = self._sent_memories(result, candidates, extra_ids, rank)
+        return DedupTurn(list(result.blocks), tuple(sent), result.turn, turn_id, committed)
+
+    def _track_now(self, aligned: Aligned, blocks: Sequence[ContextBlock]) -> None:
+        """Nothing to commit: the prompt counts as sent, so a followed engine feed tracks its section now."""
+        if aligned.state is not None and aligned.placement is not None:
+            section = self.scopes.engine.section(blocks)
+            self.scopes.engine.track(aligned.state.index, aligned.placement.request_id, section)
+
+    @staticmethod
+    def _info(
+        aligned: Aligned,
+        turn: DedupTurn,
+        labels: Mapping[Hashable, str],
+        extra_ids: set[Hashable],
+        dropped_ids: set[Hashable],
+        annotation: str,
+        context: str,
+    ) -> ContextPilotInfo:
+        """``context_pilot``: what the search did, for the caller and for commit/rollback."""
+        window, placement, kept = aligned.window, aligned.placement, turn.kept
+        scope = window.plan.call.scope
         shared = [] if placement is None else zip([k.key for k in kept], placement.order[: placement.prefix_len])
-        prefix_len = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], shared))
-        info = ContextPilotInfo(
+        return ContextPilotInfo(
             scope=str(scope) if scope is not None else None,
-            conversation_id=plan.conversation,
-            turn=turn,
-            turn_id=turn_id,
-            committed=committed,
+            conversation_id=window.plan.conversation,
+            turn=turn.turn,
+            turn_id=turn.turn_id,
+            committed=turn.committed,
             original_ids=tuple(str(r["id"]) for r in window.results[: window.scanned]),
             passed=tuple(str(b.id) for b in window.passed),
             order=tuple(str(b.id) for b in kept),
-            prefix_len=prefix_len,
+            prefix_len=sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], shared)),
             extra=tuple(str(b.id) for b in kept if b.id in extra_ids),
             dropped=tuple(str(i) for i in dropped_ids),
             request_id=None if placement is None else str(placement.request_id),
-            sent=tuple(sent),
+            sent=turn.sent,
             order_annotation=annotation,
             blocks=tuple(
                 RenderedBlock(label=labels[b.id], id=str(b.id), text=b.text, extra=b.id in extra_ids) for b in kept
@@ -272,16 +311,6 @@ class SearchPipeline:
             context=context,
             fetched=len(window.results),
         )
-        return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
-
-    def _open_turn(self, aligned: Aligned, result: DedupResult) -> tuple[DedupResult, str | None, bool]:
-        """Commit the turn at once (``commit="on_search"``) or keep it pending with its block section (to
-        track once sent when an engine's feed is followed): ``(result, turn_id, committed)``."""
-        if self.config.commit == "on_search":
-            return self.deduplicator.commit(result), None, True
-        rid = None if aligned.placement is None else aligned.placement.request_id
-        section = self.scopes.engine.section(result.blocks)
-        return result, self.turns.open(result, aligned.state, rid, section), False
 
     def _candidates(
         self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]
@@ -331,19 +360,6 @@ class SearchPipeline:
             sent = [s.model_copy(update={"annotation": line}) for s in sent]
         return sent
 
-    def _order_annotation(
-        self, retrieved: list[Hashable], extras_shown: bool, rank: Mapping[Hashable, int], labels: Mapping[Any, str]
-    ) -> str:
-        """The order annotation, only when it tells the model something: the prompt's order is not mem0's
-        ranking, or extras (not retrieved, so not ranked) are shown among the retrieved memories."""
-        ranking = sorted(retrieved, key=rank.__getitem__)
-        if not (self.config.annotate and len(retrieved) >= 2 and (order_differs(ranking, retrieved) or extras_shown)):
-            return ""
-        if self.config.labels == "doc":
-            return order_annotation(ranking, retrieved, label=labels)
-        numbers = {b: label.rstrip(".") for b, label in labels.items()}
-        return order_annotation(ranking, retrieved, label=numbers, template=NUMBER_ORDER_TEMPLATE)
-
     def _dedup_plan(
         self,
         key: Hashable,
@@ -372,39 +388,4 @@ class SearchPipeline:
 
     def fallback(self, plan: Plan, response: Any, exc: BaseException | None) -> Any:
         """mem0's own order, plainly rendered, top_k honoured. Never raises."""
-        try:
-            raw = results_of(response)
-            if raw is None:
-                return response
-            results = [r for r in raw if isinstance(r, Mapping)][: plan.call.top_k or len(raw)]
-            texts = [str(r.get("memory") or "") for r in results]
-            ids = [str(r.get("id")) for r in results]
-            info = ContextPilotInfo(
-                scope=str(plan.call.scope) if plan.call.scope is not None else None,
-                conversation_id=plan.conversation,
-                turn=None,
-                original_ids=tuple(ids),
-                order=tuple(ids),
-                blocks=tuple(
-                    RenderedBlock(label=block_label(i, self.config.labels), id=d, text=t)
-                    for i, (d, t) in enumerate(zip(ids, texts), start=1)
-                ),
-                context=render_context(texts, special_tokens=self.config.special_tokens, labels=self.config.labels),
-                fetched=len(raw),
-                fallback=True,
-                error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500],
-            )
-            return respond(response, [dict(r, rank=i) for i, r in enumerate(results)], info)
-        except Exception:
-            logger.exception("rendering mem0's results for the fallback failed too; returning them untouched")
-            return response
-
-
-def respond(response: Any, results: list[Any], info: ContextPilotInfo) -> Any:
-    """mem0's response shape with ``results`` replaced and ``context_pilot`` added."""
-    if isinstance(response, Mapping):
-        out = dict(response)
-        out["results"] = results
-        out["context_pilot"] = info.to_dict()
-        return out
-    return SearchResults(results, info.to_dict())
+        return fallback_response(self.config, plan.call, plan.conversation, response, exc)

@@ -61,7 +61,11 @@ class ContextPilotInfo(_Frozen):
         description="already sent in this conversation and ranked below top_k: neither shown nor pointed to "
         "(the over-fetch passed them to reach top_k fresh memories; they are in the history)",
     )
-    order_annotation: str = Field("", description='"" when off or fewer than two retrieved blocks are shown')
+    order_annotation: str = Field(
+        "",
+        description='mem0\'s top annotate_top by label, then "the rest"; "" when off, fewer than two retrieved '
+        "blocks are shown, or the prompt already starts with them in mem0's order",
+    )
     blocks: tuple[RenderedBlock, ...] = Field((), description="the rendered block section")
     context: str = Field("", description="cp_memory.render.render_context(): blocks, then annotations")
     fetched: int = Field(0, description="results mem0 returned (top_k plus over-fetch for dedup)")

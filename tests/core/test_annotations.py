@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cp_memory.core.annotations import doc_label, location_annotation, order_annotation
+from cp_memory.core.annotations import (
+    DEFAULT_ANNOTATE_TOP,
+    doc_label,
+    location_annotation,
+    order_annotation,
+    order_differs,
+    owed_order_annotation,
+)
 from cp_memory.core.blocks import ContextBlock, blocks_from_mem0, normalize_text
 from cp_memory.core.index import ContextIndex
 
@@ -17,6 +24,54 @@ def test_order_annotation_maps_back_to_the_original_ranking(original, rnd):
     text = order_annotation(original, aligned, label=labels)
     shown = re.findall(r"\[Doc (\d+)\]", text)
     assert [aligned[int(n) - 1] for n in shown] == original
+
+
+@given(st.lists(st.integers(0, 200), min_size=1, max_size=120, unique=True), st.integers(1, 10), st.randoms())
+def test_an_order_annotation_of_the_top_n_names_the_true_top_n_then_the_rest(original, top, rnd):
+    aligned = list(original)
+    rnd.shuffle(aligned)
+    labels = {b: doc_label(i + 1) for i, b in enumerate(aligned)}
+    text = order_annotation(original, aligned, label=labels, top=top)
+    named = re.findall(r"\[Doc (\d+)\]", text)
+    assert [aligned[int(n) - 1] for n in named] == original[:top]
+    assert text.endswith(" > the rest and answer the question.") == (top < len(original))
+
+
+def test_the_top_n_annotation_is_owed_unless_the_prompt_starts_with_the_top_n_in_rank_order():
+    ranking = ["a", "b", "c", "d"]
+    assert not order_differs(ranking, ["a", "b", "d", "c"], top=2)  # the ranks named are already first
+    assert order_differs(ranking, ["b", "a", "c", "d"], top=2)
+    assert order_differs(ranking, ["x", "a", "b", "c", "d"], top=2)  # an extra ahead of the top two
+    assert not order_differs(ranking, ["a", "b", "c", "d", "x"], top=2)
+    assert order_differs(ranking, ["a", "b", "c", "d", "x"], top=4)  # full ranking: the extra is unranked
+    labels = {b: doc_label(i + 1) for i, b in enumerate(["a", "b", "d", "c"])}
+    assert owed_order_annotation(["a", "b", "d", "c"], ranking, labels, top=2) == ""
+    assert owed_order_annotation(["a", "b", "d", "c"], ranking, labels, top=None).endswith(
+        "[Doc 1] > [Doc 2] > [Doc 4] > [Doc 3] and answer the question."
+    )
+    with pytest.raises(ValueError, match="top"):
+        order_annotation(ranking, ranking, top=0)
+
+
+def test_the_default_annotation_costs_a_few_tokens_where_the_full_one_costs_hundreds_at_k100():
+    """k=100 memories in the reverse of mem0's ranking (every label has two or three digits), counted
+    with the test model's tokenizer (SmolLM2's)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from cp_memory.engine import hf_model_dir
+
+    try:
+        model = hf_model_dir()
+    except (FileNotFoundError, ImportError) as exc:
+        pytest.skip(f"no test model tokenizer: {exc}")
+    tok = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
+    ranking = list(range(100))
+    shown = ranking[::-1]
+    labels = {b: doc_label(i + 1) for i, b in enumerate(shown)}
+    cost = {
+        top: len(tok.encode(owed_order_annotation(shown, ranking, labels, top=top)).ids)
+        for top in (DEFAULT_ANNOTATE_TOP, None)
+    }
+    assert cost[DEFAULT_ANNOTATE_TOP] <= 60 and cost[None] >= 600, cost
 
 
 def test_order_annotation_with_index_placement_and_extra_blocks():

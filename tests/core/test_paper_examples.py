@@ -66,6 +66,15 @@ def test_order_annotation_example():
     )
 
 
+def test_order_annotation_of_the_top_few_states_the_same_ranking():
+    """The paper's C6 (retrieved {2, 1, 4}, aligned to {1, 2, 4}) with only the top two named: the named
+    blocks keep their true order and the rest follow them; naming all three is the paper's annotation."""
+    assert order_annotation((2, 1, 4), (1, 2, 4), top=2) == (
+        "Please read the context in the following priority order: [Doc 2] > [Doc 1] > the rest and answer the question."
+    )
+    assert order_annotation((2, 1, 4), (1, 2, 4), top=3) == order_annotation((2, 1, 4), (1, 2, 4))
+
+
 def test_algorithm3_dedup_example():
     dedup = Deduplicator()
     first = dedup.dedup("conv", [1, 2, 4])

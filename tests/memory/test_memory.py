@@ -100,13 +100,25 @@ def test_results_order_mem0_keeps_mem0s_ranking(mem):
 
 
 def test_order_annotation_restores_mem0_ranking(mem, cp):
+    """By default it names mem0's five best memories in mem0's order, then says the others follow."""
     cp.search(Q1, filters={"user_id": A}, top_k=8)  # warm the index so the next order can differ
     out = cp.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)
     info = out["context_pilot"]
     plain = mem.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)
-    assert ranked(info["order_annotation"], info) == [r["id"] for r in plain["results"]]
+    assert cp.cp_config.annotate_top == 5
+    assert ranked(info["order_annotation"], info) == [r["id"] for r in plain["results"]][:5]
     assert info["context"].endswith(info["order_annotation"])
-    assert "priority order" in info["order_annotation"]
+    assert info["order_annotation"].startswith("Please read the context in the following priority order: [Doc ")
+    assert info["order_annotation"].endswith("] > the rest and answer the question.")
+
+
+def test_annotate_top_none_is_the_papers_full_ranking(mem):
+    cp = ContextPilotMemory(mem, annotate_top=None)
+    cp.search(Q1, filters={"user_id": A}, top_k=8)
+    info = cp.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)["context_pilot"]
+    plain = mem.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)
+    assert ranked(info["order_annotation"], info) == [r["id"] for r in plain["results"]]
+    assert "the rest" not in info["order_annotation"]
 
 
 def test_related_query_shares_prefix(cp):

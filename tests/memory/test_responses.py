@@ -168,6 +168,23 @@ def test_the_order_annotation_appears_only_when_alignment_changed_mem0s_order(me
         assert ("priority order" in info["context"]) == reordered
 
 
+def test_the_default_annotation_names_mem0s_top_five_unless_the_prompt_starts_with_them(mem):
+    cpm = ContextPilotMemory(mem)  # annotate_top=5
+    owed_seen = set()
+    for q in (Q, "What does Caroline like?", "Where does Caroline work?", Q + " and her friends", Q):
+        info = cpm.search(q, filters=F, top_k=8)["context_pilot"]
+        ranking = [i for i in info["original_ids"] if i in info["order"]]  # mem0's ranking of what is shown
+        owed = ranking[:5] != list(info["order"])[:5]
+        owed_seen.add(owed)
+        assert bool(info["order_annotation"]) == owed
+        if owed:
+            by_label = {b["label"]: b["id"] for b in info["blocks"]}
+            named = re.findall(r"\[Doc \d+\]", info["order_annotation"])
+            assert [by_label[n] for n in named] == ranking[:5]
+            assert info["order_annotation"].endswith(" > the rest and answer the question.")
+    assert owed_seen == {True, False}  # the first search keeps mem0's order: nothing to say
+
+
 def test_without_alignment_the_prompt_keeps_mem0s_order_and_needs_no_annotation(mem):
     cpm = ContextPilotMemory(mem, align=False)
     for q in (Q, "What does Caroline like?", Q):
