@@ -118,6 +118,21 @@ class Pool:
     workers: list[ManagedServer]
     router: AgentRouter[EngineClient]
     sglang: SGLangRouter | None
+    feeds: list[EngineCacheFeed] = field(default_factory=list)
+
+    def feed_stats(self) -> dict[str, int] | None:
+        """The feeds' counters summed over workers (None without feeds): events applied, sections tracked,
+        requests the engines' evictions removed from the cache models, feeds lost."""
+        if not self.feeds:
+            return None
+        total: dict[str, int] = {}
+        for f in self.feeds:
+            counts = {"batches": f.sync.stats.batches, "tracked": f.sync.stats.tracked}
+            counts |= {"evicted": f.sync.stats.evicted, "expired": f.sync.stats.expired, "lost": f.sync.stats.lost}
+            counts |= {"untokenized": f.stats.untokenized, "dropped": f.stats.dropped}
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + v
+        return total
 
 
 def entry_clients(servers: list[ManagedServer], sglang: SGLangRouter | None) -> list[EngineClient]:
@@ -171,6 +186,6 @@ def pool(
         if sglang is not None:
             router = AgentRouter(clients, names=["sglang-router"], policy="round_robin")
         else:
-            feeds = follow(servers, clients, stack) if arm.feed else None
-            router = AgentRouter(clients, capacity_tokens=capacity_tokens, feeds=feeds, **arm.agent)
-        yield Pool(servers, router, sglang)
+            feeds = follow(servers, clients, stack) if arm.feed else []
+            router = AgentRouter(clients, capacity_tokens=capacity_tokens, feeds=feeds or None, **arm.agent)
+        yield Pool(servers, router, sglang, feeds if sglang is None else [])

@@ -77,6 +77,7 @@ class Run:
     reasons: dict[str, int]
     foreign_requests: int = 0  # other applications' requests served meanwhile (not in the numbers above,
     foreign_prefilled_tokens: int = 0  # except engine_prefilled_tokens / engine_prompt_s: the engines' totals)
+    feed: dict[str, int] | None = None  # feed arms: the KV-event feeds' counters (Pool.feed_stats)
 
 
 def first_line(answer: str) -> str:
@@ -139,11 +140,12 @@ def run_arm(
             per_worker = tuple(requests_served(w) for w in p.workers)
         else:
             per_worker = tuple(w.routed for w in p.router.stats().workers)
+        feed = p.feed_stats()
     ok = [r for r in results if isinstance(r, CoAResult)]
     failed = [r for r in results if isinstance(r, ChainOfAgentsError)]
     for e in failed:
         logger.error("%s", e)
-    run = _run(arm, workload, rep, items, ok, len(failed), wall, metrics, per_worker, other)
+    run = replace(_run(arm, workload, rep, items, ok, len(failed), wall, metrics, per_worker, other), feed=feed)
     logger.info(
         "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed%s",
         workload,
@@ -158,6 +160,8 @@ def run_arm(
         if other.requests
         else "",
     )
+    if feed is not None:
+        logger.info("%s / %s rep %d: KV-event feeds %s", workload, arm.name, rep, feed)
     return run, [_record(arm, workload, rep, items[int(str(r.tag))], r) for r in ok]
 
 

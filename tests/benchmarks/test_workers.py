@@ -80,3 +80,24 @@ def test_the_feed_arm_gets_vllm_workers_that_publish_their_kv_events_and_is_refu
     assert isinstance(worker, VLLMServer) and worker.kv_events
     with pytest.raises(ValueError, match="publish no KV-cache events"):
         WorkerSpec.from_args(_args()).worker(kv_events=True)
+
+
+def test_a_feed_arm_records_its_feeds_counters_summed_over_workers() -> None:
+    from types import SimpleNamespace
+
+    from benchmarks.coa.arms import Pool
+    from cp_memory.engine.kv_follow import FeedStats
+    from cp_memory.engine.kv_sync import SyncStats
+
+    feed = SimpleNamespace(sync=SimpleNamespace(stats=SyncStats(batches=3, tracked=2, evicted=1)), stats=FeedStats())
+    pool = Pool([], router=None, sglang=None, feeds=[feed, feed])  # type: ignore[arg-type]
+    assert pool.feed_stats() == {
+        "batches": 6,
+        "tracked": 4,
+        "evicted": 2,
+        "expired": 0,
+        "lost": 0,
+        "untokenized": 0,
+        "dropped": 0,
+    }
+    assert Pool([], router=None, sglang=None).feed_stats() is None  # type: ignore[arg-type]
