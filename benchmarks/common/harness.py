@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -126,10 +127,10 @@ def git_commit() -> str | None:
 
 
 def command(module: str, argv: Sequence[str] | None = None) -> str:
-    """The exact command that made a result: ``python -m <module> <argv>`` (``argv`` defaults to this
-    process's own arguments)."""
+    """The exact command that made a result, quoted for a POSIX shell so that it re-runs as written:
+    ``python -m <module> <argv>`` (``argv`` defaults to this process's own arguments)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python -m", module, *args])
+    return " ".join(["python -m", module, *(shlex.quote(str(a)) for a in args)])
 
 
 def envelope(module: str, argv: Sequence[str] | None = None, **fields: Any) -> dict[str, Any]:

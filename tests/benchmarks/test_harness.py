@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,12 @@ def test_the_envelope_carries_the_exact_command_the_machine_and_the_commit() -> 
     assert described["summary"].startswith(described["cpu"])
     assert "GPU" in described["summary"]  # "no GPU" or the GPU's name: never silent
     assert payload["git_commit"] is None or len(payload["git_commit"]) == 40
+
+
+def test_the_command_is_quoted_so_it_re_runs_as_written() -> None:
+    cmd = harness.command("benchmarks.coa", ["--engine", "vllm", "--vllm-args=--block-size 32"])
+    assert cmd == "python -m benchmarks.coa --engine vllm '--vllm-args=--block-size 32'"
+    assert shlex.split(cmd)[3:] == ["--engine", "vllm", "--vllm-args=--block-size 32"]
 
 
 def test_a_field_of_the_benchmark_overrides_the_envelope() -> None:
