@@ -1,5 +1,5 @@
 """Records and vocabularies of agent-aware routing: the policy, route reasons, placement modes, one route,
-per-worker and pool statistics.
+per-worker and pool statistics (and the checks of a vocabulary value and of worker names).
 
 The vocabularies are str-valued enums: a member *is* its string (``RouteReason.AFFINITY == "affinity"``,
 ``str()``/``format()``/JSON give ``"affinity"``), so results and benchmark outputs read as before and a
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 __all__ = [
     "BalanceScope",
@@ -32,6 +33,30 @@ class _StrEnum(str, enum.Enum):
 
     def __format__(self, format_spec: str) -> str:
         return str.__format__(str(self.value), format_spec)
+
+
+E = TypeVar("E", bound=_StrEnum)
+
+
+def _member(vocabulary: type[E], value: object, what: str) -> E:
+    """``value`` (a member or its string) as a member of ``vocabulary``; ValueError naming ``what``."""
+    try:
+        return vocabulary(value)
+    except ValueError:
+        allowed = " or ".join(repr(m.value) for m in vocabulary)
+        raise ValueError(f"{what} must be {allowed}, got {value!r}") from None
+
+
+def _names(clients: Sequence[object], names: Sequence[str] | None) -> list[str]:
+    """Worker names (default ``worker-0`` ...), one per client and distinct; ValueError otherwise."""
+    if not clients:
+        raise ValueError("an AgentRouter needs at least one worker client")
+    out = [f"worker-{i}" for i in range(len(clients))] if names is None else [str(n) for n in names]
+    if len(out) != len(clients):
+        raise ValueError(f"got {len(out)} names for {len(clients)} workers")
+    if len(set(out)) != len(out):
+        raise ValueError("worker names must be distinct")
+    return out
 
 
 class RoutingPolicy(_StrEnum):

@@ -9,42 +9,23 @@ routed segments are inserted under the engine request id, least recently used on
 Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
 
 1. **affinity**: the worker whose cache model holds the longest prefix of the segment (in tokens, at
-   least ``min_match_tokens``) is the candidate — a recurring document returns to the worker that
-   processed it; ties go to the less loaded worker;
-2. **load safeguard** (SGLang router's rule): if the candidate's load ``hi`` and the pool's minimum ``lo``
-   satisfy ``hi - lo > balance_abs_threshold`` *and* ``hi > balance_rel_threshold * lo``, the segment
-   goes to the least-loaded worker instead, so affinity never floods one worker while others idle. Load
-   = requests in flight on the worker. Every override is a cold prefill *and* a second copy of the
-   segment in the pool, so the threshold is a real queue (default 8; SGLang's router: 64), not a blip
-   (2 cost 17% more prefilled tokens on the benchmark, docs/coa.md). SGLang tests the pool's max load
-   rather than the candidate's (``balance_scope="global"``): it then also overrides affinity for a
-   candidate that is not the busy worker, which costs a cold prefill for nothing;
-3. **home**: a segment no worker's model holds any more (the model evicted it) goes back to the worker
-   that held it last, if the safeguard allows and that worker's engine may still hold it — fewer than
-   ``capacity_tokens`` tokens were written into its cache since the segment was last used there: the
-   pool's caches stay partitioned (one copy per segment), and a model that evicted too early costs
-   nothing. Past that horizon an LRU cache has dropped it, and it is placed as new content;
-4. **new content** (``placement="cache"``), among the workers the safeguard allows, goes to one whose
-   cache model still has room for it (nothing is evicted), else to the worker whose cache has taken in
-   the fewest tokens so far: every token a worker prefills or generates is written into its cache, so
-   this is the cache that turns over slowest — its least recently used entries are the oldest and
-   cheapest to lose, and its engine has done the least prefill. It keeps the pool's per-worker LRU
-   caches close to one LRU cache of their summed size. Ties: the emptier model, the less loaded. (SGLang's
-   router sends unmatched text to the worker with the smallest radix tree, a count of the characters it
-   routed there that does not know the caches' sizes.) ``placement="load"``: the least-loaded worker
-   (ties: smaller cache, rotation).
+   least ``min_match_tokens``; ties: the less loaded) — a recurring document returns to its worker;
+2. **load safeguard** (SGLang router's rule): if the candidate's load ``hi`` (requests in flight) and the
+   pool's minimum ``lo`` satisfy ``hi - lo > balance_abs_threshold`` *and* ``hi > balance_rel_threshold *
+   lo``, the least-loaded worker instead (``balance_scope="global"``: SGLang's test of the pool's max load);
+3. **home**: a segment no model holds any more goes back to the worker that held it last, while fewer than
+   ``capacity_tokens`` tokens were written into that cache since (its engine may still hold it);
+4. **new content** (``placement="cache"``): among the workers the safeguard allows, one whose model still
+   has room for it, else the one whose cache has taken in the fewest tokens (it turns over slowest); ties:
+   the emptier model, the less loaded. ``placement="load"``: the least-loaded worker.
+
+Why each rule, and what SGLang's router does instead: docs/coa.md ("Routing").
 
 With ``tail_tokens`` the model also holds what follows the segment in each prompt (an engine caches whole
 prompts), so a worker's modelled occupancy follows its engine's.
 
-With ``feeds`` (one :class:`~cp_memory.core.engine_cache.EngineCache` or None per worker, e.g.
-:class:`cp_memory.engine.EngineCacheFeed` on a vLLM or SGLang worker) a worker's cache model follows its
-engine's KV-cache events instead of the capacity guess, from the first request routed to it with ``text=``
-(the segment as the prompt shows it): its ``capacity_tokens`` eviction is paused while the feed is healthy,
-and each such request is tracked once released ok — it leaves the model as soon as the engine drops one of
-that text's blocks. A router never given ``text=`` keeps the guess (it would track nothing). A feed that is
-lost (garbage, a gap, a dead engine) puts the worker back on the capacity model; a feed that raises is
-logged, and routing goes on.
+With ``feeds`` (one :class:`~cp_memory.core.engine_cache.EngineCache` or None per worker) a worker's cache
+model follows its engine's KV-cache events instead of the capacity guess (:mod:`.worker_feeds`).
 
 Policy ``"round_robin"`` is the cache-blind baseline. Segments are matched by *exact ordered* prefix:
 the worker indexes store position-tagged block keys ``(i, key)`` with retrieval tail order, so a cached
@@ -58,7 +39,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from cp_memory.core.engine_cache import EngineCache
@@ -73,54 +54,18 @@ from .routes import (
     RouterStats,
     RoutingPolicy,
     _Counters,
-    _StrEnum,
+    _member,
+    _names,
 )
+from .worker_feeds import WorkerFeeds
 
 __all__ = ["AgentRouter"]
 
 logger = logging.getLogger(__name__)
 
 ClientT = TypeVar("ClientT")
-E = TypeVar("E", bound=_StrEnum)
 
 _UNBOUNDED = 2**62
-
-
-def _names(clients: Sequence[object], names: Sequence[str] | None) -> list[str]:
-    """Worker names (default ``worker-0`` ...), one per client and distinct; ValueError otherwise."""
-    if not clients:
-        raise ValueError("an AgentRouter needs at least one worker client")
-    out = [f"worker-{i}" for i in range(len(clients))] if names is None else [str(n) for n in names]
-    if len(out) != len(clients):
-        raise ValueError(f"got {len(out)} names for {len(clients)} workers")
-    if len(set(out)) != len(out):
-        raise ValueError("worker names must be distinct")
-    return out
-
-
-def _feeds(feeds: Sequence[EngineCache | None] | None, n: int) -> tuple[EngineCache | None, ...]:
-    """One KV-cache feed (or None) per worker; TypeError / ValueError otherwise."""
-    if feeds is None:
-        return (None,) * n
-    out = tuple(feeds)
-    if len(out) != n:
-        raise ValueError(f"got {len(out)} feeds for {n} workers (None for a worker without one)")
-    for i, feed in enumerate(out):
-        if feed is not None and not isinstance(feed, EngineCache):
-            raise TypeError(
-                f"feeds[{i}] must be an engine's KV-cache feed (cp_memory.engine.EngineCacheFeed) or None, "
-                f"got {type(feed).__name__}"
-            )
-    return out
-
-
-def _member(vocabulary: type[E], value: object, what: str) -> E:
-    """``value`` (a member or its string) as a member of ``vocabulary``; ValueError naming ``what``."""
-    try:
-        return vocabulary(value)
-    except ValueError:
-        allowed = " or ".join(repr(m.value) for m in vocabulary)
-        raise ValueError(f"{what} must be {allowed}, got {value!r}") from None
 
 
 class AgentRouter(Generic[ClientT]):
@@ -164,7 +109,8 @@ class AgentRouter(Generic[ClientT]):
     ) -> None:
         clients = list(clients)
         names = _names(clients, names)
-        self.feeds = _feeds(feeds, len(clients))
+        self._feeds = WorkerFeeds(feeds, names)
+        self.feeds = self._feeds.feeds
         self.policy = _member(RoutingPolicy, policy, "policy")
         self.balance_scope = _member(BalanceScope, balance_scope, "balance_scope")
         self.placement = _member(Placement, placement, "placement")
@@ -184,11 +130,9 @@ class AgentRouter(Generic[ClientT]):
         # after the model evicts it
         self._homes: LRUMap[Hashable, tuple[int, int]] = LRUMap(max_homes)
         self._heads: dict[str, Hashable] = {}  # request id -> first block, while in flight
-        self._texts: dict[str, str] = {}  # request id -> its segment's text, while in flight (to track)
         # an unbounded model still counts tokens (placement compares them): a capacity nothing reaches
         model_capacity = capacity_tokens if capacity_tokens is not None else _UNBOUNDED
         self._indexes = tuple(ContextIndex(capacity_tokens=model_capacity, tail_order="retrieval") for _ in clients)
-        self._following = [False] * len(clients)  # attached to its feed (on its first route with text)
         self._load = [0] * len(clients)
         # tokens written into each worker's cache so far (prefilled misses, prompt tails, generations)
         self._intake = [0] * len(clients)
@@ -248,12 +192,10 @@ class AgentRouter(Generic[ClientT]):
         the worker's cache model under ``request_id`` (generated when not given). ``keys`` may be empty
         (a request with nothing reusable): it goes to the least-loaded worker.
 
-        ``tail_tokens``: the rest of the prompt after ``keys`` plus the tokens to generate. The engine
-        caches them too (llama.cpp's prompt cache stores whole prompts), so they take room in the
-        worker's cache model after ``keys``, under ``tail_key`` (None: unique to this request); 0 leaves
-        them out. A tail never counts as a matched prefix. Requests that share ``keys`` and ``tail_key``
-        share one tail in the model: use that when the engine keeps one copy per prefix (llama.cpp's
-        prompt cache replaces a cached prompt by the newer one that reuses it).
+        ``tail_tokens``: the rest of the prompt after ``keys`` plus the tokens to generate, which the engine
+        caches too: they take room in the model after ``keys``, under ``tail_key`` (None: unique to this
+        request), and never count as a matched prefix. Requests sharing ``keys`` and ``tail_key`` share one
+        tail: for an engine that keeps one copy per prefix (llama.cpp's prompt cache).
 
         ``home_key`` names the segment for the *home* rule (default: its first key). Passing the first
         block's id, not its ``(id, digest)`` key, sends an edited or grown version of a document back to
@@ -270,7 +212,7 @@ class AgentRouter(Generic[ClientT]):
             worker, reason = self._choose(tagged, lens, head, seg_tokens + tail_tokens)
             matched = self._record(worker, tagged, lens, rid, tail_tokens, tail_key)
             self._account(worker, reason, rid, head, seg_tokens - sum(lens[:matched]) + tail_tokens)
-            self._keep_text(worker, rid, text)
+            self._feeds.routed(worker, self._indexes[worker], rid, text)
         route = Route(
             worker=worker,
             worker_name=self.names[worker],
@@ -319,17 +261,6 @@ class AgentRouter(Generic[ClientT]):
         stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
         placement = self._indexes[worker].insert(stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens)
         return min(placement.prefix_len, len(tagged))
-
-    def _keep_text(self, worker: int, rid: str, text: str | None) -> None:
-        """Keep ``text`` to track at release; a worker's model follows its feed from its first text on
-        (a caller that never passes text keeps the capacity guess: nothing would be tracked)."""
-        feed = self.feeds[worker]
-        if feed is None or text is None:
-            return
-        self._texts[rid] = text
-        if not self._following[worker]:
-            self._following[worker] = True
-            self._feed_call(worker, "attach", feed.attach, self._indexes[worker])
 
     def _account(self, worker: int, reason: RouteReason, rid: str, head: Hashable | None, written: int) -> None:
         """``written`` tokens go into ``worker``'s cache; the segment's home; the request is in flight."""
@@ -432,20 +363,13 @@ class AgentRouter(Generic[ClientT]):
                 raise ValueError(f"route {route.request_id!r} released twice or never routed")
             self._load[route.worker] -= 1
             head = self._heads.pop(route.request_id, None)
-            text = self._texts.pop(route.request_id, None)
             if not ok:
                 self._counters[route.worker].failed += 1
                 self._indexes[route.worker].evict(route.request_id)
                 home = self._homes.peek(head) if head is not None else None
                 if home is not None and home[0] == route.worker:
                     self._homes.pop(head)
-        feed = self.feeds[route.worker]
-        if feed is not None and ok and text is not None:  # the engine has its blocks now
-            self._feed_call(
-                route.worker, "track_text", feed.track_text, self._indexes[route.worker], route.request_id, text
-            )
-        elif feed is not None and not ok:
-            self._feed_call(route.worker, "untrack", feed.untrack, self._indexes[route.worker], route.request_id)
+            self._feeds.released(route.worker, self._indexes[route.worker], route.request_id, ok)
 
     @contextlib.contextmanager
     def dispatch(
@@ -464,18 +388,6 @@ class AgentRouter(Generic[ClientT]):
     def evict(self, worker: int, request_id: Hashable) -> bool:
         """The engine of ``worker`` evicted ``request_id``; False when the model did not hold it."""
         return self._indexes[worker].evict(request_id)
-
-    def _feed_call(self, worker: int, what: str, call: Callable[..., object], *args: object) -> None:
-        """A call into ``worker``'s feed: a failure is logged, never raised (the capacity model stays)."""
-        try:
-            call(*args)
-        except Exception:
-            logger.warning(
-                "the KV-cache feed of %s failed in %s; its cache model keeps the capacity guess",
-                self.names[worker],
-                what,
-                exc_info=True,
-            )
 
     def reset(self, worker: int | None = None) -> None:
         """The engine(s) flushed their cache: forget the cache model of ``worker`` (None = all)."""

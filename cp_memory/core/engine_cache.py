@@ -18,12 +18,13 @@ business, off that path). Callers still guard every call (a broken feed is logge
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import logging
+from collections.abc import Callable, Hashable
 from typing import Protocol, runtime_checkable
 
 from .index import ContextIndex
 
-__all__ = ["EngineCache"]
+__all__ = ["EngineCache", "GuardedFeed"]
 
 
 @runtime_checkable
@@ -46,3 +47,46 @@ class EngineCache(Protocol):
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
         """``request_id`` left ``index`` by other means (rolled back, evicted): stop watching it."""
         ...
+
+
+class GuardedFeed:
+    """Every call into one :class:`EngineCache` (or none: every call does nothing), guarded as its callers
+    need: a feed that raises is logged on ``logger`` — a warning the first time per kind of call, debug after —
+    and the caller goes on with its capacity model, never failing a request. ``owner`` names who follows the
+    feed in the log line (e.g. "this index", "the cache model of worker-2")."""
+
+    def __init__(self, feed: EngineCache | None, logger: logging.Logger, owner: str) -> None:
+        self.feed = feed
+        self._logger = logger
+        self._owner = owner
+        self._warned: set[str] = set()
+
+    def attach(self, index: ContextIndex) -> None:
+        if self.feed is not None:
+            self._call("attach", self.feed.attach, index)
+
+    def detach(self, index: ContextIndex) -> None:
+        if self.feed is not None:
+            self._call("detach", self.feed.detach, index)
+
+    def track(self, index: ContextIndex, request_id: Hashable | None, text: str | None) -> None:
+        if self.feed is not None and request_id is not None and text:
+            self._call("track_text", self.feed.track_text, index, request_id, text)
+
+    def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
+        if self.feed is not None and request_id is not None:
+            self._call("untrack", self.feed.untrack, index, request_id)
+
+    def _call(self, what: str, call: Callable[..., object], *args: object) -> None:
+        try:
+            call(*args)
+        except Exception:
+            level = logging.DEBUG if what in self._warned else logging.WARNING
+            self._warned.add(what)
+            self._logger.log(
+                level,
+                "the engine's KV-cache feed failed in %s; %s keeps the capacity guess",
+                what,
+                self._owner,
+                exc_info=True,
+            )

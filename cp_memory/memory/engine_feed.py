@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 
 from ..core.blocks import ContextBlock
-from ..core.engine_cache import EngineCache
+from ..core.engine_cache import EngineCache, GuardedFeed
 from ..core.index import ContextIndex
 from ..core.render import render_blocks
 from .config import ContextPilotConfig
@@ -36,8 +36,11 @@ class EngineFollow:
 
     def __init__(self, config: ContextPilotConfig) -> None:
         self.config = config
-        self.engine: EngineCache | None = None
-        self._warned: set[str] = set()
+        self._guard = GuardedFeed(None, logger, "this index")
+
+    @property
+    def engine(self) -> EngineCache | None:
+        return self._guard.feed
 
     def section(self, blocks: Sequence[ContextBlock]) -> str | None:
         """The block lines of a prompt showing ``blocks``; None when no feed is followed (nothing to track)."""
@@ -53,38 +56,19 @@ class EngineFollow:
                 "follow_engine takes an engine's KV-cache feed (attach, detach, track_text, untrack: "
                 f"cp_memory.engine.EngineCacheFeed) or None, got {type(engine).__name__}"
             )
-        old, self.engine = self.engine, engine
+        old, self._guard = self._guard, GuardedFeed(engine, logger, "this index")
         for index in indexes():
-            if old is not None:
-                self._guard("detach", old.detach, index)
-            if engine is not None:
-                self._guard("attach", engine.attach, index)
+            old.detach(index)
+            self._guard.attach(index)
 
     def attach(self, index: ContextIndex) -> None:
-        if self.engine is not None:
-            self._guard("attach", self.engine.attach, index)
+        self._guard.attach(index)
 
     def detach(self, index: ContextIndex) -> None:
-        if self.engine is not None:
-            self._guard("detach", self.engine.detach, index)
+        self._guard.detach(index)
 
     def track(self, index: ContextIndex, request_id: Hashable | None, section: str | None) -> None:
-        if self.engine is not None and request_id is not None and section:
-            self._guard("track_text", self.engine.track_text, index, request_id, section)
+        self._guard.track(index, request_id, section)
 
     def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
-        if self.engine is not None and request_id is not None:
-            self._guard("untrack", self.engine.untrack, index, request_id)
-
-    def _guard(self, what: str, call: Callable[..., object], *args: object) -> None:
-        try:
-            call(*args)
-        except Exception:
-            level = logging.DEBUG if what in self._warned else logging.WARNING
-            self._warned.add(what)
-            logger.log(
-                level,
-                "the engine's KV-cache feed failed in %s; this index keeps its capacity model",
-                what,
-                exc_info=True,
-            )
+        self._guard.untrack(index, request_id)
