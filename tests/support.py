@@ -28,6 +28,18 @@ def missing(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def require_kv_events() -> None:
+    """At a test module's top: skip the whole module (fail in strict mode) without the kv-events extra."""
+    try:
+        import msgspec  # noqa: F401
+        import zmq  # noqa: F401
+    except ImportError as exc:
+        reason = f"the kv-events extra (pyzmq, msgspec) is not installed: {exc}"
+        if STRICT:
+            pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+
+
 def locomo_file() -> Path:
     """The LoCoMo file, or skip/fail with where to get it."""
     from benchmarks.common.locomo import LocomoNotFound, find_locomo

@@ -14,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import STRICT
+from tests.support import require_kv_events
 
-try:
-    import msgspec  # noqa: F401
-    import zmq  # noqa: F401
-except ImportError as exc:  # the kv-events extra
-    reason = f"the kv-events extra (pyzmq, msgspec) is not installed: {exc}"
-    if STRICT:
-        pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+require_kv_events()
 
 from cp_memory.core.engine_cache import EngineCache
 from cp_memory.core.index import ContextIndex

@@ -14,16 +14,11 @@ from typing import Any
 
 import pytest
 
-from tests.support import STRICT
+from tests.support import require_kv_events
 
-try:
-    import msgspec
-    import zmq
-except ImportError as exc:  # the kv-events extra
-    reason = f"the kv-events extra (pyzmq, msgspec) is not installed: {exc}"
-    if STRICT:
-        pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+require_kv_events()
+import msgspec  # noqa: E402
+import zmq  # noqa: E402
 
 from cp_memory.engine.kv_events import (
     AllBlocksCleared,

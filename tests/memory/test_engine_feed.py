@@ -17,17 +17,10 @@ from typing import Any
 import pytest
 
 from tests.mem0_fixtures import aingest, ingest, require_mem0
-from tests.support import STRICT
+from tests.support import require_kv_events
 
 require_mem0()
-try:
-    import msgspec  # noqa: F401
-    import zmq  # noqa: F401
-except ImportError as exc:  # the kv-events extra
-    reason = f"the kv-events extra (pyzmq, msgspec) is not installed: {exc}"
-    if STRICT:
-        pytest.fail(f"CP_MEMORY_STRICT=1 but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+require_kv_events()
 
 from cp_memory.core.index import ContextIndex  # noqa: E402
 from cp_memory.core.render import build_prompt  # noqa: E402
