@@ -12,6 +12,7 @@ cached, and blocks are chained (a block matches only after the same prefix).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -207,6 +208,15 @@ def _followed_feed(vllm: OwnedServer, client: Any) -> Any:
     from cp_memory.engine import EngineCacheFeed
 
     feed = EngineCacheFeed(vllm.info["kv_events"], tokenize=client.tokenize).start()
+    # vLLM's publisher (re)connects to the feed's fresh socket on its own schedule and drops what it sends
+    # before: prompts of new blocks until one batch arrives, so the test's own events are not lost
+    deadline = time.monotonic() + 60
+    for i in itertools.count():
+        if feed.sync.stats.batches > 0:
+            break
+        assert time.monotonic() < deadline, f"vLLM published no KV-cache event to {feed!r} in 60 s"
+        client.complete(random_text(900 + i, 80), max_tokens=1)
+        time.sleep(0.2)
     assert client.flush_cache()
     feed.flushed()
     return feed
