@@ -359,7 +359,9 @@ class ContextIndex:
             return dump(self.options(), live.tick, live.root, live.requests.items())
 
     @classmethod
-    def restore(cls, data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES, **overrides: Any) -> ContextIndex:
+    def restore(
+        cls, data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES, max_requests: int | None = None, **overrides: Any
+    ) -> ContextIndex:
         """Rebuild an index from :meth:`snapshot` bytes.
 
         ``overrides`` (any of ``alpha``, ``mode``, ``capacity_tokens``, ``tail_order``, ``linkage``,
@@ -370,7 +372,8 @@ class ContextIndex:
         alignment whatever the snapshot used. A smaller ``capacity_tokens`` than the snapshot holds evicts
         least recently used leaves at once. Live requests keep their least-recently-used order
         (:meth:`request_ids`). ``max_bytes`` bounds the decompressed snapshot (and so the memory a restore
-        may take; see :mod:`cp_memory.core.index_snapshot`).
+        may take; see :mod:`cp_memory.core.index_snapshot`). ``max_requests``: keep only that many most
+        recently used requests, dropping the others (and the nodes only they used) in one pass.
 
         Raises ``ValueError`` — and only ``ValueError`` — for malformed data (truncated, garbage, over
         ``max_bytes``, not a JSON object, wrong field types, unknown version, inconsistent tree). Bad
@@ -381,7 +384,7 @@ class ContextIndex:
         if unknown:
             raise TypeError(f"restore() got unknown option(s) {unknown}; known: {known}")
         cls(**overrides)  # a bad override is the caller's error, reported as such
-        snap = load(data, max_bytes=max_bytes)
+        snap = load(data, max_bytes=max_bytes, max_requests=max_requests)
         options = restore_options(snap.options, overrides)
         try:
             index = cls(**options)

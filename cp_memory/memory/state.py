@@ -113,7 +113,12 @@ class ScopeStore:
         if found.data is None:
             return None, found.identity
         try:
-            index = ContextIndex.restore(found.data, max_bytes=self.config.max_snapshot_bytes, **self.index_options())
+            index = ContextIndex.restore(
+                found.data,
+                max_bytes=self.config.max_snapshot_bytes,
+                max_requests=self.config.max_requests_per_scope,  # trimmed in one pass, not one search each
+                **self.index_options(),
+            )
         except Exception as exc:  # any malformed snapshot: one error, a cold index, alignment stays on
             logger.error(
                 "malformed context index snapshot for %s (%s): %s: %s; starting cold",

@@ -275,3 +275,138 @@ def test_the_bounds_follow_max_bytes_and_a_legitimate_snapshot_fits():
     assert len(ContextIndex.restore(data, max_bytes=16 * len(zlib.decompress(data)))) == len(sample_index())
     with pytest.raises(ValueError, match="max_bytes"):
         ContextIndex.restore(data, max_bytes=0)
+
+
+# --- hostile snapshots at the bounds (issue 28 item 3) ------------------------------------------------
+
+
+def doc_of(nodes: list, requests: list) -> bytes:
+    return encode({"version": 2, "options": {}, "tick": len(nodes), "nodes": nodes, "requests": requests})
+
+
+def many_nodes(n: int, deep: bool) -> bytes:
+    """n one-block nodes (a chain, or children of the root), one request each; the last request is not
+    listed, so the document is malformed only at its very end."""
+    root = [-1, 0, 1 if deep else n, [], None, None, 0]
+    nodes = [root] + [
+        [i - 1 if deep else 0, 0 if deep else i - 1, int(deep and i < n), [i], None, [i], i] for i in range(1, n + 1)
+    ]
+    return doc_of(nodes, list(range(1, n)))
+
+
+def wide_node(n: int) -> bytes:
+    """One node of n blocks, the last repeating the first (malformed at the last block)."""
+    return doc_of([[-1, 0, 1, [], None, None, 0], [0, 0, 0, [*range(1000, 1000 + n), 1000], None, ["r"], 1]], ["r"])
+
+
+def crowded_node(n: int) -> bytes:
+    """n requests ending at one node; the last one not listed."""
+    ids = list(range(1000, 1000 + n))
+    return doc_of([[-1, 0, 1, [], None, None, 0], [0, 0, 0, [1], None, ids, 1]], ids[:-1])
+
+
+def everything(n: int) -> bytes:
+    """A chain of n nodes holding 8 blocks and 2 requests each: every bound reached at once."""
+    nodes = [[-1, 0, 1, [], None, None, 0]]
+    for i in range(1, n + 1):
+        nodes.append([i - 1, 0, int(i < n), list(range(8 * i, 8 * i + 8)), None, [2 * i, 2 * i + 1], i])
+    return doc_of(nodes, [r for i in range(1, n + 1) for r in (2 * i, 2 * i + 1)][:-1])
+
+
+def cost_of(data: bytes) -> tuple[float, int]:
+    """(CPU seconds, peak bytes of Python allocations) of restoring ``data``, which must be refused."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    start = time.process_time()
+    try:
+        with pytest.raises(ValueError, match="corrupt"):
+            ContextIndex.restore(data)
+        return time.process_time() - start, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        # what the review built: documents at the value bound alone (1M values), refused now at a tree bound
+        lambda: many_nodes(90_000, deep=False),
+        lambda: many_nodes(90_000, deep=True),
+        lambda: wide_node(690_000),
+        lambda: crowded_node(340_000),
+        # the worst documents the tree bounds still let through to their last check
+        lambda: many_nodes(32_000, deep=True),
+        lambda: wide_node(262_000),
+        lambda: crowded_node(65_000),
+        lambda: everything(32_000),
+    ],
+    ids=["width", "depth", "blocks", "requests", "depth-inside", "blocks-inside", "requests-inside", "all-inside"],
+)
+def test_a_malformed_snapshot_just_inside_every_bound_ends_cold_in_bounded_memory(hostile):
+    # before the node/block/request bounds these documents (within the value bound) took 68-109 MiB and up
+    # to 2.5 s of CPU before their last line was found wrong; now each stops at a bound, or inside them all
+    data = hostile()
+    assert len(data) < 2 * MiB  # a few hundred KiB on disk: the size the review used
+    cpu, peak = cost_of(data)
+    assert peak < 64 * MiB
+    assert cpu < 30  # generous (tracemalloc slows it ~5x; ~0.5 s without it on a loaded 2-core box)
+
+
+@pytest.mark.parametrize(
+    ("hostile", "bound"),
+    [
+        (lambda: many_nodes(32_768, deep=True), "32769 nodes, over the bound of 32768"),
+        (lambda: wide_node(262_144), "bound of 262144 block ids"),
+        (lambda: crowded_node(65_537), "bound of 65536 requests"),
+    ],
+    ids=["nodes", "blocks", "requests"],
+)
+def test_one_past_each_bound_is_refused_naming_it(hostile, bound):
+    with pytest.raises(ValueError, match=bound):
+        ContextIndex.restore(hostile())
+
+
+def test_max_requests_keeps_the_most_recent_in_one_pass():
+    index = ContextIndex.restore(chain(5000), max_requests=3)
+    assert index.request_ids() == ["r4998", "r4999", "r5000"]  # least recently used first, as stored
+    index.insert([9999], "new")
+    assert index.evict("r4998") and len(index) == 3
+    fanned = ContextIndex.restore(fan(5000), max_requests=3)
+    assert fanned.node_count == 4  # the root and the three kept leaves: the others' nodes went with them
+    assert fanned.frequency(1) == 0 and fanned.frequency(5000) == 1
+
+
+def test_trimming_a_deep_chain_costs_linear_work():
+    # a snapshot of n nested requests trimmed one request at a time walked to the root for each: an
+    # 83 KiB file took 12.5 s of CPU. Trimmed in one pass, twice the requests cost about twice the work.
+    def work(n: int) -> int:
+        import sys
+
+        count = 0
+
+        def local(frame, event, arg):
+            nonlocal count
+            count += event == "line"
+            return local
+
+        sys.settrace(lambda frame, event, arg: local if "cp_memory" in frame.f_code.co_filename else None)
+        try:
+            index = ContextIndex.restore(chain(n), max_requests=10)
+            for _ in range(10):  # then the first searches evict the rest, one each
+                index.evict(index.request_ids()[0])
+        finally:
+            sys.settrace(None)
+        return count
+
+    small, large = work(2000), work(4000)
+    assert large < 2.3 * small
+
+
+def test_max_requests_must_be_positive():
+    with pytest.raises(ValueError, match="max_requests"):
+        ContextIndex.restore(sample_index().snapshot(), max_requests=0)
