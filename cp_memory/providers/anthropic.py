@@ -100,7 +100,13 @@ def _block_text(block: Any) -> str:
     if kind in ("image", "document") or kind is None and "source" in block:
         return ""  # unknown token count: counted as 0, the conservative side
     body = {k: v for k, v in block.items() if k != "cache_control"}
-    return json.dumps(body, sort_keys=True, ensure_ascii=False)
+    try:
+        return json.dumps(body, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # int and str keys together (unsortable), odd values
+        try:
+            return json.dumps(body, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
+            return ""  # not serialisable at all: counted as 0, the conservative side
 
 
 def _as_blocks(content: Any) -> list[Any]:

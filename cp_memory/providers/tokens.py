@@ -10,6 +10,12 @@ breakpoint is only placed where the prefix certainly reaches the model's minimum
 Without ``bpe-openai`` the count falls back to :func:`cp_memory.core.blocks.estimate_tokens` (about 4 characters
 per token) with a safety ``margin`` of 1.25: a prefix must reach 1.25x the minimum by that estimate.
 Pass your own counter (``Counting("mine", fn)``) for exact counts of another tokenizer.
+
+Any text the APIs accept is counted, never an exception: ``bpe-openai`` refuses a text of 1,000,000
+characters or one of more than 200,000 tokens, so :func:`default_counting` encodes a long text in pieces
+of at most :data:`CHUNK_CHARS` characters, cut before a whitespace where there is one (where the
+tokenizer would split anyway: the sum is the exact count, or within one token per cut in a run without
+whitespace); a piece the tokenizer still refuses is counted by the estimate (logged once at debug).
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ from typing import Any
 
 from ..core.blocks import estimate_tokens
 
-__all__ = ["ESTIMATE_MARGIN", "Counting", "default_counting", "estimated_counting"]
+__all__ = ["CHUNK_CHARS", "ESTIMATE_MARGIN", "Counting", "default_counting", "estimated_counting"]
 
 logger = logging.getLogger(__name__)
 
 #: the character estimate must exceed a minimum by this factor before a breakpoint counts as above it
 ESTIMATE_MARGIN = 1.25
+#: longest piece encoded at once: far below bpe-openai's limits (1,000,000 characters, 200,000 tokens)
+CHUNK_CHARS = 65_536
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,29 @@ def default_counting() -> Counting:
         return estimated_counting()
 
     def count(text: str) -> int:
-        return len(encoding.encode_ordinary(text))
+        return sum(_count_piece(encoding, piece) for piece in _pieces(text))
 
     return Counting("o200k_base", count, 1.0)
+
+
+def _pieces(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    """``text`` cut into pieces of at most ``size`` characters, each cut just before a whitespace character
+    in the second half of the piece when there is one (the tokenizer splits there anyway)."""
+    out = []
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = max(text.rfind(" ", start + size // 2, end), text.rfind("\n", start + size // 2, end))
+        cut = cut if cut > start else end
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
+def _count_piece(encoding: Any, piece: str) -> int:
+    try:
+        return len(encoding.encode_ordinary(piece))
+    except Exception:  # a piece the tokenizer refuses: the estimate, never an exception in a request build
+        logger.debug("o200k_base refused a %d-character piece; counting it by the estimate", len(piece), exc_info=True)
+        return estimate_tokens(piece)

@@ -279,3 +279,43 @@ def test_a_real_search_response_is_cut_at_its_memory_lines(cp_memory_store):
     assert shared > 0  # the index aligned the second question with the first
     keys = PromptCacheKeys("application-secret-0001")
     assert openai_request("q", second, keys=keys)["prompt_cache_key"] == keys.key({"user_id": "alice"})
+
+
+# ------------------------------------------------------------------ hostile inputs (issue 28 items 5, 10)
+def test_the_default_counter_counts_whatever_the_api_accepts():
+    pytest.importorskip("bpe_openai")
+    from cp_memory.providers import default_counting
+
+    counting = default_counting()
+    assert counting.name == "o200k_base"
+    assert counting.tokens("a" * 1_000_000) > 0  # bpe-openai refuses 1,000,000 characters
+    words = "hello world " * 150_000  # 300,001 tokens: over bpe-openai's 200,000-token chunk limit
+    assert counting.tokens(words) == 300_001  # "hello", " world", " hello", ..., the last " "
+    import bpe_openai
+
+    text = "The quick brown fox jumps over the lazy dog.\n" * 3000  # 135,000 chars: cut twice, at whitespace
+    assert counting.tokens(text) == len(bpe_openai.get_encoding("o200k_base").encode_ordinary(text))
+
+
+def test_a_tool_use_input_with_int_and_str_keys_is_counted():
+    tool_use = {"type": "tool_use", "id": "t1", "name": "lookup", "input": {1: "one", "two": 2}}
+    history = [
+        {"role": "user", "content": "look it up"},
+        {"role": "assistant", "content": [tool_use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "found"}]},
+    ]
+    req = anthropic_request(
+        "Where?", response(["memory one"]), model="claude-sonnet-4-5", system=SYSTEM, history=history, counting=WORDS
+    )  # raised TypeError: '<' not supported between instances of 'str' and 'int'
+    assert req.kwargs()["messages"][1]["content"][0]["input"] == {1: "one", "two": 2}
+
+
+def test_a_scope_string_that_spells_another_scope_gets_its_own_key():
+    keys = PromptCacheKeys("application-secret-0001")
+    forged = keys.key({"user_id": "alice&agent_id=support"})
+    pair = keys.key({"user_id": "alice", "agent_id": "support"})
+    assert forged != pair  # both scopes were shown as "user_id=alice&agent_id=support"
+    forged_response = response(["m"])
+    forged_response["context_pilot"]["scope"] = "user_id=alice%26agent_id=support"  # what a search now shows
+    assert openai_request("q", forged_response, keys=keys)["prompt_cache_key"] == forged
+    assert keys.key("not a scope string") != keys.key({"user_id": "not a scope string"})
