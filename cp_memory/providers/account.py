@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .rules import PriceRatios, default_prices, openai_prices
-from .usage import CacheUsage, read_usage
+from .usage import CacheUsage, clamp_tokens, read_usage
 
 __all__ = ["Savings", "SavingsAccount"]
 
@@ -64,6 +64,19 @@ class Savings:
             f"input cost {self.cost:.0f} vs {self.without_cache:.0f} without cache (saved {self.saved_share:.0%})"
             f"{usd}" + (f"; {self.unpriced_calls} calls without prices" if self.unpriced_calls else "")
         )
+
+
+def _clamped(usage: CacheUsage) -> CacheUsage:
+    """``usage`` with every count a non-negative int of at most ``MAX_USAGE_TOKENS`` (a record built by hand
+    may carry anything)."""
+    counts = {}
+    for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "cache_write_1h_tokens"):
+        value = getattr(usage, name)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        counts[name] = clamp_tokens(value, name) if ok else 0
+    return replace(usage, **counts)
 
 
 def call_cost(usage: CacheUsage, prices: PriceRatios) -> float:
@@ -121,36 +134,40 @@ class SavingsAccount:
 
     def add(self, usage: Any, *, model: str | None = None, provider: str | None = None) -> CacheUsage:
         """Record one call's usage (a :class:`CacheUsage`, or anything :func:`read_usage` reads); returns
-        the record added. Never raises for odd usage (it counts as zeros)."""
-        record = usage if isinstance(usage, CacheUsage) else read_usage(usage, provider=provider, model=model)
-        if model and record.model != model:
-            record = CacheUsage(
-                record.provider,
-                record.input_tokens,
-                record.cache_read_tokens,
-                record.cache_write_tokens,
-                record.output_tokens,
-                record.cache_write_1h_tokens,
-                model,
+        the record added. Never raises: odd usage counts as zeros, a count over
+        :data:`~cp_memory.providers.usage.MAX_USAGE_TOKENS` is clamped to it (logged), and an internal
+        failure is logged and the call left out of the totals."""
+        try:
+            record = _clamped(
+                usage if isinstance(usage, CacheUsage) else read_usage(usage, provider=provider, model=model)
             )
-        prices = self.prices_for(record)
+            if model and record.model != model:
+                record = replace(record, model=model)
+            calls = self._count(record, self.prices_for(record))
+        except Exception:  # bookkeeping must never fail the caller's committed turn
+            logger.warning("usage left out of the savings account: it could not be added", exc_info=True)
+            return CacheUsage(provider=provider or "unknown", model=model)
+        if self.log_every and calls % self.log_every == 0:
+            self.log()
+        return record
+
+    def _count(self, record: CacheUsage, prices: PriceRatios | None) -> int:
+        """Add one record to the totals; returns the number of calls counted so far."""
         with self._lock:
             self._calls += 1
             self._total = self._total + record
             if prices is None:
                 self._unpriced += 1
+                return self._calls
+            cost = call_cost(record, prices)
+            self._cost += cost
+            self._without += record.input_tokens
+            if prices.input_per_mtok is None or self._usd is None or self._usd_without is None:
+                self._usd = self._usd_without = None
             else:
-                self._cost += call_cost(record, prices)
-                self._without += record.input_tokens
-                if prices.input_per_mtok is None or self._usd is None or self._usd_without is None:
-                    self._usd = self._usd_without = None
-                else:
-                    self._usd += call_cost(record, prices) * prices.input_per_mtok / 1e6
-                    self._usd_without += record.input_tokens * prices.input_per_mtok / 1e6
-            calls = self._calls
-        if self.log_every and calls % self.log_every == 0:
-            self.log()
-        return record
+                self._usd += cost * prices.input_per_mtok / 1e6
+                self._usd_without += record.input_tokens * prices.input_per_mtok / 1e6
+            return self._calls
 
     def summary(self) -> Savings:
         with self._lock:

@@ -21,7 +21,9 @@ LangChain ``usage_metadata``     ``input_tokens`` (all), ``input_token_details.c
 
 ``input_tokens`` of the record is always *every* prompt token (read + written + uncached), whatever the
 provider counts in its own field of that name. Missing or odd fields give zeros and a debug log line, never
-an exception: usage is read in the caller's request path.
+an exception: usage is read in the caller's request path. A count above :data:`MAX_USAGE_TOKENS` (10^9, a
+thousand times the largest context window; a 400-digit number from a hostile stream) is clamped to it
+with a warning, so no later arithmetic (costs in floats) can overflow.
 
 Streams: :class:`UsageStream` is fed every event (``feed``) or wraps the iterator (``wrap``/``awrap``) and
 merges what the events carry: OpenAI's final chunk (``stream_options={"include_usage": True}``), the
@@ -37,13 +39,25 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Ma
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-__all__ = ["PROVIDERS", "CacheUsage", "UsageStream", "read_usage"]
+__all__ = ["MAX_USAGE_TOKENS", "PROVIDERS", "CacheUsage", "UsageStream", "clamp_tokens", "read_usage"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 PROVIDERS = ("openai", "anthropic", "gemini", "deepseek", "engine", "unknown")
+
+#: the largest token count one usage field may carry; larger ones are clamped to it (with a warning)
+MAX_USAGE_TOKENS = 10**9
+
+
+def clamp_tokens(value: int, field: str = "tokens") -> int:
+    """``value`` (a count >= 0) clamped to :data:`MAX_USAGE_TOKENS`, with a warning when it was larger."""
+    if value <= MAX_USAGE_TOKENS:
+        return value
+    magnitude = value.bit_length() * 30103 // 100000  # log10, without str() (refused past 4300 digits)
+    logger.warning("usage: a token count of ~10^%d clamped to %d (%s)", magnitude, MAX_USAGE_TOKENS, field)
+    return MAX_USAGE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -121,9 +135,9 @@ def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
+        return clamp_tokens(value) if value >= 0 else None
     if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
+        return clamp_tokens(int(value))
     return None
 
 

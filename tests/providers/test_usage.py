@@ -4,6 +4,7 @@ they are installed; odd input gives zeros, never an exception; the savings accou
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 
@@ -314,5 +315,60 @@ def test_commit_with_usage_feeds_the_wrappers_savings(caplog):
             cp.savings(log=True)
         assert "1990 read" in caplog.text
         assert cp.savings_account is cp.savings_account
+    finally:
+        memory.close()
+
+
+# ------------------------------------------------------------------ hostile counts (issue 28 item 6)
+HUGE = 10**400  # a 401-digit token count: float(HUGE) raises OverflowError
+
+
+def test_a_400_digit_count_is_clamped_logged_and_never_raises(caplog):
+    from cp_memory.providers.usage import MAX_USAGE_TOKENS
+
+    reply = {
+        "model": "gpt-5",
+        "usage": {"prompt_tokens": HUGE, "completion_tokens": HUGE, "prompt_tokens_details": {"cached_tokens": HUGE}},
+    }
+    with caplog.at_level(logging.WARNING, logger="cp_memory.providers"):
+        u = read_usage(reply)
+        account = SavingsAccount({"gpt-5": PriceRatios(read=0.1, input_per_mtok=1.25)})
+        account.add(reply)
+        account.add(CacheUsage("anthropic", HUGE, cache_read_tokens=HUGE, output_tokens=-5))  # built by hand
+        account.add(CacheUsage("anthropic", 1e300))  # an integral float past every int64 as well
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (MAX_USAGE_TOKENS,) * 3
+    s = account.summary()
+    assert s.calls == 3 and s.input_tokens == 3 * MAX_USAGE_TOKENS and s.output_tokens == MAX_USAGE_TOKENS
+    assert math.isfinite(s.cost) and s.line()  # the float arithmetic of costs stays finite
+    assert "clamped" in caplog.text and len(caplog.text) < 2000  # the number itself is not printed
+
+
+def test_a_hostile_stream_grows_usage_by_at_most_the_bound_per_field():
+    from cp_memory.providers.usage import MAX_USAGE_TOKENS
+
+    stream = UsageStream(provider="anthropic")
+    events = [{"type": "message_start", "message": {"usage": {"input_tokens": 1, "cache_read_input_tokens": 0}}}]
+    delta = {"input_tokens": None, "cache_read_input_tokens": None, "cache_creation_input_tokens": None}
+    events += [{"type": "message_delta", "usage": {**delta, "output_tokens": 10 ** (20 + i)}} for i in range(500)]
+    for _ in stream.wrap(events):
+        pass
+    assert stream.usage.output_tokens == MAX_USAGE_TOKENS and stream.usage.input_tokens == 1
+
+
+def test_commit_with_a_400_digit_usage_commits_and_does_not_raise(caplog):
+    from tests.mem0_fixtures import require_mem0
+
+    require_mem0()
+    from cp_memory.embedded import default_memory
+    from cp_memory.memory import ContextPilotMemory
+
+    memory = default_memory()
+    try:
+        memory.add([{"role": "user", "content": "Alice has a cat named Miso."}], user_id="alice", infer=False)
+        cp = ContextPilotMemory(memory)
+        r = cp.search("pets?", filters={"user_id": "alice"}, conversation_id="c1")
+        hostile = {"model": "claude-sonnet-4-5", "usage": {"input_tokens": HUGE, "cache_read_input_tokens": HUGE}}
+        assert cp.commit(r, usage=hostile) == 1  # raised OverflowError after committing the turn
+        assert cp.savings().calls == 1
     finally:
         memory.close()
