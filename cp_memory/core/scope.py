@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,10 +92,38 @@ class Scope:
         return not self.conditions
 
     def __str__(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.entity_filters.items()]
+        """``user_id=alice&agent_id=support`` (``filters#<digest>`` last); ``%`` and ``&`` inside an id are
+        written ``%25`` and ``%26``, so two scopes never share a string (:meth:`parse` reads it back)."""
+        parts = [f"{k}={_escape(v)}" for k, v in self.entity_filters.items()]
         if self.conditions:
             parts.append(f"filters#{self.conditions}")
         return "&".join(parts)
+
+    @classmethod
+    def parse(cls, text: str) -> Scope | None:
+        """The scope whose ``str()`` is ``text``; None when ``text`` is not such a string."""
+        if not isinstance(text, str) or not text:
+            return None
+        fields: dict[str, str] = {}
+        conditions = ""
+        for part in text.split("&"):
+            key, eq, value = part.partition("=")
+            if part.startswith("filters#") and not conditions:
+                conditions = part[len("filters#") :]
+            elif not eq or key not in ENTITY_KEYS or key in fields or conditions:
+                return None
+            else:
+                fields[key] = _ESCAPED.sub(lambda m: _UNESCAPE[m.group()], value)
+        scope = cls(fields.get("user_id"), fields.get("agent_id"), fields.get("run_id"), conditions)
+        return scope if fields and str(scope) == text else None
+
+
+_ESCAPED = re.compile("%2[56]")
+_UNESCAPE = {"%25": "%", "%26": "&"}
+
+
+def _escape(value: str) -> str:
+    return value.replace("%", "%25").replace("&", "%26")
 
 
 def scope_of(filters: Mapping[str, Any] | None, **narrowing: Any) -> Scope | None:

@@ -6,8 +6,9 @@ for one prefix and key the surplus overflows to machines that do not hold the pr
 application starts with the same system prompt, so without a key all users share one routing group. With
 :class:`PromptCacheKeys` each scope (user, agent, run ids and every filter: cp_memory's
 :class:`~cp_memory.core.scope.Scope`) gets its own key, a keyed hash (HMAC-SHA256 with a per-application secret)
-of the scope: the same scope always maps to the same key, no raw id leaves the process, and without the
-secret nobody can tell which user a key belongs to or test a guess.
+of an unambiguous encoding of the scope (as the snapshot names): the same scope always maps to the same key,
+two scopes never share one, no raw id leaves the process, and without the secret nobody can tell which user
+a key belongs to or test a guess.
 
 :func:`openai_request` returns the keyword arguments of ``client.chat.completions.create`` (or, with
 ``api="responses"``, ``client.responses.create``): the stable system message, the history, then the user
@@ -22,7 +23,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ..core.scope import Scope, scope_of
+from ..core.scope import Scope, canonical_json, scope_of
 from .layout import context_pieces, info_of
 from .rules import OPENAI_RETENTIONS
 
@@ -52,18 +53,25 @@ class PromptCacheKeys:
         return f"PromptCacheKeys(prefix={self.prefix!r})"
 
     def key(self, scope: Mapping[str, Any] | Scope | str) -> str:
-        """The key of a scope: mem0 ``filters`` (``{"user_id": ...}``), a :class:`Scope` or its string."""
+        """The key of a scope: mem0 ``filters`` (``{"user_id": ...}``), a :class:`Scope` or its string.
+
+        The HMAC covers an unambiguous encoding of the scope (a JSON list of its user, agent and run ids and
+        its conditions digest), never its display string: ``user_id="alice&agent_id=support"`` and
+        ``(user_id="alice", agent_id="support")`` get different keys."""
         if isinstance(scope, Mapping):
             found = scope_of(scope)
             if found is None:
                 raise ValueError("filters must contain at least one of user_id, agent_id, run_id")
-            text = str(found)
         elif isinstance(scope, Scope):
-            text = str(scope)
+            found = scope
         elif isinstance(scope, str) and scope:
-            text = scope
+            found = Scope.parse(scope)
         else:
             raise TypeError(f"scope must be mem0 filters, a Scope or its string, got {type(scope).__name__}")
+        if found is None:  # a string that is no scope's: keyed as it is, apart from every scope's encoding
+            text = canonical_json(["text", scope])
+        else:
+            text = canonical_json(["scope", found.user_id, found.agent_id, found.run_id, found.conditions])
         digest = hmac.new(self._secret, text.encode("utf-8"), hashlib.sha256).hexdigest()
         return self.prefix + digest[:_KEY_HEX]
 
