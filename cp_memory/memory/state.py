@@ -33,7 +33,7 @@ from ..core.lru import LRUMap
 from ..core.scope import Scope
 from .config import ContextPilotConfig
 from .engine_feed import EngineFollow
-from .snapshots import SNAPSHOT_SUFFIX, FileId, SnapshotFolder, snapshot_name
+from .snapshots import SNAPSHOT_SUFFIX, FileId, SnapshotFolder
 
 __all__ = ["SNAPSHOT_SUFFIX", "ScopeState", "ScopeStore"]
 
@@ -95,12 +95,13 @@ class ScopeStore:
         return self.folder.file(scope)
 
     def _names_in_memory(self) -> list[str]:
-        return [snapshot_name(s) for s, _ in self.states.items()]
+        folder = self.folder  # None while the folder's own constructor trims: no scope is in memory yet
+        return [] if folder is None else [folder.name(s) for s, _ in self.states.items()]
 
     def _restore(self, scope: Scope) -> tuple[ContextIndex | None, FileId | None]:
         if self.folder is None:
             return None, None
-        self._used.set(snapshot_name(scope), scope)
+        self._used.set(self.folder.name(scope), scope)
         found = self.folder.read(scope)
         if found.error is not None:
             logger.error(
@@ -156,7 +157,7 @@ class ScopeStore:
         """Snapshot one scope (caller holds ``state.lock``)."""
         if self.folder is None:
             return
-        self._used.set(snapshot_name(state.scope), state.scope)
+        self._used.set(self.folder.name(state.scope), state.scope)
         try:
             data = state.index.snapshot()
             if len(data) > self.config.max_snapshot_bytes:
@@ -210,7 +211,7 @@ class ScopeStore:
             self.states.pop(scope)
             if self.folder is not None:
                 self.folder.delete(scope)
-                self._used.pop(snapshot_name(scope))
+                self._used.pop(self.folder.name(scope))
 
     def forget_matching(self, entities: dict[str, str]) -> None:
         """Forget every scope whose entity ids include ``entities`` (after mem0 ``delete_all``): in memory,

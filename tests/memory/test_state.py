@@ -148,6 +148,42 @@ def test_a_world_writable_index_dir_is_used_with_a_warning(tmp_path, caplog):
     assert any("world-writable" in r.getMessage() for r in caplog.records)
 
 
+def test_an_index_dir_other_users_can_list_is_used_with_a_warning(tmp_path, caplog):
+    folder = tmp_path / "listable"
+    folder.mkdir()
+    folder.chmod(0o755)  # was used silently: anyone could list the names
+    with caplog.at_level(logging.WARNING, logger="cp_memory.memory"):
+        remember(store(folder), ALICE, "m")
+    assert any("can be read or listed by other users (mode 755)" in r.getMessage() for r in caplog.records)
+
+
+def test_snapshot_names_are_salted_per_folder(tmp_path):
+    from cp_memory.memory.snapshots import SALT_FILE, snapshot_name
+
+    first, second = store(tmp_path / "a"), store(tmp_path / "b")
+    guessed = snapshot_name(ALICE)  # what anyone can compute from a guessed user id
+    assert first.path(ALICE).name != guessed and first.path(ALICE).name != second.path(ALICE).name
+    salt = tmp_path / "a" / SALT_FILE
+    assert stat.S_IMODE(salt.stat().st_mode) == 0o600
+    remember(first, ALICE, "m")
+    assert blocks_of(store(tmp_path / "a"), ALICE) == {"m"}  # the salt is the folder's: a restart reads it
+
+
+def test_a_snapshot_written_before_the_salt_is_restored_and_renamed(tmp_path):
+    from cp_memory.memory.snapshots import snapshot_name
+
+    index = ContextIndex()
+    index.insert([("before", "d")])
+    (tmp_path / snapshot_name(ALICE)).write_bytes(index.snapshot())  # an unsalted name, as earlier versions wrote
+    bob = scope_of({"user_id": "bob"})
+    (tmp_path / snapshot_name(bob)).write_bytes(index.snapshot())
+    s = store(tmp_path)
+    assert blocks_of(s, ALICE) == {("before")}
+    assert s.path(ALICE).exists() and not (tmp_path / snapshot_name(ALICE)).exists()
+    s.forget_matching({"user_id": "bob"})  # delete_all finds an unsalted snapshot too
+    assert not (tmp_path / snapshot_name(bob)).exists()
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
 def test_an_index_dir_owned_by_another_user_is_used_with_a_warning(tmp_path, caplog):
     folder = tmp_path / "theirs"
