@@ -208,7 +208,7 @@ def _compare(a: argparse.Namespace, data: dict[str, Any]) -> tuple[int, int | No
                 extra_args=a.vllm_args.split(),
             ).start()
             url = server.base_url
-        with EngineClient(url, timeout=600.0) as client:
+        with EngineClient(url, timeout=600.0, api_key=None if server is None else server.api_key) as client:
             block, blocks = _engine_block_and_capacity(client)
             block = a.block_size or block
             if block is None:

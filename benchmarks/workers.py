@@ -133,7 +133,10 @@ _VLLM = re.compile(r"^(vllm:[a-z_:]+)(\{[^}]*\})?\s+([0-9.eE+-]+)$", re.MULTILIN
 
 def _metrics_text(server: ManagedServer) -> str | None:
     try:
-        resp = httpx.get(f"{server.base_url}/metrics", timeout=10)
+        key = server.api_key  # a managed vLLM refuses every route but /health without it
+        resp = httpx.get(
+            f"{server.base_url}/metrics", timeout=10, headers={"Authorization": f"Bearer {key}"} if key else {}
+        )
         resp.raise_for_status()
     except httpx.HTTPError as exc:
         logger.warning("no /metrics from %s: %s", server.base_url, exc)

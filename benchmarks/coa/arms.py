@@ -140,7 +140,7 @@ def entry_clients(servers: list[ManagedServer], sglang: SGLangRouter | None) -> 
     engines), else one client per worker."""
     if sglang is not None:
         return [EngineClient(sglang.base_url, model=served_name(servers[0]), timeout=600, max_retries=2)]
-    return [EngineClient(s.base_url, timeout=600, max_retries=2) for s in servers]
+    return [EngineClient(s.base_url, api_key=s.api_key, timeout=600, max_retries=2) for s in servers]
 
 
 def follow(

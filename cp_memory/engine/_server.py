@@ -100,6 +100,8 @@ class ManagedServer:
         self._workdir: Path | None = None
         self._watchdog: Watchdog | None = None
         self._secrets: list[str] = []  # secret values of the command line, masked in messages
+        #: the key clients must send (``Authorization: Bearer``), None when the server takes none
+        self.api_key: str | None = None
 
     # -- to implement ----------------------------------------------------------------------
     def command(self, port: int) -> list[str]:
@@ -191,7 +193,7 @@ class ManagedServer:
         launch = (die_with_parent_prefix() if self.die_with_parent else []) + cmd
         self.log_path = self._log_path_arg or (self.workdir() / "server.log")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._secrets = secret_values(cmd)
+        self._secrets = secret_values(cmd) + ([self.api_key] if self.api_key else [])
         logger.info("starting %s: %s", self.engine_name, " ".join(redact_args(cmd)))
         env = None if self._env is None else {**os.environ, **self._env}
         with open(self.log_path, "ab") as log:

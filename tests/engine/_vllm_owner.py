@@ -2,7 +2,7 @@
 
 Starts a :class:`~cp_memory.engine.VLLMServer` (KV events on) with the keyword arguments given as
 ``key=value`` (ints where they parse), prints one JSON line — base URL, served model name, KV-event
-endpoint, block size asked for, the PIDs of the server's process group and its work directory — and
+endpoint, API key, block size asked for, the PIDs of the server's process group and its work directory — and
 sleeps until the test run kills it. Owning the server in a separate process lets one test kill the
 owner with SIGKILL and check that vLLM's processes and files go with it, without a second start-up.
 """
@@ -49,6 +49,7 @@ def main() -> None:
         "pids": group_pids(os.getpgid(server.pid)),
         "workdir": str(server.workdir()),
         "log": str(server.log_path),
+        "api_key": server.api_key,  # the test run's own pipe: its clients must send it
     }
     print(json.dumps(info), flush=True)
     time.sleep(3600)

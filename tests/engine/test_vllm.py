@@ -67,6 +67,8 @@ def test_command_line(model_dir: Path) -> None:
         "--swap-space 0",
     ):
         assert part in joined
+    assert cmd[cmd.index("--middleware") + 1] == "cp_memory_vllm_guard.KeyGuard"  # every route needs the key
+    assert len(server.api_key) >= 32 and server.api_key not in joined  # never on the world-readable argv
     events = json.loads(cmd[cmd.index("--kv-events-config") + 1])
     assert events["endpoint"] == f"ipc://{server.workdir()}/kv-events"  # a socket in the private 0700 dir
     assert events["publisher"] == "zmq" and events["enable_kv_cache_events"]
@@ -224,3 +226,47 @@ def test_a_virtualenv_python_is_asked_itself_though_it_links_to_this_interpreter
     (fake / "__init__.py").write_text("")
     monkeypatch.setenv("PYTHONPATH", str(fake.parent))
     assert vllm_available(other)  # asked in its own process, where this vllm imports
+
+
+def test_the_guard_refuses_every_route_but_health_without_the_key(model_dir: Path, monkeypatch: Any) -> None:
+    """The ASGI middleware every managed vLLM runs (vLLM's own --api-key guards /v1 only), driven directly:
+    no key, a wrong key or another scheme -> 401 and the app never runs; the key -> the app; /health open."""
+    import asyncio
+    import importlib.util
+
+    server = VLLMServer(model_dir, python="/x", api_key="a-key-of-sixteen-chars")
+    assert repr(server).count("a-key") == 0
+    folder = server._write_guard()
+    monkeypatch.setenv("VLLM_API_KEY", server.api_key)
+    spec = importlib.util.spec_from_file_location("guard", folder / "cp_memory_vllm_guard.py")
+    assert spec is not None and spec.loader is not None
+    guard_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard_module)
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+
+    guard = guard_module.KeyGuard(app)
+
+    def status(path: str, headers: dict[str, str], kind: str = "http") -> int | None:
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        asyncio.run(guard({"type": kind, "path": path, "method": "POST", "headers": raw}, None, send))
+        return next((m.get("status", m.get("code")) for m in sent), None)
+
+    for path in ("/server_info", "/reset_prefix_cache", "/collective_rpc", "/v1/completions", "/health/"):
+        assert status(path, {}) == 401
+        assert status(path, {"Authorization": "Bearer not-the-key-at-all"}) == 401
+        assert status(path, {"Authorization": f"Basic {server.api_key}"}) == 401
+    assert status("/v1/realtime", {}, kind="websocket") == 1008
+    assert reached == []
+    assert status("/health", {}) is None and status("/server_info", server.headers) is None
+    assert reached == ["/health", "/server_info"]
+    with pytest.raises(ValueError, match="api_key"):
+        VLLMServer(model_dir, python="/x", api_key="short")
+    server.stop()

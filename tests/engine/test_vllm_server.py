@@ -114,7 +114,7 @@ def client(vllm: OwnedServer) -> Iterator[Any]:
     from cp_memory.engine import EngineClient
 
     info = vllm.ensure()
-    with EngineClient(info["base_url"], model=info["model"], timeout=120.0) as c:
+    with EngineClient(info["base_url"], model=info["model"], api_key=info["api_key"], timeout=120.0) as c:
         assert c.flush_cache(), "POST /reset_prefix_cache refused"
         yield c
 
@@ -288,6 +288,34 @@ def test_agent_router_workers_follow_vllm(vllm: OwnedServer, client: Any) -> Non
         assert feed.sync.stats.evicted == 1
     finally:
         feed.stop()
+
+
+def test_the_admin_api_needs_the_servers_key(vllm: OwnedServer, client: Any) -> None:
+    """Loopback is open to every local user: without the key, vLLM's dev routes (its whole config, the
+    cache, worker RPCs) and the API answer 401; with it our client and the flush work, and /health stays
+    open for the start-up wait. Before: 200 for all three dev routes, no credentials needed."""
+    import httpx
+
+    url = vllm.info["base_url"]
+    with httpx.Client(base_url=url, timeout=30.0) as http:
+        for method, path, body in (
+            ("GET", "/server_info", None),
+            ("POST", "/reset_prefix_cache", None),
+            ("POST", "/collective_rpc", {"method": "get_model_config"}),
+            ("GET", "/v1/models", None),
+            ("POST", "/tokenize", {"prompt": "hi"}),
+            ("GET", "/metrics", None),
+        ):
+            for headers in ({}, {"Authorization": "Bearer wrong-key-wrong-key"}):
+                answer = http.request(method, path, json=body, headers=headers)
+                assert answer.status_code == 401, f"{method} {path} {headers}: HTTP {answer.status_code}"
+        assert http.get("/health").status_code == 200
+        key = {"Authorization": f"Bearer {vllm.info['api_key']}"}
+        assert http.get("/server_info", headers=key).status_code == 200
+    assert client.flush_cache() and client.complete("Hello", max_tokens=1).prompt_tokens > 0
+    assert vllm.info["api_key"] not in Path(vllm.info["log"]).read_text(errors="replace")
+    with open(f"/proc/{vllm.info['pid']}/cmdline", "rb") as f:  # world-readable: never the key
+        assert vllm.info["api_key"].encode() not in f.read()
 
 
 def test_killed_owner_takes_vllm_with_it(vllm: OwnedServer) -> None:
