@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from ._watchdog import DISARM
+from ._watchdog import DISARM, sweep_semaphores, wait_group_gone
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +30,12 @@ def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
             proc.send_signal(sig)
 
 
-def terminate(proc: subprocess.Popen[bytes], timeout: float, stragglers: bool = False) -> None:
+def terminate(
+    proc: subprocess.Popen[bytes], timeout: float, stragglers: bool = False, since: float | None = None
+) -> None:
     """Stop ``proc`` (and any children it spawned in its process group) by PID: SIGTERM, wait,
-    then SIGKILL; with ``stragglers``, SIGKILL what is left of the group. Safe to call twice."""
+    then SIGKILL; with ``stragglers``, SIGKILL what is left of the group and then remove the
+    semaphores it leaked, created after ``since`` (:func:`._watchdog.sweep_semaphores`). Safe to call twice."""
     if proc.poll() is None:
         logger.debug("stopping engine pid %d", proc.pid)
         signal_group(proc, signal.SIGTERM)
@@ -46,6 +49,12 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float, stragglers: bool = 
     if stragglers:  # e.g. SGLang scheduler / detokenizer processes once the leader is gone
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        # the SIGKILL may have hit multiprocessing's resource tracker before it unlinked a semaphore
+        if since is not None:
+            wait_group_gone(proc.pid, timeout)  # only what no live process maps is swept
+            leaked = sweep_semaphores(since)
+            if leaked:
+                logger.info("removed %d semaphore(s) engine pid %d leaked: %s", len(leaked), proc.pid, leaked)
 
 
 def die_with_parent_prefix() -> list[str]:
@@ -140,10 +149,16 @@ class Watchdog:
             self.proc.wait()
 
 
-def shutdown(proc: subprocess.Popen[bytes], watchdog: Watchdog | None, timeout: float, stragglers: bool) -> None:
+def shutdown(
+    proc: subprocess.Popen[bytes],
+    watchdog: Watchdog | None,
+    timeout: float,
+    stragglers: bool,
+    since: float | None = None,
+) -> None:
     """Graceful stop (TERM, wait, KILL), then release the watchdog. Safe to call twice."""
     try:
-        terminate(proc, timeout, stragglers)
+        terminate(proc, timeout, stragglers, since)
     finally:
         if watchdog is not None:
             watchdog.disarm()

@@ -102,6 +102,7 @@ class ManagedServer:
         self._secrets: list[str] = []  # secret values of the command line, masked in messages
         #: the key clients must send (``Authorization: Bearer``), None when the server takes none
         self.api_key: str | None = None
+        self._started: float | None = None  # when the running process was launched (epoch seconds)
 
     # -- to implement ----------------------------------------------------------------------
     def command(self, port: int) -> list[str]:
@@ -196,6 +197,7 @@ class ManagedServer:
         self._secrets = secret_values(cmd) + ([self.api_key] if self.api_key else [])
         logger.info("starting %s: %s", self.engine_name, " ".join(redact_args(cmd)))
         env = None if self._env is None else {**os.environ, **self._env}
+        self._started = time.time() - 1.0  # semaphores the group leaks are newer than this
         with open(self.log_path, "ab") as log:
             proc = subprocess.Popen(
                 launch,
@@ -209,7 +211,9 @@ class ManagedServer:
         self._proc = proc
         self._watchdog = watchdog
         self.port = port
-        self._finalizer = weakref.finalize(self, shutdown, proc, watchdog, self.stop_timeout, self.kill_stragglers)
+        self._finalizer = weakref.finalize(
+            self, shutdown, proc, watchdog, self.stop_timeout, self.kill_stragglers, self._started
+        )
         try:
             self._wait_healthy(proc)
         except BaseException:
@@ -224,7 +228,7 @@ class ManagedServer:
             self._finalizer.detach()
             self._finalizer = None
         if proc is not None:
-            shutdown(proc, watchdog, self.stop_timeout, self.kill_stragglers)
+            shutdown(proc, watchdog, self.stop_timeout, self.kill_stragglers, self._started)
             logger.info("%s server pid %d stopped", self.engine_name, proc.pid)
         self.port = None
 

@@ -147,3 +147,84 @@ def test_make_workdir_records_its_owner(tmp_path: Path) -> None:
     pid, started = (path / OWNER_FILE).read_text().split()
     assert int(pid) == os.getpid() and started == str(process_start_time(os.getpid()))
     assert sweep_stale_workdirs(tmp_path) == [] and path.exists()
+
+
+# --- semaphores a killed engine group leaks (issue 28 item 12) --------------------------------------------
+
+#: an engine that is still "loading" (SIGTERM ignored, as vLLM while it loads its model) and holds a spawn-context
+#: multiprocessing lock: a named POSIX semaphore that only multiprocessing's resource tracker — a process of the
+#: same group, which ignores SIGTERM too — unlinks once its users died without cleaning up
+SEMAPHORE_ENGINE = """
+import multiprocessing, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = multiprocessing.get_context("spawn").Lock()
+print(lock._semlock.name, flush=True)
+time.sleep(600)
+"""
+
+
+def _semaphore_engine() -> tuple[subprocess.Popen[str], Path]:
+    engine = subprocess.Popen(
+        [sys.executable, "-c", SEMAPHORE_ENGINE], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert engine.stdout is not None
+    name = engine.stdout.readline().strip()  # "/mp-xxxxxxxx"
+    semaphore = Path("/dev/shm") / f"sem.{name.lstrip('/')}"
+    assert name and semaphore.exists(), f"no semaphore {semaphore}"
+    return engine, semaphore
+
+
+def _gone(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not path.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX semaphores live in /dev/shm on Linux only")
+def test_a_killed_owner_leaves_no_semaphore_of_its_starting_engine(tmp_path: Path) -> None:
+    # an owner killed while vLLM started: its watchdog's SIGKILL (after the grace) hit the resource tracker
+    # before it unlinked vLLM's semaphore: a 32-byte /dev/shm/sem.mp-* file left, one kill in three
+    from cp_memory.engine._process import Watchdog
+
+    engine, semaphore = _semaphore_engine()
+    with open(tmp_path / "watchdog.log", "ab") as log:
+        watchdog = Watchdog.start(engine.pid, 0.5, None, log)
+    assert watchdog is not None
+    try:
+        assert watchdog._pipe is not None
+        watchdog._pipe.close()  # the owner dies: its end of the pipe closes without the disarm byte
+        engine.wait(timeout=30)  # reaped, as init reaps the engine of a dead owner
+        watchdog.proc.wait(timeout=30)
+        assert _gone(semaphore, 5.0), f"{semaphore} leaked; watchdog said: {(tmp_path / 'watchdog.log').read_text()}"
+    finally:
+        semaphore.unlink(missing_ok=True)
+        if engine.poll() is None:
+            os.killpg(engine.pid, 9)
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX semaphores live in /dev/shm on Linux only")
+def test_stopping_a_starting_engine_leaves_no_semaphore() -> None:
+    from cp_memory.engine._process import terminate
+
+    engine, semaphore = _semaphore_engine()
+    other = multiprocessing_semaphore_of_a_live_process()
+    try:
+        terminate(engine, 0.5, stragglers=True, since=time.time() - 60)  # TERM ignored, KILL, then the sweep
+        assert _gone(semaphore, 5.0), f"{semaphore} leaked"
+        assert other[1].exists()  # a semaphore a live process maps is never touched
+    finally:
+        semaphore.unlink(missing_ok=True)
+        other[0].kill()
+        other[0].wait()
+
+
+def multiprocessing_semaphore_of_a_live_process() -> tuple[subprocess.Popen[str], Path]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", SEMAPHORE_ENGINE.replace("signal.signal(signal.SIGTERM, signal.SIG_IGN)", "")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    name = holder.stdout.readline().strip()
+    return holder, Path("/dev/shm") / f"sem.{name.lstrip('/')}"
