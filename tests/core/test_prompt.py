@@ -141,3 +141,17 @@ def test_rebuilding_from_a_dict_is_lenient_and_never_parses_the_text():
     assert malformed.context == RenderedContext("")
     with pytest.raises(TypeError, match="PromptContract"):
         ContextPilotDict({}, {"context": ""})  # type: ignore[arg-type]
+
+
+def test_a_list_shaped_response_is_read_through_its_attribute():
+    """A hosted search answering with a list carries ``context_pilot`` as an attribute (SearchResults): its
+    prompt is the wrapper's rendered context (aligned order, annotations), not the list re-rendered."""
+
+    class Listed(list):
+        context_pilot: dict
+
+    contract = searched()
+    response = Listed([{"id": "m2", "memory": TEXTS[1]}])
+    response.context_pilot = ContextPilotDict(as_dict(contract), contract)
+    assert prompt_contract(response) is contract
+    assert prompt_contract(response).user_message("q").text == searched().user_message("q").text
