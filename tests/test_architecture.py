@@ -25,13 +25,6 @@ DOC = ROOT / "docs" / "ARCHITECTURE.md"
 TEXT = DOC.read_text()
 NAMED = sorted(set(re.findall(r"`(cp_memory(?:\.[a-z_0-9]+)+)`", TEXT)))
 
-#: imports allowed between different packages on one floor (importer's package, imported package)
-SIDEWAYS = {
-    # the providers' request builders cut the integrations' chat message, byte for byte; the
-    # integrations' provider settings call the request builders
-    ("cp_memory.providers", "cp_memory.integrations"),
-    ("cp_memory.integrations", "cp_memory.providers"),
-}
 #: the public re-exports: users import them, code inside the package imports where things live
 FRONT = {"cp_memory", "cp_memory.render", "cp_memory.special_tokens"}
 #: what the floor-0 modules may import besides the standard library and themselves
@@ -125,8 +118,7 @@ def test_no_module_imports_a_higher_floor():
         if theirs > mine:
             wrong.append(f"{name}:{line} imports {target} (floor {mine} imports floor {theirs})")
         elif theirs == mine and _package(name) != _package(target):
-            if (_package(name), _package(target)) not in SIDEWAYS:
-                wrong.append(f"{name}:{line} imports {target} (another package on floor {mine})")
+            wrong.append(f"{name}:{line} imports {target} (another package on floor {mine})")
     assert wrong == []
 
 

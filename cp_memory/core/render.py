@@ -30,65 +30,46 @@ block section is a pure function of the aligned block texts:
 
 :func:`build_prompt` wraps that in a completion prompt, :func:`build_messages` in chat messages
 (system, history, then one user message holding context and question). docs/mem0.md shows the layout.
+The rendering itself lives in :mod:`cp_memory.core.prompt` (the prompt contract: a context is rendered once
+into a typed record that everyone downstream reads); this module is its public front for text.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .annotations import LabelStyle, block_label
+from .annotations import LabelStyle
 from .blocks import ContextBlock
+from .prompt import (
+    NO_CONTEXT_HEAD,
+    PROMPT_TEMPLATE,
+    USER_TEMPLATE,
+    PromptContract,
+    UserMessage,
+    contract_of,
+    one_line,
+    prompt_contract,
+    rendered_context,
+)
 from .special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = [
     "PROMPT_TEMPLATE",
     "USER_TEMPLATE",
+    "PromptContract",
+    "UserMessage",
     "build_messages",
     "build_prompt",
     "context_of",
+    "contract_of",
     "one_line",
     "render_blocks",
     "render_context",
 ]
 
-#: every character str.splitlines() breaks a line on, with the spaces and tabs around a run of them
-_LINE_BREAKS = re.compile(r"[ \t]*(?:[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029][ \t]*)+")
-
-#: Completion prompt. ``{context}`` is :func:`render_context`'s text, ``{query}`` the question.
-PROMPT_TEMPLATE = "Context:\n{context}\n\nQuestion: {query}\nAnswer:"
-#: Content of the final user message in :func:`build_messages`.
-USER_TEMPLATE = "Context:\n{context}\n\nQuestion: {query}"
-#: Used instead of the templates when there is no context at all.
-_NO_CONTEXT_PROMPT = "Question: {query}\nAnswer:"
-_NO_CONTEXT_USER = "Question: {query}"
-
-
-def _text(block: ContextBlock | str | Mapping[str, Any]) -> str:
-    if isinstance(block, ContextBlock):
-        return block.text
-    if isinstance(block, str):
-        return block
-    if isinstance(block, Mapping):
-        if "memory" in block:
-            return str(block["memory"])
-        if "text" in block:
-            return str(block["text"])
-    raise TypeError(
-        f"cannot render a block of type {type(block).__name__}; pass ContextBlock, str or a mem0 result dict"
-    )
-
-
-def one_line(text: str) -> str:
-    """``text`` stripped, each run of line breaks (and the blanks around it) replaced by one space."""
-    return _LINE_BREAKS.sub(" ", text.strip()).strip()
-
-
-def _check_policy(special_tokens: Any) -> SpecialTokens:
-    if not isinstance(special_tokens, SpecialTokens):
-        raise TypeError(f"special_tokens must be a SpecialTokens, got {type(special_tokens).__name__}")
-    return special_tokens
+#: Used instead of the template when there is no context at all.
+_NO_CONTEXT_PROMPT = NO_CONTEXT_HEAD + "{query}\nAnswer:"
 
 
 def render_blocks(
@@ -101,13 +82,7 @@ def render_blocks(
     given (aligned) order, no trailing newline. Line breaks inside a text become spaces and control-token
     texts are made inert (module doc), so N blocks give exactly N lines and no block text reaches the
     engine as a special token."""
-    if isinstance(blocks, (str, bytes)):
-        raise TypeError("blocks must be a sequence of blocks, not a single string")
-    policy = _check_policy(special_tokens)
-    block_label(1, labels)  # checks the style
-    return "\n".join(
-        f"{block_label(i, labels)} {policy.neutralise(one_line(_text(b)))}" for i, b in enumerate(blocks, start=1)
-    )
+    return rendered_context(blocks, special_tokens=special_tokens, labels=labels).section
 
 
 def render_context(
@@ -122,19 +97,16 @@ def render_context(
 
     Byte-identical output for the same block texts in the same order; annotations never precede a block.
     ``special_tokens``: which control-token texts are made inert (module doc); ``labels``: the label style
-    (:data:`~cp_memory.annotations.LabelStyle`). Returns ``""`` when there is nothing to show.
+    (:data:`~cp_memory.annotations.LabelStyle`). Returns ``""`` when there is nothing to show. The text of
+    :func:`cp_memory.core.prompt.rendered_context`, the typed record.
     """
-    if isinstance(location_annotations, str):
-        location_annotations = (location_annotations,)
-    policy = _check_policy(special_tokens)
-    section = render_blocks(blocks, special_tokens=policy, labels=labels)
-    notes = [policy.neutralise(one_line(a)) for a in location_annotations if a and a.strip()]
-    if order_annotation and order_annotation.strip():
-        notes.append(policy.neutralise(one_line(order_annotation)))
-    if not notes:
-        return section
-    tail = "\n".join(notes)
-    return f"{section}\n\n{tail}" if section else tail
+    return rendered_context(
+        blocks,
+        order_annotation=order_annotation,
+        location_annotations=location_annotations,
+        special_tokens=special_tokens,
+        labels=labels,
+    ).text
 
 
 def context_of(
@@ -144,23 +116,13 @@ def context_of(
 ) -> str:
     """The context text of a search response.
 
-    A :class:`~cp_memory.memory.ContextPilotMemory` response carries it in ``context_pilot["context"]``
-    (aligned blocks + annotations, rendered with the wrapper's ``special_tokens`` option). A plain mem0
-    response (``{"results": [...]}`` or the list) is rendered in its own order with no annotations and
-    ``special_tokens`` applied, so the helpers also work on an unwrapped Memory.
+    A :class:`~cp_memory.memory.ContextPilotMemory` response carries it in its prompt contract
+    (:func:`contract_of`: aligned blocks + annotations, rendered once with the wrapper's ``special_tokens``
+    option; ``context_pilot["context"]`` shows the same text). A plain mem0 response (``{"results": [...]}``
+    or the list) is rendered in its own order with no annotations and ``special_tokens`` applied, so the
+    helpers also work on an unwrapped Memory.
     """
-    if isinstance(search_result, Mapping):
-        info = search_result.get("context_pilot")
-        if isinstance(info, Mapping):
-            context = info.get("context")
-            if isinstance(context, str):
-                return context
-        results = search_result.get("results", [])
-    else:
-        results = search_result
-    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
-        raise TypeError(f"search_result must be a mem0 search response, got {type(search_result).__name__}")
-    return render_context(list(results), special_tokens=special_tokens)
+    return prompt_contract(search_result, special_tokens=special_tokens).context.text
 
 
 def build_prompt(
@@ -198,6 +160,7 @@ def build_messages(
     prefix; the retrieved context goes into the new user message (multi-turn dedup's location
     annotations point back into ``history``). Messages in ``history`` are copied, not modified.
     ``special_tokens``: see :func:`context_of` (system, history and query are the caller's, unchanged).
+    The user message is the contract's (:meth:`PromptContract.user_message`).
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be str, got {type(query).__name__}")
@@ -208,7 +171,6 @@ def build_messages(
         if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
             raise ValueError(f"history[{i}] must be a message dict with 'role' and 'content'")
         messages.append(dict(m))
-    context = context_of(search_result, special_tokens=special_tokens)
-    content = (USER_TEMPLATE if context else _NO_CONTEXT_USER).format(context=context, query=query)
+    content = prompt_contract(search_result, special_tokens=special_tokens).user_message(query).text
     messages.append({"role": "user", "content": content})
     return messages

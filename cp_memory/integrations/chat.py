@@ -39,7 +39,16 @@ from typing import Any, Literal
 
 from ..core.blocks import normalize_text
 from ..core.lru import LRUMap
-from ..core.render import USER_TEMPLATE, context_of, one_line
+from ..core.prompt import (
+    CONTEXT_HEAD,
+    NO_CONTEXT_HEAD,
+    QUESTION_MARK,
+    PromptBlock,
+    PromptContract,
+    contract_of,
+    one_line,
+    prompt_contract,
+)
 from ..core.special_tokens import DEFAULT_SPECIAL_TOKENS
 from ..memory.config import ContextPilotConfig
 
@@ -77,33 +86,26 @@ DEFAULT_LAYOUT: Layout = "append"
 CHAT_CONFIG = ContextPilotConfig(max_overfetch=0, align=False, labels="number")
 _CHAT_FIELDS = ("max_overfetch", "align", "labels")
 
-_CONTEXT_HEAD, _, _QUESTION_TAIL = USER_TEMPLATE.partition("{context}")  # "Context:\n", "\n\nQuestion: {query}"
-_QUESTION_MARK = _QUESTION_TAIL.split("{query}")[0]  # "\n\nQuestion: "
-_NO_CONTEXT_HEAD = "Question: "
-
 
 def user_content(query: str, response: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> str:
     """The newest user message: ``Context:`` + the rendered memories + annotations, then the question
-    (:data:`cp_memory.render.USER_TEMPLATE`); just ``Question: ...`` when there is no context."""
-    if not isinstance(query, str):
-        raise TypeError(f"query must be str, got {type(query).__name__}")
-    context = context_of(response)
-    if not context:
-        return f"{_NO_CONTEXT_HEAD}{query}"
-    return USER_TEMPLATE.format(context=context, query=query)
+    (:data:`cp_memory.render.USER_TEMPLATE`); just ``Question: ...`` when there is no context. The text of
+    the search's prompt contract (:meth:`cp_memory.core.prompt.PromptContract.user_message`)."""
+    return prompt_contract(response).user_message(query).text
 
 
 def is_context_message(content: Any) -> bool:
-    """Whether a user message's text was made by :func:`user_content` with memories in it."""
-    return isinstance(content, str) and content.startswith(_CONTEXT_HEAD) and _QUESTION_MARK in content
+    """Whether a user message's text (of a history the caller passes) was made by :func:`user_content` with
+    memories in it."""
+    return isinstance(content, str) and content.startswith(CONTEXT_HEAD) and QUESTION_MARK in content
 
 
 def question_of(content: str) -> str:
-    """The question inside a :func:`user_content` text (any other text is returned unchanged)."""
+    """The question inside a :func:`user_content` text of a history (any other text is returned unchanged)."""
     if is_context_message(content):
-        return content.rsplit(_QUESTION_MARK, 1)[1]
-    if content.startswith(_NO_CONTEXT_HEAD):
-        return content[len(_NO_CONTEXT_HEAD) :]
+        return content.rsplit(QUESTION_MARK, 1)[1]
+    if content.startswith(NO_CONTEXT_HEAD):
+        return content[len(NO_CONTEXT_HEAD) :]
     return content
 
 
@@ -121,40 +123,38 @@ def pointers_resolve(response: Mapping[str, Any] | Sequence[Any], contexts: Sequ
     ``contexts``: the texts that carried earlier turns' memories, oldest first (user messages for the chat
     layouts, tool outputs for tools). A response without a dedup turn always fits.
     """
-    info = _info(response)
-    turn = info.get("turn") if info is not None else None
-    if info is None or not isinstance(turn, int):
+    contract = contract_of(response)
+    turn = contract.turn if contract is not None else None
+    if contract is None or turn is None:
         return True
     if len(contexts) != turn - 1:
         return False
-    own = info.get("context")
-    for sent in info.get("sent") or ():
-        if not isinstance(sent, Mapping):
-            return False
-        t, label, text = sent.get("turn"), sent.get("label"), sent.get("text")
-        if not isinstance(t, int) or not isinstance(label, str) or not isinstance(text, str):
-            return False
-        if t == turn:  # a same-text copy of a block this very search shows
-            shown = own if isinstance(own, str) else ""
-        elif 1 <= t < turn:
-            shown = contexts[t - 1]
-        else:
-            return False
-        if not shows_block(shown, label, text):
+    for pointer in contract.pointers:
+        if pointer.turn == turn:  # a same-text copy of a block this very search shows
+            if not _shows(contract.context.blocks, pointer.label, pointer.text):
+                return False
+        elif not 1 <= pointer.turn < turn or not shows_block(contexts[pointer.turn - 1], pointer.label, pointer.text):
             return False
     return True
 
 
+def _shows(blocks: Sequence[PromptBlock], label: str, memory: str) -> bool:
+    """Whether one of a contract's own block lines is ``label memory`` (texts compared as in shows_block)."""
+    want = _shown_form(memory)
+    return any(b.label == label and _shown_form(b.text) == want for b in blocks)
+
+
 def shows_block(text: str, label: str, memory: str) -> bool:
-    """Whether ``text`` (a context, or a user message carrying one) has the block line ``label memory``.
+    """Whether ``text`` (a context of the history, or a user message carrying one) has the block line
+    ``label memory``.
 
     Only the block section counts (the lines before the first blank line of the context; never the
     annotations or the question); texts are compared as content dedup compares them (whitespace folded,
     case kept), with control tokens made inert on both sides."""
     if not isinstance(text, str):
         return False
-    if text.startswith(_CONTEXT_HEAD):
-        text = text[len(_CONTEXT_HEAD) :]
+    if text.startswith(CONTEXT_HEAD):
+        text = text[len(CONTEXT_HEAD) :]
     section = text.split("\n\n", 1)[0]
     head, want = f"{label} ", _shown_form(memory)
     return any(line.startswith(head) and _shown_form(line[len(head) :]) == want for line in section.splitlines())
@@ -168,17 +168,9 @@ def _shown_form(text: str) -> str:
     return normalize_text(DEFAULT_SPECIAL_TOKENS.neutralise(one_line(text)))
 
 
-def _info(response: Any) -> Mapping[str, Any] | None:
-    info = response.get("context_pilot") if isinstance(response, Mapping) else getattr(response, "context_pilot", None)
-    return info if isinstance(info, Mapping) else None
-
-
 def shows_memories(response: Any) -> bool:
     """Whether a search put anything in the prompt: a block or a pointer."""
-    info = _info(response)
-    if info is None:
-        return bool(context_of(response))
-    return bool(info.get("blocks")) or bool(info.get("sent"))
+    return prompt_contract(response).shows_memories
 
 
 def as_wrapper(memory: Any) -> Any:
@@ -229,14 +221,21 @@ class MemoryTurn:
     question: str = ""  # the question shown (default: the query)
 
     @property
+    def contract(self) -> PromptContract:
+        """The search's prompt contract (:mod:`cp_memory.core.prompt`): what the prompt carries, typed."""
+        return prompt_contract(self.response)
+
+    @property
     def context(self) -> str:
-        return context_of(self.response)
+        return self.contract.context.text
 
     @property
     def sent(self) -> list[Mapping[str, Any]]:
-        """Memories replaced by pointers to earlier turns."""
-        info = _info(self.response)
-        return list(info.get("sent") or ()) if info is not None else []
+        """Memories replaced by pointers to earlier turns: the response's ``context_pilot["sent"]`` records
+        (the typed ones: ``contract.pointers``)."""
+        r = self.response
+        info = r.get("context_pilot") if isinstance(r, Mapping) else getattr(r, "context_pilot", None)
+        return list(info.get("sent") or ()) if isinstance(info, Mapping) else []
 
     @property
     def shows_memories(self) -> bool:

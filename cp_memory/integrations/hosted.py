@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..integrations.chat import question_of
+from ..core.prompt import prompt_contract
 from ..providers.anthropic import anthropic_request
 from ..providers.openai import PromptCacheKeys, openai_cache_kwargs
 
@@ -82,8 +82,11 @@ def anthropic_messages(
     newest = rest[-1].content
     if not isinstance(newest, str):
         raise TypeError("the newest user message must have text content (str)")
+    question = prompt_contract(response).question_in(newest)
+    if question is None:
+        raise ValueError("the newest user message is not the layout's text for this response (user_content)")
     req = anthropic_request(
-        question_of(newest),
+        question,
         response,
         model=model,
         system=system,

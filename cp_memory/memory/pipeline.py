@@ -12,7 +12,8 @@ of its inputs plus the wrapper's own state (per-scope indexes, dedup records, pe
 4. :meth:`~SearchPipeline.finish` — extras that passed verification join, the conversation's dedup plan
    replaces already-sent memories by location annotations, labels and the order annotation (mem0's top
    ``annotate_top``, :func:`~cp_memory.core.annotations.owed_order_annotation`) are made and the context
-   is rendered. The turn is pending until committed (:mod:`.turns`), or committed at once
+   is rendered, once, into the typed prompt contract (:mod:`cp_memory.core.prompt`) the response carries
+   for everything downstream. The turn is pending until committed (:mod:`.turns`), or committed at once
    (``commit="on_search"``).
 
 Any failure of steps 2-4 falls back to mem0's own order (:meth:`fallback`, :mod:`.response`; never raises).
@@ -30,7 +31,7 @@ from ..core.annotations import block_label, grouped_locations, owed_order_annota
 from ..core.blocks import ContextBlock, blocks_from_mem0, estimate_tokens
 from ..core.dedup import Deduplicator, DedupResult
 from ..core.index import Placement
-from ..core.render import render_context
+from ..core.prompt import RenderedContext, rendered_context
 from ..core.scope import Scope
 from .calls import SearchCall
 from .config import ContextPilotConfig
@@ -234,18 +235,19 @@ class SearchPipeline:
             ranking = sorted(retrieved, key=rank.__getitem__)
             shown = [b.id for b in kept]
             annotation = owed_order_annotation(shown, ranking, labels, style=style, top=self.config.annotate_top)
-        context = render_context(
+        context = rendered_context(
             kept,
             order_annotation=annotation or None,
             location_annotations=list(dict.fromkeys(s.annotation for s in turn.sent)),  # a grouped line once
             special_tokens=self.config.special_tokens,
             labels=style,
+            shared=self._shared(aligned, kept),
         )
         by_id = {r["id"]: r for r in window.results}
         out_ids = [i for i in retrieved if i in by_id and i not in dropped_ids]
         if self.config.results_order == "mem0":
             out_ids.sort(key=rank.__getitem__)
-        info = self._info(aligned, turn, labels, extra_ids, dropped_ids, annotation, context)
+        info = self._info(aligned, turn, extra_ids, dropped_ids, annotation, context)
         return respond(window.response, [dict(by_id[i], rank=rank[i]) for i in out_ids], info)
 
     def _dedup_turn(
@@ -280,16 +282,15 @@ class SearchPipeline:
     def _info(
         aligned: Aligned,
         turn: DedupTurn,
-        labels: Mapping[Hashable, str],
         extra_ids: set[Hashable],
         dropped_ids: set[Hashable],
         annotation: str,
-        context: str,
+        context: RenderedContext,
     ) -> ContextPilotInfo:
-        """``context_pilot``: what the search did, for the caller and for commit/rollback."""
+        """``context_pilot``: what the search did, for the caller and for commit/rollback; ``context`` the
+        prompt's context as rendered (its text, annotation lines, shared prefix, each block as shown)."""
         window, placement, kept = aligned.window, aligned.placement, turn.kept
         scope = window.plan.call.scope
-        shared = [] if placement is None else zip([k.key for k in kept], placement.order[: placement.prefix_len])
         return ContextPilotInfo(
             scope=str(scope) if scope is not None else None,
             conversation_id=window.plan.conversation,
@@ -299,18 +300,29 @@ class SearchPipeline:
             original_ids=tuple(str(r["id"]) for r in window.results[: window.scanned]),
             passed=tuple(str(b.id) for b in window.passed),
             order=tuple(str(b.id) for b in kept),
-            prefix_len=sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], shared)),
+            prefix_len=context.shared,
             extra=tuple(str(b.id) for b in kept if b.id in extra_ids),
             dropped=tuple(str(i) for i in dropped_ids),
             request_id=None if placement is None else str(placement.request_id),
             sent=turn.sent,
             order_annotation=annotation,
             blocks=tuple(
-                RenderedBlock(label=labels[b.id], id=str(b.id), text=b.text, extra=b.id in extra_ids) for b in kept
+                RenderedBlock.of(shown, id=str(b.id), text=b.text, extra=b.id in extra_ids)
+                for b, shown in zip(kept, context.blocks)
             ),
-            context=context,
+            context=context.text,
+            annotations=context.annotations,
             fetched=len(window.results),
         )
+
+    @staticmethod
+    def _shared(aligned: Aligned, kept: Sequence[ContextBlock]) -> int:
+        """Leading kept blocks that are the aligned prefix the scope's index already held."""
+        placement = aligned.placement
+        if placement is None:
+            return 0
+        shared = zip([k.key for k in kept], placement.order[: placement.prefix_len])
+        return sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], shared))
 
     def _candidates(
         self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]

@@ -1,5 +1,6 @@
-"""mem0's response shape: reading its result list, answering in it with ``context_pilot`` added, and the
-fallback response (mem0's own order, plainly rendered) that a failed search returns."""
+"""mem0's response shape: reading its result list, answering in it with ``context_pilot`` added (a plain
+dict for users that carries the typed prompt contract the library reads), and the fallback response (mem0's
+own order, plainly rendered) that a failed search returns."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.annotations import block_label
-from ..core.render import render_context
+from ..core.prompt import ContextPilotDict, rendered_context
 from .calls import SearchCall
 from .config import ContextPilotConfig
 from .types import ContextPilotInfo, RenderedBlock, SearchResults
@@ -27,13 +27,15 @@ def results_of(response: Any) -> list[Any] | None:
 
 
 def respond(response: Any, results: list[Any], info: ContextPilotInfo) -> Any:
-    """mem0's response shape with ``results`` replaced and ``context_pilot`` added."""
+    """mem0's response shape with ``results`` replaced and ``context_pilot`` added: ``info.to_dict()``
+    carrying ``info.contract()`` (:class:`~cp_memory.core.prompt.ContextPilotDict`)."""
+    carried = ContextPilotDict(info.to_dict(), info.contract())
     if isinstance(response, Mapping):
         out = dict(response)
         out["results"] = results
-        out["context_pilot"] = info.to_dict()
+        out["context_pilot"] = carried
         return out
-    return SearchResults(results, info.to_dict())
+    return SearchResults(results, carried)
 
 
 def fallback_response(
@@ -47,17 +49,15 @@ def fallback_response(
         results = [r for r in raw if isinstance(r, Mapping)][: call.top_k or len(raw)]
         texts = [str(r.get("memory") or "") for r in results]
         ids = [str(r.get("id")) for r in results]
+        context = rendered_context(texts, special_tokens=config.special_tokens, labels=config.labels)
         info = ContextPilotInfo(
             scope=str(call.scope) if call.scope is not None else None,
             conversation_id=conversation,
             turn=None,
             original_ids=tuple(ids),
             order=tuple(ids),
-            blocks=tuple(
-                RenderedBlock(label=block_label(i, config.labels), id=d, text=t)
-                for i, (d, t) in enumerate(zip(ids, texts), start=1)
-            ),
-            context=render_context(texts, special_tokens=config.special_tokens, labels=config.labels),
+            blocks=tuple(RenderedBlock.of(b, id=d, text=t) for b, d, t in zip(context.blocks, ids, texts)),
+            context=context.text,
             fetched=len(raw),
             fallback=True,
             error=None if exc is None else f"{type(exc).__name__}: {exc}"[:500],

@@ -17,12 +17,13 @@ With an engine's KV-cache feed (:mod:`.engine_feed`) a commit is when the turn's
 from __future__ import annotations
 
 import uuid
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.dedup import Deduplicator, DedupResult
 from ..core.lru import LRUMap
+from ..core.prompt import contract_of
 from ..core.scope import Scope
 from .state import ScopeState, ScopeStore
 
@@ -40,18 +41,13 @@ class PendingTurn:
 def _turn_id_of(response_or_turn: Any) -> str | None:
     if isinstance(response_or_turn, str):
         return response_or_turn
-    info = (
-        response_or_turn.get("context_pilot")
-        if isinstance(response_or_turn, Mapping)
-        else getattr(response_or_turn, "context_pilot", None)
-    )
-    if not isinstance(info, Mapping):
+    contract = contract_of(response_or_turn)
+    if contract is None:
         raise TypeError(
             "commit/rollback take a search response of this wrapper (or its turn_id), "
             f"got {type(response_or_turn).__name__}"
         )
-    turn_id = info.get("turn_id")
-    return turn_id if isinstance(turn_id, str) else None
+    return contract.turn_id
 
 
 class Turns:

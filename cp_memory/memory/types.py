@@ -2,7 +2,9 @@
 
 The response of a wrapped ``search`` is mem0's own (``{"results": [...]}``) plus one entry,
 ``"context_pilot"``, which is :meth:`ContextPilotInfo.to_dict` — plain JSON types, so it logs, serialises
-and crosses process boundaries like the rest of mem0's response.
+and crosses process boundaries like the rest of mem0's response. That dict also carries the search's typed
+prompt contract (:meth:`ContextPilotInfo.contract`, a :class:`~cp_memory.core.prompt.PromptContract`), which
+is what the library itself reads (:func:`cp_memory.core.prompt.contract_of`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..core.prompt import PromptBlock, PromptContract, PromptPointer, RenderedContext
 
 __all__ = ["ContextPilotInfo", "RenderedBlock", "SearchResults", "SentMemory"]
 
@@ -23,8 +27,18 @@ class RenderedBlock(_Frozen):
 
     label: str = Field(description='"[Doc 3]": its position among the rendered blocks')
     id: str = Field(description="mem0 memory id")
-    text: str = Field(description="the text rendered (one line; see cp_memory.render)")
+    text: str = Field(description="the memory's text (the prompt shows it as `shown`)")
     extra: bool = Field(False, description="superset/swap brought it in: not retrieved for this query")
+    shown: str | None = Field(
+        None,
+        description="the text as the prompt shows it, when that differs from text (line breaks folded to "
+        "spaces, control tokens made inert; see cp_memory.render); None: text itself",
+    )
+
+    @classmethod
+    def of(cls, block: PromptBlock, *, id: str, text: str, extra: bool = False) -> RenderedBlock:
+        """The record of a rendered block line (``shown`` set only where the prompt shows other text)."""
+        return cls(label=block.label, id=id, text=text, extra=extra, shown=None if block.text == text else block.text)
 
 
 class SentMemory(_Frozen):
@@ -68,6 +82,9 @@ class ContextPilotInfo(_Frozen):
     )
     blocks: tuple[RenderedBlock, ...] = Field((), description="the rendered block section")
     context: str = Field("", description="cp_memory.render.render_context(): blocks, then annotations")
+    annotations: tuple[str, ...] = Field(
+        (), description="the annotation lines after the blocks, as rendered (location annotations, then order)"
+    )
     fetched: int = Field(0, description="results mem0 returned (top_k plus over-fetch for dedup)")
     fallback: bool = Field(False, description="alignment/dedup failed: mem0's order is returned")
     error: str | None = Field(None, description="the failure, when fallback")
@@ -75,6 +92,24 @@ class ContextPilotInfo(_Frozen):
     @property
     def location_annotations(self) -> tuple[str, ...]:
         return tuple(s.annotation for s in self.sent)
+
+    def contract(self) -> PromptContract:
+        """The typed prompt contract of this search (what the integrations, providers and gateway read),
+        assembled from these fields: nothing is rendered or parsed again."""
+        context = RenderedContext(
+            text=self.context,
+            blocks=tuple(PromptBlock(b.label, b.text if b.shown is None else b.shown) for b in self.blocks),
+            annotations=self.annotations,
+            shared=self.prefix_len,
+        )
+        return PromptContract(
+            context=context,
+            pointers=tuple(PromptPointer(s.turn, s.label, s.text) for s in self.sent),
+            scope=self.scope,
+            conversation_id=self.conversation_id,
+            turn=self.turn,
+            turn_id=self.turn_id,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (lists, str, int, bool, None), with two conveniences:

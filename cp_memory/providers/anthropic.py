@@ -13,15 +13,16 @@ marks on system, tools or history are counted and kept, never removed):
   within Anthropic's 20-block lookback (a long tool-using turn, a new message cut into many blocks) or when
   the new message will not stay in the history (the ``"late"`` layout);
 * ``aligned`` — one-shot questions: the end of the aligned memory prefix this question shares with an
-  earlier prompt of the scope (``context_pilot["prefix_len"]``), so that prefix is read and re-written where
-  the next aligned question will look for it;
+  earlier prompt of the scope (the prompt contract's shared prefix, ``context_pilot["prefix_len"]``), so
+  that prefix is read and re-written where the next aligned question will look for it;
 * ``anchor`` — one-shot questions, with breakpoints to spare: every 20 memory lines above the aligned prefix.
   A later question aligned with this one reads an entry only where some request wrote one, and only within
   20 blocks before one of its own breakpoints; anchors 20 lines apart make that reach contiguous. They add no
   write cost (a write is billed once, from the read point to the last breakpoint).
 
-The memory lines of a one-shot question are sent as one text block each (their concatenation is the
-layout's text byte for byte), so that their boundaries are block boundaries Anthropic can cache at.
+The memory lines of a one-shot question are sent as one text block each: the pieces of the search's prompt
+contract (:class:`~cp_memory.core.prompt.UserMessage`, rendered once by the search; their concatenation is
+the layout's text byte for byte), so that their boundaries are block boundaries Anthropic can cache at.
 
 A breakpoint whose prefix does not reach the model's minimum cacheable length is not placed (it would cache
 nothing, silently). Tokens are counted by :func:`~cp_memory.providers.tokens.default_counting`; an unknown
@@ -37,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .layout import context_pieces, info_of
+from ..core.prompt import PromptContract, UserMessage, prompt_contract
 from .rules import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, anthropic_min_tokens
 from .tokens import Counting, default_counting
 
@@ -201,8 +202,9 @@ def anthropic_request(
     tool_list = [copy.deepcopy(dict(t)) for t in tools]
     system_blocks = _system_blocks(system)
     past = _history(history)
-    layout = _layout(layout, info_of(response), past)
-    cut = context_pieces(query, response)
+    contract = prompt_contract(response)
+    layout = _layout(layout, contract, past)
+    cut = contract.user_message(query)
     messages = past + [{"role": "user", "content": _new_message(layout, cut)}]
 
     blocks = block_texts(tool_list, system_blocks, messages)
@@ -220,18 +222,18 @@ def anthropic_request(
     return AnthropicRequest(system_blocks, messages, tool_list, marks, min_tokens, tuple(skipped))
 
 
-def _layout(layout: Layout | None, info: Mapping[str, Any] | None, past: list[dict[str, Any]]) -> Layout:
+def _layout(layout: Layout | None, contract: PromptContract, past: list[dict[str, Any]]) -> Layout:
     """The layout asked for, or the default: ``"append"`` in a dedup conversation, ``"late"`` with a history,
     ``"oneshot"`` otherwise."""
     if layout is None:
-        conversation = info is not None and isinstance(info.get("conversation_id"), str)
+        conversation = contract.conversation_id is not None
         return "append" if conversation else ("late" if past else "oneshot")
     if layout not in ("append", "late", "oneshot"):
         raise ValueError(f"layout must be 'append', 'late' or 'oneshot', got {layout!r}")
     return layout
 
 
-def _new_message(layout: Layout, cut: Any) -> list[dict[str, Any]]:
+def _new_message(layout: Layout, cut: UserMessage) -> list[dict[str, Any]]:
     """The new user message's blocks: one per memory line (then the question) in a one-shot question with
     memories, so that line boundaries are block boundaries; else one text block."""
     if layout == "oneshot" and cut.docs:
@@ -299,7 +301,7 @@ def _checked_settings(
 
 
 def _wanted(
-    layout: str, cut: Any, past: list[dict[str, Any]], n_stable: int, n_blocks: int, ttl: str, stable_ttl: str
+    layout: str, cut: UserMessage, past: list[dict[str, Any]], n_stable: int, n_blocks: int, ttl: str, stable_ttl: str
 ) -> list[tuple[Where, int, str]]:
     """Where breakpoints would go, most useful first: (kind, block index, TTL)."""
     n_past = sum(len(_as_blocks(m["content"])) for m in past)

@@ -23,8 +23,8 @@ import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ..core.prompt import contract_of, prompt_contract
 from ..core.scope import Scope, canonical_json, scope_of
-from .layout import context_pieces, info_of
 from .rules import OPENAI_RETENTIONS
 
 __all__ = ["PromptCacheKeys", "openai_cache_kwargs", "openai_request"]
@@ -78,9 +78,9 @@ class PromptCacheKeys:
     def for_response(self, response: Any, filters: Mapping[str, Any] | None = None) -> str | None:
         """The key of a search response's scope (``context_pilot["scope"]``, the full scope), else of
         ``filters``; None when neither names a scope."""
-        info = info_of(response)
-        scope = info.get("scope") if info is not None else None
-        if isinstance(scope, str) and scope:
+        contract = contract_of(response)
+        scope = contract.scope if contract is not None else None
+        if scope:
             return self.key(scope)
         if filters is not None:
             return self.key(filters)
@@ -101,7 +101,8 @@ def openai_request(
 ) -> dict[str, Any]:
     """Keyword arguments for ``chat.completions.create`` (``api="chat"``) or ``responses.create``.
 
-    Messages: ``[system?] + history + [user: memories + annotations + question]`` (the bytes of
+    Messages: ``[system?] + history + [user: memories + annotations + question]`` (the search's prompt
+    contract, :meth:`cp_memory.core.prompt.PromptContract.user_message`: the bytes of
     :func:`cp_memory.integrations.chat.user_content`); ``tools`` are passed through. ``keys``: adds the
     scope's ``prompt_cache_key``; ``retention``: ``"in_memory"`` or ``"24h"``."""
     cache = openai_cache_kwargs(keys, response, filters=filters, retention=retention)
@@ -114,7 +115,7 @@ def openai_request(
         if not isinstance(m, Mapping) or "role" not in m:
             raise ValueError(f"history[{i}] must be a message dict with a 'role'")
         messages.append(copy.deepcopy(dict(m)))
-    messages.append({"role": "user", "content": context_pieces(query, response).text})
+    messages.append({"role": "user", "content": prompt_contract(response).user_message(query).text})
     out: dict[str, Any] = {"messages" if api == "chat" else "input": messages}
     if tools:
         out["tools"] = [copy.deepcopy(dict(t)) for t in tools]

@@ -79,6 +79,10 @@ def test_a_same_text_copy_within_the_search_points_into_its_own_turn() -> None:
     copy = {"id": "m9", "turn": 2, "position": 1, "label": "[Doc 1]", "annotation": "", "rank": 1}
     response = _response(2, [dict(copy, text="Eve likes green tea.")])
     response["context_pilot"]["context"] = own
+    response["context_pilot"]["blocks"] = [  # the search's own block lines (its prompt contract reads them)
+        {"label": f"[Doc {i}]", "id": f"m{i}", "text": t, "extra": False}
+        for i, t in enumerate(["Eve likes green tea.", "Eve lives in Rome."], start=1)
+    ]
     assert pointers_resolve(response, ["Context:\n[Doc 1] Eve has a bike.\n\nQuestion: q1"])
     response["context_pilot"]["sent"][0]["text"] = "Eve lives in Rome."
     assert not pointers_resolve(response, ["Context:\n[Doc 1] Eve has a bike.\n\nQuestion: q1"])

@@ -20,10 +20,12 @@ SYSTEM = "word " * 1100  # 1,100 tokens: above Claude Sonnet 4.5's 1,024 minimum
 
 
 def response(texts: list[str], *, prefix_len: int = 0, conversation: str | None = None, turn: int | None = None):
-    """A ContextPilotMemory.search response showing ``texts`` (one line each, as the pipeline renders them)."""
+    """A ContextPilotMemory.search response showing ``texts`` (one line each, as the pipeline renders them),
+    as it arrives from another process: plain JSON, its prompt contract rebuilt from the fields."""
     texts = [t.strip() for t in texts]
     blocks = [{"label": f"[Doc {i}]", "id": f"m{i}", "text": t, "extra": False} for i, t in enumerate(texts, 1)]
-    context = render_context(texts, order_annotation="Order: [Doc 1] first" if len(texts) > 1 else None)
+    order = "Order: [Doc 1] first" if len(texts) > 1 else ""
+    context = render_context(texts, order_annotation=order or None)
     return {
         "results": [{"id": b["id"], "memory": b["text"]} for b in blocks],
         "context_pilot": {
@@ -32,6 +34,7 @@ def response(texts: list[str], *, prefix_len: int = 0, conversation: str | None 
             "turn": turn,
             "blocks": blocks,
             "context": context,
+            "order_annotation": order,
             "prefix_len": prefix_len,
         },
     }
