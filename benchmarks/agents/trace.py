@@ -4,13 +4,15 @@ the gateway is held to on them (prefix byte stability, Anthropic's mark limit).
 A record is ``{"seq", "method", "path", "protocol", "headers", "body", "reply"}``: the headers lower-cased with
 every credential replaced by ``<scrubbed>`` (``host`` dropped: it names a port of the run), the body as the
 client sent it (parsed JSON, key order kept; ``{"_raw": text}`` when it was not JSON) and the reply the server
-gave, non-streamed form. Files ending in ``.gz`` are gzip-compressed.
+gave, non-streamed form. Files ending in ``.xz`` (what ``benchmarks.agents record``
+writes: ~25x smaller) or ``.gz`` are compressed.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ __all__ = [
     "scrub_headers",
     "session_of",
     "strip_marks",
+    "summarise",
 ]
 
 SCRUBBED = "<scrubbed>"
@@ -48,8 +51,10 @@ def scrub_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def _open(path: Path, mode: str) -> IO[str]:
+    if path.suffix == ".xz":  # a request repeats the last one's ~50 KB: beyond gzip's 32 KB window, not xz's
+        return lzma.open(path, mode + "t", encoding="utf-8")
     if path.suffix == ".gz":
-        return gzip.open(path, mode + "t", encoding="utf-8")  # type: ignore[return-value]
+        return gzip.open(path, mode + "t", encoding="utf-8")
     return path.open(mode, encoding="utf-8")
 
 
@@ -181,3 +186,25 @@ def prefix_breaks(records: Iterable[Mapping[str, Any]]) -> list[PrefixBreak]:
                         break
         last[key] = (int(r["seq"]), now)
     return out
+
+
+def summarise(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a trace holds: requests by path, sessions, body bytes (total, smallest, largest), the most
+    ``cache_control`` marks in one request, and the prefix breaks (:func:`prefix_breaks`)."""
+    rows = list(records)
+    requests = list(_requests(rows))
+    sizes = [len(json.dumps(r["body"], ensure_ascii=False).encode()) for r in requests]
+    paths: dict[str, int] = {}
+    for r in rows:
+        path = str(r.get("path", "")).split("?", 1)[0]
+        paths[path] = paths.get(path, 0) + 1
+    breaks = prefix_breaks(rows)
+    return {
+        "records": len(rows),
+        "requests": len(requests),
+        "paths": paths,
+        "sessions": len({session_of(r) for r in requests}),
+        "body_bytes": {"total": sum(sizes), "min": min(sizes, default=0), "max": max(sizes, default=0)},
+        "max_marks": max((count_marks(r["body"]) for r in requests), default=0),
+        "prefix_breaks": [{"seq": b.seq, "before": b.before, "index": b.index} for b in breaks],
+    }
