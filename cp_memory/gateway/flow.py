@@ -117,7 +117,7 @@ class Gateway:
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
         replayed = replay(api, log, segs)
-        shaped = with_segments(api, body, replayed.segments, n_head) if replayed.rewritten else body
+        shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
         previous_end = self._previous_end(api, log, replayed, n_head)
         rules = apply_rules(
             self.kind,
@@ -134,7 +134,7 @@ class Gateway:
             plan.notes.append("more than 4 cache_control marks: forwarded as sent")
             return
         out = rules.body
-        plan.changed = bool(replayed.rewritten or rules.added)
+        plan.changed = bool(replayed.substituted or rules.added)
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         plan.log = SentLog.of(api, segments(api, out)[0])

@@ -75,9 +75,29 @@ def strip_marks(value: Any) -> Any:
     return value
 
 
+def _has_marks(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return value.get("cache_control") is not None or any(_has_marks(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_marks(v) for v in value)
+    return False
+
+
+def _form(value: Any, key: str | None = None) -> Any:
+    """A string ``content`` as one text block, nothing else changed (key order kept): the same tokens."""
+    if isinstance(value, Mapping):
+        return {k: _form(v, k) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_form(v) for v in value]
+    if isinstance(value, str) and key == "content":
+        return [{"type": "text", "text": value}]
+    return value
+
+
 def _merge(api: Api, client: Any, sent: Any) -> Any:
     """``sent`` without its marks, with ``client``'s marks at the same places. Where the shapes differ (a string
-    content against one text block: the same tokens) the client's part is kept, marks and all."""
+    content against one text block: the same tokens) and the client's part carries a mark, the client's part is
+    kept: its mark must not be lost."""
     if isinstance(sent, Mapping) and isinstance(client, Mapping):
         out = {k: (_merge(api, client[k], v) if k in client else strip_marks(v)) for k, v in sent.items()}
         out.pop("cache_control", None)
@@ -93,9 +113,9 @@ def _merge(api: Api, client: Any, sent: Any) -> Any:
         for ci, si in zip(mine, theirs):
             out_list[si] = _merge(api, client[ci], sent[si])
         return out_list
-    if type(sent) is not type(client):  # a string content vs one text block: the same tokens, the client's form
+    if type(sent) is not type(client) and _has_marks(client):  # a string vs one text block: keep the mark
         return client
-    return sent
+    return strip_marks(sent)
 
 
 @dataclass(frozen=True)
@@ -112,17 +132,20 @@ class SentLog:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """``segments`` to send; ``replayed`` leading segments matched the log; ``rewritten`` of them differed in
-    bytes from the client's (its re-rendering would have broken the cached prefix at ``first_rewritten``)."""
+    """``segments`` to send; ``replayed`` leading segments matched the log; ``rewritten`` of them differed from
+    the client's in more than marks and form (its re-rendering would have broken the cached prefix at
+    ``first_rewritten``)."""
 
     segments: list[Any]
     replayed: int
     rewritten: int
     first_rewritten: int | None
+    substituted: int = 0  # segments whose bytes (marks aside) the gateway replaced, form-only changes included
 
 
-def _same_bytes(a: Any, b: Any) -> bool:
-    return json.dumps(strip_marks(a), ensure_ascii=False) == json.dumps(strip_marks(b), ensure_ascii=False)
+def _same_tokens(a: Any, b: Any) -> bool:
+    """Byte-equal but for marks and the string-vs-one-text-block form: passthrough would have hit as well."""
+    return json.dumps(_form(a), ensure_ascii=False) == json.dumps(_form(b), ensure_ascii=False)
 
 
 def replay(api: Api, log: SentLog | None, segments: list[Any]) -> ReplayResult:
@@ -130,13 +153,14 @@ def replay(api: Api, log: SentLog | None, segments: list[Any]) -> ReplayResult:
     if log is None:
         return ReplayResult(list(segments), 0, 0, None)
     out: list[Any] = []
-    rewritten, first = 0, None
+    rewritten, substituted, first = 0, 0, None
     for i, seg in enumerate(segments):
         if i >= len(log.digests) or digest(api, seg) != log.digests[i]:
-            return ReplayResult(out + list(segments[i:]), i, rewritten, first)
+            return ReplayResult(out + list(segments[i:]), i, rewritten, first, substituted)
         sent = _merge(api, seg, log.segments[i])
-        if not _same_bytes(seg, sent):
+        substituted += json.dumps(strip_marks(seg)) != json.dumps(strip_marks(sent))
+        if not _same_tokens(seg, sent):
             rewritten += 1
             first = i if first is None else first
         out.append(sent)
-    return ReplayResult(out, len(segments), rewritten, first)
+    return ReplayResult(out, len(segments), rewritten, first, substituted)

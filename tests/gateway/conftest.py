@@ -34,7 +34,9 @@ class Running:
 
 
 @contextmanager
-def running_gateway(upstream: str, kind: UpstreamKind | str = UpstreamKind.COMPATIBLE, **settings: Any) -> Iterator[Running]:
+def running_gateway(
+    upstream: str, kind: UpstreamKind | str = UpstreamKind.COMPATIBLE, **settings: Any
+) -> Iterator[Running]:
     config = GatewayConfig(upstream=upstream, upstream_kind=UpstreamKind(kind), port=0, **settings)
     app = build_app(config, config.upstream_kind)
     sock = bind("127.0.0.1", 0)
