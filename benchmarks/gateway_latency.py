@@ -16,7 +16,8 @@ One client (httpx, keep-alive) sends request *i* through every arm back to back,
 with *i*; latency is the time to the last byte. An arm's added latency for request *i* is its time minus the
 direct time of the same *i*. The requests are cut into ``--rounds`` consecutive rounds: the p50 and p99 of the
 added latency are reported as the median over the rounds with their min-max spread (and over all requests).
-After ``--warmup`` requests per arm that are not counted.
+After ``--warmup`` requests per arm that are not counted. Beside the wall-clock figures, the CPU time each proxy
+process (and its children) used per request (``/proc``), which a loaded machine's scheduling does not blur.
 """
 
 from __future__ import annotations
@@ -191,6 +192,7 @@ class Arm:
     name: str
     url: str
     headers: Mapping[str, str]
+    process: ServerProcess | None = None
 
 
 def _send(client: httpx.Client, arm: Arm, workload: Workload, data: bytes) -> float:
@@ -256,8 +258,8 @@ def _markdown(results: Mapping[str, Any], skipped: Mapping[str, str]) -> str:
         "# Gateway added latency (fast local upstream)",
         "",
         "| workload | arm | requests | latency p50 ms | latency p99 ms | added p50 ms (rounds: median [min-max]) "
-        "| added p99 ms (rounds: median [min-max]) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| added p99 ms (rounds: median [min-max]) | proxy CPU ms/request |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for wname, per_arm in results.items():
         for arm, row in per_arm.items():
@@ -269,9 +271,10 @@ def _markdown(results: Mapping[str, Any], skipped: Mapping[str, str]) -> str:
                     f"[{added[f'p{q}_rounds']['min']}-{added[f'p{q}_rounds']['max']}])"
                     for q in (50, 99)
                 ]
-            lat = row["latency_ms"]
+            lat, cpu = row["latency_ms"], row.get("cpu_ms_per_request", "-")
             lines.append(
-                f"| {wname} | {arm} | {row['requests']} | {lat['p50']} | {lat['p99']} | {cells[0]} | {cells[1]} |"
+                f"| {wname} | {arm} | {row['requests']} | {lat['p50']} | {lat['p99']} | {cells[0]} | {cells[1]} "
+                f"| {cpu} |"
             )
     if skipped:
         lines += ["", *[f"- not measured: {k}: {v}" for k, v in skipped.items()]]
@@ -307,14 +310,14 @@ def _start_arms(
     if "gateway" in names:
         gw = gateway_process(upstream, *args.gateway_args.split())
         stack.append(gw.start())
-        arms.append(Arm("gateway", gw.url, {}))
+        arms.append(Arm("gateway", gw.url, {}, gw))
     if "litellm" in names:
         if litellm_binary() is None:
             skipped["litellm"] = "not installed (scripts/setup_harnesses.sh makes ~/.cache/cp_memory/litellm-venv)"
         else:
             ll = litellm_process(upstream, args.litellm_port, Path(args.out) / "litellm")
             stack.append(ll.start())
-            arms.append(Arm("litellm", ll.url, ll.headers))
+            arms.append(Arm("litellm", ll.url, ll.headers, ll))
     return arms, skipped
 
 
@@ -335,8 +338,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
             workload = available[wname]
             usable = [a for a in arms if workload.openai or a.name != "litellm"]
             log.info("%s: %d requests through %s", wname, args.requests, ", ".join(a.name for a in usable))
+            cpu_before = {a.name: a.process.cpu_seconds() for a in usable if a.process is not None}
             samples = measure(usable, workload, args.requests, args.warmup)
             results[wname] = summarise(samples, args.rounds)
+            for arm in usable:  # the proxy's own CPU per request: what the machine's load does not blur
+                before = cpu_before.get(arm.name)
+                after = arm.process.cpu_seconds() if arm.process is not None else None
+                if before is not None and after is not None:
+                    per = (after - before) / (args.requests + args.warmup)
+                    results[wname][arm.name]["cpu_ms_per_request"] = round(per * 1000, 3)
         if "litellm" in names and "litellm" not in skipped:
             skipped["litellm on messages-stream"] = "LiteLLM translates Anthropic requests (no passthrough arm)"
     finally:

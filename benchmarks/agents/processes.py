@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["ServerProcess", "gateway_process", "litellm_binary", "litellm_process"]
+__all__ = ["ServerProcess", "gateway_process", "litellm_binary", "litellm_process", "tree_cpu_seconds"]
 
 #: the line a server prints once bound: ``listening on http://127.0.0.1:PORT`` (the gateway's CLI, the
 #: latency benchmark's upstream, the scripted server's CLI)
@@ -57,6 +57,11 @@ class ServerProcess:
         if self.port is None:
             raise RuntimeError(f"{self.args[0]} did not say which port it listens on")
         return f"http://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) the process and its live descendants used so far (Linux ``/proc``; None
+        elsewhere or before the start)."""
+        return None if self._proc is None else tree_cpu_seconds(self._proc.pid)
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -116,6 +121,36 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system seconds) of ``pid`` from ``/proc/PID/stat``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds used by ``pid`` and every live descendant (None without ``/proc``)."""
+    if not Path("/proc").is_dir():
+        return None
+    stats = {int(p.name): _stat(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    children: dict[int, list[int]] = {}
+    for child, stat in stats.items():
+        if stat is not None:
+            children.setdefault(stat[0], []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        stat = stats.get(current)
+        if stat is not None:
+            total += stat[1]
+        todo += children.get(current, [])
+    return total
 
 
 def gateway_process(upstream: str, *extra: str, python: str | None = None) -> ServerProcess:
