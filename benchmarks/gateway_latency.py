@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -315,7 +316,7 @@ def _start_arms(
         if litellm_binary() is None:
             skipped["litellm"] = "not installed (scripts/setup_harnesses.sh makes ~/.cache/cp_memory/litellm-venv)"
         else:
-            ll = litellm_process(upstream, args.litellm_port, Path(args.out) / "litellm")
+            ll = litellm_process(upstream, args.litellm_port, Path(tempfile.mkdtemp(prefix="cp_memory_litellm_")))
             stack.append(ll.start())
             arms.append(Arm("litellm", ll.url, ll.headers, ll))
     return arms, skipped
