@@ -113,7 +113,8 @@ def _tool_names(protocol: Protocol, body: dict[str, Any]) -> list[str]:
 
 def _tool_results(protocol: Protocol, body: dict[str, Any]) -> int:
     if protocol is Protocol.RESPONSES:
-        items = body.get("input") if isinstance(body.get("input"), list) else []
+        raw = body.get("input")
+        items: list[Any] = raw if isinstance(raw, list) else []
         return sum(1 for i in items if isinstance(i, dict) and str(i.get("type", "")).endswith("call_output"))
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     if protocol is Protocol.CHAT:
@@ -222,6 +223,7 @@ def _anthropic(turn: Turn, model: str) -> dict[str, Any]:
 
 def _anthropic_block_events(index: int, block: dict[str, Any]) -> Events:
     kind = block["type"]
+    start: dict[str, Any]
     if kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(block["thinking"], 2)]
@@ -326,11 +328,14 @@ def _responses_item_events(index: int, item: dict[str, Any]) -> list[dict[str, A
 
 def _responses_events(response: dict[str, Any]) -> Events:
     pending = {**response, "status": "in_progress", "output": [], "usage": None}
-    raw = [{"type": "response.created", "response": pending}, {"type": "response.in_progress", "response": pending}]
+    raw: list[dict[str, Any]] = [
+        {"type": "response.created", "response": pending},
+        {"type": "response.in_progress", "response": pending},
+    ]
     for i, item in enumerate(response["output"]):
         raw += _responses_item_events(i, item)
     raw.append({"type": "response.completed", "response": response})
-    return [(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(raw)]
+    return [(str(e["type"]), {**e, "sequence_number": n}) for n, e in enumerate(raw)]
 
 
 def _chat(turn: Turn, model: str) -> dict[str, Any]:

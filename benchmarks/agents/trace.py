@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Literal, TextIO, cast
 
 __all__ = [
     "SCRUBBED",
@@ -50,11 +50,11 @@ def scrub_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
-def _open(path: Path, mode: str) -> IO[str]:
+def _open(path: Path, mode: Literal["r", "w"]) -> TextIO:
     if path.suffix == ".xz":  # a request repeats the last one's ~50 KB: beyond gzip's 32 KB window, not xz's
-        return lzma.open(path, mode + "t", encoding="utf-8")
+        return cast(TextIO, lzma.open(path, mode + "t", encoding="utf-8"))
     if path.suffix == ".gz":
-        return gzip.open(path, mode + "t", encoding="utf-8")
+        return cast(TextIO, gzip.open(path, mode + "t", encoding="utf-8"))
     return path.open(mode, encoding="utf-8")
 
 
