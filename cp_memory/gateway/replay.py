@@ -32,14 +32,16 @@ _TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
 
 def _ignored_block(api: Api, value: Any) -> bool:
     kinds = _IGNORED_BLOCKS.get(api)
-    return bool(kinds) and isinstance(value, Mapping) and value.get("type") in kinds  # type: ignore[operator]
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    return bool(kinds) and isinstance(kind, str) and kind in kinds  # type: ignore[operator]
 
 
 def _norm(api: Api, value: Any, key: str | None) -> Any:
     if isinstance(value, Mapping):
         drop = _IGNORED_KEYS.get(api, frozenset()) | {"cache_control"}
         out = {k: _norm(api, v, k) for k, v in value.items() if k not in drop}
-        if out.get("type") in _TEXT_TYPES:
+        kind = out.get("type")  # a JSON schema may hold a property named "type" (Claude Code's Grep does)
+        if isinstance(kind, str) and kind in _TEXT_TYPES:
             out["type"] = "text"
         return out
     if isinstance(value, list):
