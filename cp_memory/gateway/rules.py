@@ -12,7 +12,7 @@
 * **OpenAI** (upstream ``openai``): ``prompt_cache_key`` = a keyed hash of tenant + session, when the client
   set none. Retention fields are never added.
 * **vLLM**: a per-tenant ``cache_salt`` (tenants never share prefix-cache blocks), when the client set none,
-  on the routes vLLM accepts it on.
+  on the routes vLLM accepts it on (chat completions, responses, messages).
 
 I/O-free: returns the new body and what changed.
 """
@@ -35,8 +35,9 @@ from .protocols import Api
 
 __all__ = ["AddedMark", "RuleResult", "apply_rules", "salt_routes"]
 
-#: the routes an engine accepts ``cache_salt`` on (vLLM's OpenAI server: chat completions and responses)
-_SALTED: dict[UpstreamKind, frozenset[Api]] = {UpstreamKind.VLLM: frozenset({Api.CHAT, Api.RESPONSES})}
+#: the routes an engine accepts ``cache_salt`` on (vLLM 0.32's request models: chat completions, responses and
+#: its Anthropic /v1/messages; SGLang documents none)
+_SALTED: dict[UpstreamKind, frozenset[Api]] = {UpstreamKind.VLLM: frozenset({Api.CHAT, Api.RESPONSES, Api.MESSAGES})}
 
 
 def salt_routes(kind: UpstreamKind) -> frozenset[Api]:
@@ -100,10 +101,10 @@ def _system_list(system: Any) -> list[Any]:
 
 
 def _anthropic(body: dict[str, Any], previous_end: int | None, counting: Counting, add: bool) -> RuleResult:
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    tools: list[Any] = _listed(body.get("tools"))
+    messages: list[Any] = _listed(body.get("messages"))
     marks = find_marks(tools, body.get("system"), messages, top_level=body.get("cache_control"))
-    texts = block_texts(tools, _system_list(body.get("system")), messages)  # type: ignore[arg-type]
+    texts = block_texts(tools, _system_list(body.get("system")), messages)
     last_client = max((m.block for m in marks), default=-1)
     if body.get("cache_control") is not None:
         last_client = len(texts) - 1  # automatic caching marks the last cacheable block

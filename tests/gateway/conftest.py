@@ -62,3 +62,7 @@ def provider_server() -> Iterator[Any]:
 
     with ProviderServer() as server:
         yield server
+
+
+# the engine tests' session fixtures: the llama-server binary and the random-weight test model
+from tests.engine.conftest import llama_binary, random_model  # noqa: E402,F401

@@ -36,9 +36,10 @@ READS = [["notes.md"], ["plan.md", "log.txt"], ["notes.md", "plan.md"]]
 
 
 def _args(path: str, rerender: bool, turn: int) -> str:
+    """A tool call's JSON arguments; re-rendered every other turn: keys in another order, other spacing."""
     if rerender and turn % 2:
-        return json.dumps({"path": path}, separators=(", ", " : "))
-    return json.dumps({"path": path})
+        return json.dumps({"limit": 400, "path": path}, separators=(",", ":"))
+    return json.dumps({"path": path, "limit": 400})
 
 
 # ------------------------------------------------------------------ Anthropic Messages
