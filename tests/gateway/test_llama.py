@@ -91,7 +91,8 @@ def test_a_re_rendering_client_gets_more_prefix_hits_through_the_gateway(llama: 
     cached_through = sum(c for _, c in through[1:])
     prompts = sum(p for p, _ in through[1:])
     print(
-        f"llama-server, {len(bodies)} requests: cached {cached_direct} direct vs {cached_through} through the gateway of {prompts}"
+        f"llama-server, {len(bodies)} requests: cached {cached_direct} direct vs {cached_through} "
+        f"through the gateway of {prompts}"
     )
     assert cached_through > cached_direct
     # through the gateway each request reuses (almost) all of the previous one: what it sent is still its prefix

@@ -1,6 +1,6 @@
-"""The gateway in front of a real vLLM (CPU build, random-weight llama with SmolLM2's tokenizer and chat
-template replaced by one that renders tool calls, automatic prefix caching, 32-token blocks): all three protocols, the official SDKs, the per-tenant
-``cache_salt``, and the recorded re-rendering sessions measured on vLLM's own ``cached_tokens``. One vLLM start
+"""The gateway in front of a real vLLM (CPU build, random-weight llama with SmolLM2's tokenizer, a ChatML
+template that renders tool calls, automatic prefix caching, 32-token blocks): all three protocols, the official
+SDKs, the per-tenant ``cache_salt``, and the recorded re-rendering sessions measured on vLLM's own ``cached_tokens``. One vLLM start
 for the whole module (1-3 minutes).
 """
 
@@ -94,7 +94,8 @@ def test_a_re_rendering_client_gets_prefix_hits_on_vllm(vllm: Any, gateway: Runn
     through = [_post(gateway.url, path, b, _key(vllm), "t") for b in bodies]
     cached_direct, cached_through = sum(c for _, c in direct), sum(c for _, c in through)
     print(
-        f"vLLM {path}, {len(bodies)} requests, prompts {sum(p for p, _ in through)} tokens: cached {cached_direct} direct, {cached_through} through the gateway"
+        f"vLLM {path}, {len(bodies)} requests, prompts {sum(p for p, _ in through)} tokens: "
+        f"cached {cached_direct} direct, {cached_through} through the gateway"
     )
     assert cached_through > cached_direct
     for (prev, _), (_, cached) in zip(through, through[1:]):
