@@ -1,7 +1,7 @@
 """The gateway in front of a real vLLM (CPU build, random-weight llama with SmolLM2's tokenizer, a ChatML
 template that renders tool calls, automatic prefix caching, 32-token blocks): all three protocols, the official
-SDKs, the per-tenant ``cache_salt``, and the recorded re-rendering sessions measured on vLLM's own ``cached_tokens``. One vLLM start
-for the whole module (1-3 minutes).
+SDKs, the per-tenant ``cache_salt``, and the recorded re-rendering sessions measured on vLLM's own
+``cached_tokens``. One vLLM start for the whole module (1-3 minutes).
 """
 
 from __future__ import annotations
