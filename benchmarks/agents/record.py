@@ -1,7 +1,7 @@
 """``python -m benchmarks.agents record``: record real harness sessions against the scripted model server.
 
     python -m benchmarks.agents record --harness claude,codex --task docs,code --sessions 2 --out DIR
-    python -m benchmarks.agents record --harness claude --via-gateway      # the gateway in front
+    python -m benchmarks.agents record --harness claude --via-gateway --gateway-args "--upstream-kind anthropic"
 
 For each harness one scripted server (:mod:`benchmarks.agents.scripted`) records every request into
 ``DIR/<harness>_<version>_<tasks>.jsonl.xz`` (keys scrubbed); each session runs one task in its own scratch
@@ -67,6 +67,7 @@ def record(
     *,
     workdir: Path = DEFAULT_WORKDIR,
     via_gateway: bool = False,
+    gateway_args: Sequence[str] = (),
     parallel: bool = False,
     timeout: float = 300,
 ) -> dict[str, Any]:
@@ -77,7 +78,7 @@ def record(
     trace = out / f"{HARNESSES[harness][2]}_{version}_{'_'.join(tasks)}{'_gateway' if via_gateway else ''}.jsonl.xz"
     jobs = [(task, n) for n in range(sessions) for task in tasks]
     with ScriptedServer(trace=trace) as server:
-        gateway = gateway_process(server.url).start() if via_gateway else None
+        gateway = gateway_process(server.url, *gateway_args).start() if via_gateway else None
         try:
             url = gateway.url if gateway is not None else server.url
             with ThreadPoolExecutor(max_workers=len(jobs) if parallel else 1) as pool:
@@ -114,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--out", default="results/agents", help="folder of the traces and index.json")
     ap.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="scratch folders and homes of the sessions")
     ap.add_argument("--via-gateway", action="store_true", help="the cp_memory gateway between harness and server")
+    ap.add_argument("--gateway-args", default="", help="extra arguments of the gateway's CLI (one string)")
     ap.add_argument("--parallel", action="store_true", help="a harness's sessions at once")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per harness run (300)")
     args = ap.parse_args(argv)
@@ -129,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             out,
             workdir=Path(args.workdir),
             via_gateway=args.via_gateway,
+            gateway_args=args.gateway_args.split(),
             parallel=args.parallel,
             timeout=args.timeout,
         )
