@@ -11,7 +11,7 @@ CACHE="${CP_MEMORY_CACHE:-$HOME/.cache/cp_memory}"
 PY="${PYTHON:-python3}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.328}"
 CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
-LITELLM_REQ="${LITELLM_REQ:-litellm[proxy]}"
+LITELLM_VERSION="${LITELLM_VERSION:-1.108.7}"  # the version docs/results/gateway_latency.json measured
 log() { echo "[setup_harnesses] $*" >&2; }
 status=0
 
@@ -50,9 +50,16 @@ fi
 LITELLM_VENV="$CACHE/litellm-venv"
 if [[ "${CP_MEMORY_SETUP_LITELLM:-1}" == "0" ]]; then
     log "CP_MEMORY_SETUP_LITELLM=0: LiteLLM not installed"
-elif [[ -x "$LITELLM_VENV/bin/litellm" ]] && "$LITELLM_VENV/bin/python" -c "import litellm.proxy.proxy_server" 2>/dev/null; then
-    log "LiteLLM proxy already in $LITELLM_VENV ($("$LITELLM_VENV/bin/python" -m pip show litellm 2>/dev/null | grep ^Version))"
+elif [[ -x "$LITELLM_VENV/bin/litellm" ]] && "$LITELLM_VENV/bin/python" - "$LITELLM_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+version("fastapi"), version("uvicorn")  # the [proxy] extra is there (metadata only: importing litellm takes long)
+sys.exit(0 if version("litellm") == sys.argv[1] else 1)
+PY
+then
+    log "LiteLLM $LITELLM_VERSION proxy already in $LITELLM_VENV"
 else
+    LITELLM_REQ="litellm[proxy]==$LITELLM_VERSION"
     log "installing $LITELLM_REQ into $LITELLM_VENV"
     rm -rf "$LITELLM_VENV"
     if "$PY" -m venv "$LITELLM_VENV" \
