@@ -30,6 +30,7 @@ PACKAGES = (
     "cp_memory.providers",
     "cp_memory.engine",
     "cp_memory.agents",
+    "cp_memory.gateway",
 )
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

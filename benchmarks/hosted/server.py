@@ -83,7 +83,7 @@ class ProviderServer:
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                run, path = self.headers.get("x-bench-run") or "default", self.path.rstrip("/")
+                run, path = self.headers.get("x-bench-run") or "default", self.path.split("?")[0].rstrip("/")
                 openai = path.endswith("/chat/completions")
                 if not openai and not path.endswith("/messages"):
                     self.send_error(404)

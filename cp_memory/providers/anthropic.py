@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.prompt import PromptContract, UserMessage, prompt_contract
+from .marks import find_marks
 from .rules import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, anthropic_min_tokens
 from .tokens import Counting, default_counting
 
@@ -145,7 +146,8 @@ def block_texts(
 def count_breakpoints(
     tools: Sequence[Mapping[str, Any]], system: Sequence[Any], messages: Sequence[Mapping[str, Any]]
 ) -> int:
-    return sum(1 for _, ttl in block_texts(tools, system, messages) if ttl is not None)
+    """Every mark the API counts, nested ones included (:func:`cp_memory.providers.marks.find_marks`)."""
+    return len(find_marks(list(tools), list(system), list(messages)))
 
 
 def _system_blocks(system: str | Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
@@ -209,14 +211,15 @@ def anthropic_request(
 
     blocks = block_texts(tool_list, system_blocks, messages)
     marked = {i for i, (_, t) in enumerate(blocks) if t is not None}
-    if len(marked) > max_breakpoints:
+    n_caller = len(find_marks(tool_list, system_blocks, messages))  # nested marks (tool results) count too
+    if n_caller > max_breakpoints:
         raise ValueError(
-            f"the request already carries {len(marked)} cache_control breakpoints; at most {max_breakpoints} allowed"
+            f"the request already carries {n_caller} cache_control breakpoints; at most {max_breakpoints} allowed"
         )
     cum = _prefix_tokens(blocks, counting)
     n_stable = len(tool_list) + len(system_blocks)
     wanted = _wanted(layout, cut, past, n_stable, len(blocks), ttl, stable_ttl)
-    chosen, skipped = _choose(wanted, marked, cum, counting, min_tokens, max_breakpoints - len(marked))
+    chosen, skipped = _choose(wanted, marked, cum, counting, min_tokens, max_breakpoints - n_caller)
     _apply(chosen, tool_list, system_blocks, past, messages)
     marks = _breakpoints(chosen, marked, blocks, cum)
     return AnthropicRequest(system_blocks, messages, tool_list, marks, min_tokens, tuple(skipped))

@@ -242,6 +242,8 @@ def _fields(usage: Mapping[str, Any], outer: Mapping[str, Any]) -> tuple[str, di
         put("write", _get(usage, "input_tokens_details", "cache_write_tokens"))
         put("output", usage.get("output_tokens"))
         return "openai", f
+    if "output_tokens" in usage:  # Anthropic's message_delta: the output count alone (prompt counts in message_start)
+        put("output", usage.get("output_tokens"))
     return "unknown", f
 
 

@@ -1,0 +1,10 @@
+"""Real agent harnesses (Claude Code, Codex) driven by a scripted model server, their recorded traces, and the
+gateway's added latency.
+
+- :mod:`benchmarks.agents.tasks`: the scripted tasks and the scratch folders they run in;
+- :mod:`benchmarks.agents.scripted`: the scripted model server (Anthropic Messages, OpenAI Responses and Chat
+  Completions, streamed and not) that answers with tool calls and records every request to a trace;
+- :mod:`benchmarks.agents.trace`: trace files (JSONL, keys scrubbed) and the byte-stability checks;
+- :mod:`benchmarks.agents.harnesses`: running ``claude -p`` and ``codex exec`` against a base URL;
+- ``python -m benchmarks.agents record``: record traces of the real harnesses.
+"""

@@ -1,0 +1,143 @@
+"""``python -m benchmarks.agents record``: record real harness sessions against the scripted model server.
+
+    python -m benchmarks.agents record --harness claude,codex --task docs,code --sessions 2 --out DIR
+    python -m benchmarks.agents record --harness claude --via-gateway --gateway-args "--upstream-kind anthropic"
+
+For each harness one scripted server (:mod:`benchmarks.agents.scripted`) records every request into
+``DIR/<harness>_<version>_<tasks>.jsonl.xz`` (keys scrubbed); each session runs one task in its own scratch
+folder ``--workdir/<harness>/<task>-<n>`` (made afresh: the same folder gives the same traffic) with its own
+scratch ``HOME``. ``--parallel`` runs a harness's sessions at once (several users interleaved). A harness that
+is not installed is reported and skipped. ``DIR/index.json`` lists every trace with its harness version and
+:func:`benchmarks.agents.trace.summarise`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from benchmarks.agents.harnesses import HarnessRun, harness_binary, harness_version, run_claude, run_codex
+from benchmarks.agents.processes import gateway_process
+from benchmarks.agents.scripted import ScriptedServer
+from benchmarks.agents.tasks import TASKS, prompt_for
+from benchmarks.agents.trace import load_trace, summarise
+
+__all__ = ["HARNESSES", "main", "record"]
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[..., HarnessRun]
+#: harness name -> (binary, runner, trace-file prefix)
+HARNESSES: dict[str, tuple[str, Runner, str]] = {
+    "claude": ("claude", run_claude, "claude_code"),
+    "codex": ("codex", run_codex, "codex"),
+}
+DEFAULT_WORKDIR = Path("/tmp/cp_memory_agents")
+
+
+def _version_tag(harness: str) -> str:
+    version = harness_version(HARNESSES[harness][0]) or "unknown"
+    return version.split()[0] if harness == "claude" else version.split()[-1]
+
+
+def _session(harness: str, task: str, n: int, url: str, workdir: Path, timeout: float) -> dict[str, Any]:
+    folder = workdir / harness / f"{task}-{n}"
+    home = workdir / harness / f"home-{task}-{n}"
+    for path in (folder, home):
+        shutil.rmtree(path, ignore_errors=True)
+    TASKS[task].materialise(folder)
+    run = HARNESSES[harness][1](prompt_for(TASKS[task], folder), folder, url, home, timeout=timeout)
+    if not run.ok:
+        log.warning("%s %s-%d failed (%d): %s", harness, task, n, run.returncode, (run.stderr or run.stdout)[-500:])
+    return {"task": task, "session": n, "ok": run.ok, "returncode": run.returncode}
+
+
+def record(
+    harness: str,
+    tasks: Sequence[str],
+    sessions: int,
+    out: Path,
+    *,
+    workdir: Path = DEFAULT_WORKDIR,
+    via_gateway: bool = False,
+    gateway_args: Sequence[str] = (),
+    parallel: bool = False,
+    timeout: float = 300,
+) -> dict[str, Any]:
+    """Record ``sessions`` runs of every task of ``tasks`` by ``harness``; returns its index entry."""
+    if harness_binary(HARNESSES[harness][0]) is None:
+        return {"harness": harness, "skipped": f"{harness} not installed: run scripts/setup_harnesses.sh"}
+    version = _version_tag(harness)
+    trace = out / f"{HARNESSES[harness][2]}_{version}_{'_'.join(tasks)}{'_gateway' if via_gateway else ''}.jsonl.xz"
+    jobs = [(task, n) for n in range(sessions) for task in tasks]
+    with ScriptedServer(trace=trace) as server:
+        gateway = gateway_process(server.url, *gateway_args).start() if via_gateway else None
+        try:
+            url = gateway.url if gateway is not None else server.url
+            with ThreadPoolExecutor(max_workers=len(jobs) if parallel else 1) as pool:
+                runs = list(pool.map(lambda job: _session(harness, job[0], job[1], url, workdir, timeout), jobs))
+        finally:
+            if gateway is not None:
+                gateway.stop()
+    return {
+        "harness": harness,
+        "version": version,
+        "file": trace.name,
+        "bytes": trace.stat().st_size,
+        "via_gateway": via_gateway,
+        "tasks": list(tasks),
+        "runs": runs,
+        "summary": summarise(load_trace(trace)),
+    }
+
+
+def _update_index(out: Path, entries: list[dict[str, Any]]) -> Path:
+    index = out / "index.json"
+    old = json.loads(index.read_text(encoding="utf-8")) if index.exists() else {"traces": []}
+    files = {e.get("file") for e in entries}
+    kept = [e for e in old.get("traces", []) if e.get("file") not in files]
+    index.write_text(json.dumps({"traces": kept + entries}, indent=1) + "\n", encoding="utf-8")
+    return index
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.agents record", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--harness", default="claude,codex", help="comma-separated of " + ", ".join(HARNESSES))
+    ap.add_argument("--task", default="docs", help="comma-separated of " + ", ".join(TASKS))
+    ap.add_argument("--sessions", type=int, default=1, help="sessions per task (1)")
+    ap.add_argument("--out", default="results/agents", help="folder of the traces and index.json")
+    ap.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="scratch folders and homes of the sessions")
+    ap.add_argument("--via-gateway", action="store_true", help="the cp_memory gateway between harness and server")
+    ap.add_argument("--gateway-args", default="", help="extra arguments of the gateway's CLI (one string)")
+    ap.add_argument("--parallel", action="store_true", help="a harness's sessions at once")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per harness run (300)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = [t for t in args.task.split(",") if t]
+    entries = [
+        record(
+            h,
+            tasks,
+            args.sessions,
+            out,
+            workdir=Path(args.workdir),
+            via_gateway=args.via_gateway,
+            gateway_args=args.gateway_args.split(),
+            parallel=args.parallel,
+            timeout=args.timeout,
+        )
+        for h in args.harness.split(",")
+        if h
+    ]
+    _update_index(out, entries)
+    sys.stdout.write(json.dumps(entries, indent=1) + "\n")
+    return entries

@@ -1,0 +1,590 @@
+"""The scripted model server: a stand-in for a model API that plays a scripted task with tool calls, so a real
+agent harness runs its real tools in a scratch folder and sends its real follow-up requests.
+
+It speaks the three wire protocols the gateway does, streamed (SSE) and not:
+
+- Anthropic Messages, ``POST /v1/messages`` (``?beta=true`` too; Claude Code): ``message_start``, ``ping``,
+  ``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` for ``thinking`` (``thinking_delta``
+  then ``signature_delta``), ``text`` (``text_delta``) and ``tool_use`` (``input_json_delta``),
+  ``message_delta`` with the stop reason and usage, ``message_stop``; ``POST /v1/messages/count_tokens``.
+- OpenAI Responses, ``POST /v1/responses`` (Codex): ``response.created``, ``response.in_progress``,
+  ``response.output_item.added``, ``response.content_part.added``, ``response.output_text.delta`` / ``.done``,
+  ``response.content_part.done``, ``response.function_call_arguments.delta`` / ``.done``,
+  ``response.output_item.done``, ``response.completed`` (with usage), each with its ``sequence_number``.
+- OpenAI Chat Completions, ``POST /v1/chat/completions``: ``chat.completion.chunk`` deltas (``tool_calls``
+  with ``arguments`` pieces), the finish reason, a usage chunk with empty ``choices`` when
+  ``stream_options.include_usage``, ``data: [DONE]``.
+
+The task is found by the tag in the prompt (:func:`benchmarks.agents.tasks.find_task`); the step played is
+the number of tool results in the request, so the server keeps no state: the same task gives the same traffic
+and any number of sessions may run at once. Every request (headers scrubbed, body, the reply) goes to the trace
+(:class:`benchmarks.agents.trace.TraceWriter`). A request with no task tag or no usable tool gets a short text
+answer. Token counts are modelled (a byte count / 4), labelled so in nothing else than this docstring: nothing
+here measures a model.
+
+``python -m benchmarks.agents.scripted --port 0 --trace FILE`` runs it alone (it logs its URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from benchmarks.agents.tasks import Intent, Step, find_task
+from benchmarks.agents.trace import TraceWriter, scrub_headers
+
+__all__ = ["CREATED", "Protocol", "ScriptedServer", "ToolCall", "Turn", "plan", "reply", "sse"]
+
+log = logging.getLogger(__name__)
+
+#: the fixed ``created`` time of every reply (replies are deterministic)
+CREATED = 1_767_225_600
+#: (SSE event name or None, data) of a streamed reply
+Events = list[tuple[str | None, Any]]
+
+
+class Protocol(Enum):
+    """The wire protocol of a request, from its path."""
+
+    ANTHROPIC = "anthropic"
+    RESPONSES = "responses"
+    CHAT = "chat"
+
+    @classmethod
+    def of(cls, path: str) -> Protocol | None:
+        path = path.split("?", 1)[0].rstrip("/")
+        if path.endswith("/messages"):
+            return cls.ANTHROPIC
+        if path.endswith("/responses"):
+            return cls.RESPONSES
+        if path.endswith("/chat/completions"):
+            return cls.CHAT
+        return None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the scripted model makes: the harness's tool ``name``, its ``arguments``, a stable ``id``."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted model turn, protocol-neutral: optional thinking, text, optional tool call."""
+
+    text: str
+    tool: ToolCall | None = None
+    thinking: str | None = None
+    input_tokens: int = 0
+    key: str = field(default="", compare=False)
+
+    @property
+    def output_tokens(self) -> int:
+        args = json.dumps(self.tool.arguments) if self.tool else ""
+        return max(1, (len(self.text) + len(args) + len(self.thinking or "")) // 4)
+
+
+# --- planning: which tool call the current step becomes --------------------------------------------------
+
+
+def _tool_names(protocol: Protocol, body: dict[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        fn = tool.get("function") if protocol is Protocol.CHAT else None
+        name = (fn or {}).get("name") if isinstance(fn, dict) else tool.get("name")
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+def _tool_results(protocol: Protocol, body: dict[str, Any]) -> int:
+    if protocol is Protocol.RESPONSES:
+        raw = body.get("input")
+        items: list[Any] = raw if isinstance(raw, list) else []
+        return sum(1 for i in items if isinstance(i, dict) and str(i.get("type", "")).endswith("call_output"))
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if protocol is Protocol.CHAT:
+        return sum(1 for m in messages if m.get("role") == "tool")
+    return sum(
+        1
+        for m in messages
+        if m.get("role") == "user" and isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    )
+
+
+def _shell_command(step: Step) -> str:
+    if step.intent is Intent.READ:
+        return f"cat {step.arg}"
+    if step.intent is Intent.GREP:
+        return f"grep -rn '{step.arg}' ."
+    return step.arg
+
+
+def _arguments(step: Step, folder: Path, tools: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+    """The harness tool (of ``tools``) that carries out ``step`` and its arguments, or None."""
+    if step.intent is Intent.READ and "Read" in tools:  # Claude Code
+        return "Read", {"file_path": str(folder / step.arg)}
+    if step.intent is Intent.GREP and "Grep" in tools:
+        return "Grep", {"pattern": step.arg, "path": str(folder), "output_mode": "content", "-n": True}
+    if "Bash" in tools:  # Claude Code 2.1.x defers Grep behind ToolSearch: grep through Bash
+        return "Bash", {"command": _shell_command(step), "description": step.say or "Run the command"}
+    command = _shell_command(step)
+    if "exec_command" in tools:  # Codex's unified exec tool
+        return "exec_command", {"cmd": command, "workdir": str(folder)}
+    if "shell_command" in tools:
+        return "shell_command", {"command": command, "workdir": str(folder)}
+    if "shell" in tools:
+        return "shell", {"command": ["bash", "-lc", command], "workdir": str(folder)}
+    return None
+
+
+def _thinks(protocol: Protocol, body: dict[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return protocol is Protocol.ANTHROPIC and isinstance(thinking, dict) and thinking.get("type") != "disabled"
+
+
+def plan(protocol: Protocol, body: dict[str, Any]) -> Turn:
+    """The scripted turn answering ``body``: the current step's tool call, or the answer (deterministic)."""
+    serial = json.dumps(body, ensure_ascii=False)
+    tokens = max(1, len(serial.encode()) // 4)
+    found = find_task(serial)
+    if found is None:
+        return Turn("OK.", input_tokens=tokens, key="untagged")
+    task, folder = found
+    done = _tool_results(protocol, body)
+    step = task.step(done)
+    key = f"{task.name}{done:02d}"
+    thinking = f"Step {done + 1} of the {task.name} task: {step.intent.value}." if _thinks(protocol, body) else None
+    if step.intent is Intent.ANSWER:
+        return Turn(step.arg, thinking=thinking, input_tokens=tokens, key=key)
+    chosen = _arguments(step, folder, _tool_names(protocol, body))
+    if chosen is None:
+        return Turn(task.steps[-1].arg, thinking=thinking, input_tokens=tokens, key=key)
+    call_id = {Protocol.ANTHROPIC: "toolu_", Protocol.RESPONSES: "call_", Protocol.CHAT: "call_"}[protocol] + key
+    return Turn(step.say, ToolCall(call_id, chosen[0], chosen[1]), thinking=thinking, input_tokens=tokens, key=key)
+
+
+# --- encoding: one turn in each protocol, whole and streamed ---------------------------------------------
+
+
+def _pieces(text: str, n: int = 3) -> list[str]:
+    """``text`` cut into ``n`` pieces (the deltas of a stream); one empty piece for an empty text."""
+    if not text:
+        return [""]
+    size = max(1, -(-len(text) // n))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _signature(text: str) -> str:
+    return "sig_" + hashlib.sha256(text.encode()).hexdigest()[:48]
+
+
+def _anthropic(turn: Turn, model: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if turn.thinking is not None:
+        content.append({"type": "thinking", "thinking": turn.thinking, "signature": _signature(turn.thinking)})
+    if turn.text:
+        content.append({"type": "text", "text": turn.text})
+    if turn.tool is not None:
+        content.append({"type": "tool_use", "id": turn.tool.id, "name": turn.tool.name, "input": turn.tool.arguments})
+    usage = {
+        "input_tokens": turn.input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": turn.output_tokens,
+    }
+    return {
+        "id": f"msg_scripted_{turn.key}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if turn.tool else "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def _anthropic_block_events(index: int, block: dict[str, Any]) -> Events:
+    kind = block["type"]
+    start: dict[str, Any]
+    if kind == "thinking":
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(block["thinking"], 2)]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    elif kind == "text":
+        start, deltas = (
+            {"type": "text", "text": ""},
+            [{"type": "text_delta", "text": p} for p in _pieces(block["text"])],
+        )
+    else:
+        start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        args = json.dumps(block["input"], ensure_ascii=False)
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *_pieces(args)]]
+    return [
+        ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+        *[("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas],
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+def _anthropic_events(message: dict[str, Any]) -> Events:
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events: Events = [("message_start", {"type": "message_start", "message": start}), ("ping", {"type": "ping"})]
+    for i, block in enumerate(message["content"]):
+        events += _anthropic_block_events(i, block)
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    events.append(
+        ("message_delta", {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}})
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _responses(turn: Turn, model: str) -> dict[str, Any]:
+    output: list[dict[str, Any]] = []
+    if turn.text:
+        part = {"type": "output_text", "text": turn.text, "annotations": []}
+        output.append(
+            {"type": "message", "id": f"msg_{turn.key}", "status": "completed", "role": "assistant", "content": [part]}
+        )
+    if turn.tool is not None:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{turn.key}",
+                "call_id": turn.tool.id,
+                "name": turn.tool.name,
+                "arguments": json.dumps(turn.tool.arguments, ensure_ascii=False),
+                "status": "completed",
+            }
+        )
+    usage = {
+        "input_tokens": turn.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": turn.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": turn.input_tokens + turn.output_tokens,
+    }
+    return {
+        "id": f"resp_{turn.key}",
+        "object": "response",
+        "created_at": CREATED,
+        "status": "completed",
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+
+
+def _responses_item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    base = {"output_index": index, "item_id": item["id"]}
+    if item["type"] == "message":
+        text = item["content"][0]["text"]
+        empty_part = {"type": "output_text", "text": "", "annotations": []}
+        return [
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", "content": []},
+            },
+            {"type": "response.content_part.added", **base, "content_index": 0, "part": empty_part},
+            *[{"type": "response.output_text.delta", **base, "content_index": 0, "delta": p} for p in _pieces(text)],
+            {"type": "response.output_text.done", **base, "content_index": 0, "text": text},
+            {"type": "response.content_part.done", **base, "content_index": 0, "part": item["content"][0]},
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        ]
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "status": "in_progress", "arguments": ""},
+        },
+        *[{"type": "response.function_call_arguments.delta", **base, "delta": p} for p in _pieces(item["arguments"])],
+        {"type": "response.function_call_arguments.done", **base, "arguments": item["arguments"]},
+        {"type": "response.output_item.done", "output_index": index, "item": item},
+    ]
+
+
+def _responses_events(response: dict[str, Any]) -> Events:
+    pending = {**response, "status": "in_progress", "output": [], "usage": None}
+    raw: list[dict[str, Any]] = [
+        {"type": "response.created", "response": pending},
+        {"type": "response.in_progress", "response": pending},
+    ]
+    for i, item in enumerate(response["output"]):
+        raw += _responses_item_events(i, item)
+    raw.append({"type": "response.completed", "response": response})
+    return [(str(e["type"]), {**e, "sequence_number": n}) for n, e in enumerate(raw)]
+
+
+def _chat(turn: Turn, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+    if turn.tool is not None:
+        fn = {"name": turn.tool.name, "arguments": json.dumps(turn.tool.arguments, ensure_ascii=False)}
+        message["tool_calls"] = [{"id": turn.tool.id, "type": "function", "function": fn}]
+    usage = {
+        "prompt_tokens": turn.input_tokens,
+        "completion_tokens": turn.output_tokens,
+        "total_tokens": turn.input_tokens + turn.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if turn.tool else "stop"}
+    return {
+        "id": f"chatcmpl-{turn.key}",
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": model,
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def _chat_events(completion: dict[str, Any], include_usage: bool) -> Events:
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    message, choice = completion["choices"][0]["message"], completion["choices"][0]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
+        return None, {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    events: Events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": p}) for p in _pieces(message["content"] or "") if p]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        events += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in _pieces(fn["arguments"])
+        ]
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append((None, {**head, "choices": [], "usage": completion["usage"]}))
+    return events
+
+
+def reply(protocol: Protocol, body: dict[str, Any]) -> tuple[dict[str, Any], Events]:
+    """The whole reply to ``body`` and the same reply as SSE events (``data: [DONE]`` not included)."""
+    turn = plan(protocol, body)
+    model = str(body.get("model") or "scripted")
+    if protocol is Protocol.ANTHROPIC:
+        message = _anthropic(turn, model)
+        return message, _anthropic_events(message)
+    if protocol is Protocol.RESPONSES:
+        response = _responses(turn, model)
+        return response, _responses_events(response)
+    completion = _chat(turn, model)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    return completion, _chat_events(completion, include_usage)
+
+
+def sse(events: Events, done: bool = False) -> bytes:
+    """``events`` as SSE bytes (``event:`` line when named), then ``data: [DONE]`` when ``done``."""
+    out = [
+        ((f"event: {name}\n" if name else "") + f"data: {json.dumps(data, ensure_ascii=False)}\n\n")
+        for name, data in events
+    ]
+    if done:
+        out.append("data: [DONE]\n\n")
+    return "".join(out).encode()
+
+
+# --- the server ------------------------------------------------------------------------------------------
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {"_raw": raw.decode("utf-8", "replace")}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stall
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        path = self.path.split("?", 1)[0].rstrip("/")
+        payload: dict[str, Any] = (
+            {
+                "object": "list",
+                "data": [{"id": "scripted", "object": "model", "created": CREATED, "owned_by": "cp_memory"}],
+            }
+            if path.endswith("/models")
+            else {"error": {"type": "not_found_error", "message": f"no route {path}"}}
+        )
+        self.server.owner.record(self, "GET", None, payload)
+        self._json(200 if path.endswith("/models") else 404, payload)
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = _parse(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        protocol = Protocol.of(self.path)
+        if self.path.split("?", 1)[0].rstrip("/").endswith("/count_tokens"):
+            payload: dict[str, Any] = {"input_tokens": max(1, len(json.dumps(body).encode()) // 4)}
+            self.server.owner.record(self, "POST", body, payload)
+            self._json(200, payload)
+            return
+        if protocol is None or not isinstance(body, dict) or "_raw" in body:
+            payload = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": f"cannot serve {self.path}"},
+            }
+            self.server.owner.record(self, "POST", body, payload)
+            self._json(404 if protocol is None else 400, payload)
+            return
+        whole, events = reply(protocol, body)
+        self.server.owner.record(self, "POST", body, whole, protocol)
+        if not body.get("stream"):
+            self._json(200, whole)
+            return
+        # streamed event by event, the connection closed at the end (HTTP/1.1 without a length)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for event in events:
+            self.wfile.write(sse([event]))
+            self.wfile.flush()
+        if protocol is Protocol.CHAT:
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+    def _json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ScriptedServer
+
+
+class ScriptedServer:
+    """``with ScriptedServer(trace=path) as s: ... base_url=s.url ...``; ``s.records`` holds every request.
+
+    Binds 127.0.0.1 (``port`` 0: any free port). ``on_request`` (optional) sees each record as it is made."""
+
+    def __init__(
+        self,
+        *,
+        trace: str | Path | None = None,
+        port: int = 0,
+        on_request: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.port = port
+        self.records: list[dict[str, Any]] = []
+        self._trace = TraceWriter(trace) if trace is not None else None
+        self._on_request = on_request
+        self._lock = threading.Lock()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no ``/v1``: clients add their own paths)."""
+        if self._httpd is None:
+            raise RuntimeError("the scripted server is not started")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def record(
+        self, handler: BaseHTTPRequestHandler, method: str, body: Any, whole: Any, protocol: Protocol | None = None
+    ) -> None:
+        record = {
+            "method": method,
+            "path": handler.path,
+            "protocol": protocol.value if protocol else None,
+            "headers": scrub_headers(handler.headers.items()),
+            "body": body,
+            "reply": whole,
+        }
+        with self._lock:
+            seq = self._trace.write(record) if self._trace else len(self.records)
+            self.records.append({"seq": seq, **record})
+        if self._on_request is not None:
+            self._on_request(self.records[-1])
+
+    def start(self) -> ScriptedServer:
+        self._httpd = _HTTPServer(("127.0.0.1", self.port), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-server", daemon=True)
+        self._thread.start()
+        log.info("scripted model server on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._trace is not None:
+            self._trace.close()
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m benchmarks.agents.scripted [--port N] [--trace FILE]``: serve until interrupted."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.agents.scripted", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free one; logged)")
+    ap.add_argument("--trace", default=None, help="JSONL trace file of every request (keys scrubbed)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    server = ScriptedServer(trace=args.trace, port=args.port).start()
+    print(f"listening on {server.url}", flush=True)  # noqa: T201 (a CLI's one line of output)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

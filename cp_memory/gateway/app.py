@@ -1,0 +1,269 @@
+"""The ASGI app (Starlette): the three protocols shaped, everything else forwarded untouched, plus
+``/metrics``, ``/cp/savings`` and ``/cp/health``.
+
+The app drives :class:`~cp_memory.gateway.flow.Gateway`: read the body (bounded: 413 past the size limit,
+408 past the time limit), plan, forward with httpx, stream the answer back byte for byte while reading its
+usage, record. An upstream error reaches the client with its status and body; an unreachable upstream is a
+502, a silent one a 504; a client that goes away mid-stream closes the upstream stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .config import GatewayConfig, UpstreamKind
+from .flow import Gateway, Plan
+from .metrics import CONTENT_TYPE, GatewayMetrics
+from .protocols import Api, api_of
+from .tenancy import identify
+from .upstream import error_body, make_client, request_headers, response_headers
+from .usage_tap import SSETap, body_usage
+
+__all__ = ["KEY_HEADER", "build_app"]
+
+logger = logging.getLogger(__name__)
+
+KEY_HEADER = "x-cp-gateway-key"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse(error_body(kind, message), status_code=status)
+
+
+class _App:
+    """The handlers, over one gateway, one httpx client and one metrics registry."""
+
+    def __init__(self, config: GatewayConfig, kind: UpstreamKind) -> None:
+        self.config = config
+        self.gateway = Gateway(config, kind)
+        self.metrics = GatewayMetrics()
+        self.client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.client = make_client(self.config)
+        logger.info("gateway: forwarding to %s (%s)", self.config.upstream_base, self.gateway.kind.value)
+        try:
+            yield
+        finally:
+            await self.client.aclose()
+
+    def _authorized(self, request: Request) -> bool:
+        key = self.config.gateway_key
+        if key is None:
+            return True
+        given = request.headers.get(KEY_HEADER, "")
+        return hmac.compare_digest(given.encode(), key.get_secret_value().encode())
+
+    async def _body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self.config.max_body_bytes:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        size = 0
+
+        async def read() -> None:
+            nonlocal size
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self.config.max_body_bytes:
+                    raise _TooLarge
+                chunks.append(chunk)
+
+        await asyncio.wait_for(read(), timeout=self.config.body_timeout_s)
+        return b"".join(chunks)
+
+    # ------------------------------------------------------------------ routes
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "upstream_kind": self.gateway.kind.value})
+
+    async def metrics_page(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return _error(401, "authentication_error", f"missing or wrong {KEY_HEADER} header")
+        self.metrics.sessions.set(len(self.gateway.store))
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def savings(self, request: Request) -> Response:
+        """The caller's own tenant (same key, same tenant header) and its sessions; nobody else's."""
+        if not self._authorized(request):
+            return _error(401, "authentication_error", f"missing or wrong {KEY_HEADER} header")
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        tenant = identify(self.gateway.secret, Api.OTHER, headers, {}).tenant
+        state = self.gateway.store.peek_tenant(tenant)
+        sessions = self.gateway.store.sessions_of(tenant, self.config.max_sessions_per_tenant_report)
+        return JSONResponse(
+            {
+                "tenant": tenant,
+                "totals": state.report() if state is not None else None,
+                "sessions": [{"session": s.session, **s.report()} for s in sessions],
+            }
+        )
+
+    async def proxy(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return _error(401, "authentication_error", f"missing or wrong {KEY_HEADER} header")
+        api = api_of(request.url.path) if request.method == "POST" else Api.OTHER
+        try:
+            raw = await self._body(request)
+        except _TooLarge:
+            self.metrics.requests.labels(api.value, "too_large").inc()
+            return _error(413, "request_too_large", f"request body over {self.config.max_body_bytes} bytes")
+        except (asyncio.TimeoutError, ClientDisconnect):
+            self.metrics.requests.labels(api.value, "body_timeout").inc()
+            return _error(408, "request_timeout", f"request body not received within {self.config.body_timeout_s} s")
+        started = time.perf_counter()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        plan = self.gateway.plan(api, headers, raw)
+        self.metrics.overhead.labels(api.value).observe(time.perf_counter() - started)
+        self._count_plan(plan)
+        return await self._forward(request, plan)
+
+    def _count_plan(self, plan: Plan) -> None:
+        if plan.failed_open:
+            self.metrics.fail_open.inc()
+        self.metrics.replayed.inc(plan.replayed)
+        self.metrics.rewritten.inc(plan.rewritten)
+        for where in plan.marks:
+            self.metrics.marks.labels(where).inc()
+        for name in plan.fields:
+            self.metrics.fields.labels(name).inc()
+
+    # ------------------------------------------------------------------ forwarding
+    async def _forward(self, request: Request, plan: Plan) -> Response:
+        assert self.client is not None, "the app's lifespan did not run"
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        upstream_request = self.client.build_request(
+            request.method, path, headers=request_headers(raw_headers), content=plan.content
+        )
+        try:
+            answer = await self.client.send(upstream_request, stream=True)
+        except httpx.TimeoutException as exc:
+            self.metrics.requests.labels(plan.api.value, "upstream_timeout").inc()
+            return _error(504, "upstream_timeout", f"the upstream did not answer in time ({type(exc).__name__})")
+        except httpx.HTTPError as exc:
+            self.metrics.requests.labels(plan.api.value, "upstream_unreachable").inc()
+            return _error(502, "upstream_unreachable", f"cannot reach the upstream: {type(exc).__name__}")
+        self.metrics.upstream_status.labels(plan.api.value, f"{answer.status_code // 100}xx").inc()
+        if answer.is_success:
+            self.gateway.commit(plan)
+        if answer.headers.get("content-type", "").startswith("text/event-stream"):
+            return self._stream(plan, answer)
+        return await self._whole(plan, answer)
+
+    async def _whole(self, plan: Plan, answer: httpx.Response) -> Response:
+        try:
+            data = await self._read_capped(answer)
+        except httpx.HTTPError as exc:
+            self.metrics.requests.labels(plan.api.value, "upstream_broken").inc()
+            return _error(502, "upstream_broken", f"the upstream's answer broke off: {type(exc).__name__}")
+        finally:
+            await answer.aclose()
+        if data is None:
+            return _error(
+                502, "upstream_too_large", f"the upstream's answer exceeds {self.config.max_response_bytes} bytes"
+            )
+        headers = response_headers(answer.headers)
+        if plan.api is not Api.OTHER and answer.is_success:
+            usage = body_usage(data)
+            gateway = self._book(plan, usage)
+            headers.update(_usage_headers(usage, gateway, plan))
+        self.metrics.requests.labels(plan.api.value, "ok" if answer.is_success else "upstream_error").inc()
+        return Response(data, status_code=answer.status_code, headers=headers)
+
+    async def _read_capped(self, answer: httpx.Response) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in answer.aiter_raw():
+            size += len(chunk)
+            if size > self.config.max_response_bytes:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _stream(self, plan: Plan, answer: httpx.Response) -> StreamingResponse:
+        tap = SSETap(self.config.max_sse_event_bytes)
+
+        async def relay() -> AsyncIterator[bytes]:
+            outcome = "ok" if answer.is_success else "upstream_error"
+            try:
+                async for chunk in answer.aiter_raw():
+                    tap.feed(chunk)
+                    yield chunk
+            except httpx.HTTPError as exc:  # the status is sent already: the stream ends early
+                outcome = "upstream_broken"
+                logger.warning("gateway: the upstream stream broke off: %s", type(exc).__name__)
+            except BaseException:
+                outcome = "client_gone"
+                raise
+            finally:
+                await answer.aclose()
+                tap.close()
+                if plan.api is not Api.OTHER and answer.is_success:
+                    self._book(plan, tap.usage)
+                self.metrics.requests.labels(plan.api.value, outcome).inc()
+
+        return StreamingResponse(
+            relay(),
+            status_code=answer.status_code,
+            headers=response_headers(answer.headers),
+            background=BackgroundTask(answer.aclose),
+        )
+
+    def _book(self, plan: Plan, usage: Any) -> int:
+        gateway = self.gateway.record(plan, usage)
+        self.metrics.usage(usage, gateway)
+        return gateway
+
+
+def _usage_headers(usage: Any, gateway: int, plan: Plan) -> dict[str, str]:
+    """The ``X-CP-*`` headers of a non-streamed answer: what the upstream reported, and the gateway's share."""
+    out = {
+        "x-cp-input-tokens": str(usage.input_tokens),
+        "x-cp-cache-read-tokens": str(usage.cache_read_tokens),
+        "x-cp-cache-write-tokens": str(usage.cache_write_tokens),
+        "x-cp-cached-by-gateway-tokens": str(gateway),
+        "x-cp-replayed-segments": str(plan.replayed),
+    }
+    if plan.identity is not None:
+        out["x-cp-session"] = plan.identity.session
+    return out
+
+
+def build_app(config: GatewayConfig, kind: UpstreamKind | None = None) -> Starlette:
+    """The gateway as an ASGI app; ``kind`` is the resolved upstream kind (default: the configured one, with
+    ``auto`` resolved from the URL only — :func:`cp_memory.gateway.detect.detect_kind` probes it)."""
+    from .detect import kind_from_url
+
+    resolved = kind or (
+        config.upstream_kind if config.upstream_kind is not UpstreamKind.AUTO else kind_from_url(config.upstream)
+    )
+    handlers = _App(config, resolved)
+    routes = [
+        Route("/metrics", handlers.metrics_page, methods=["GET"]),
+        Route("/cp/health", handlers.health, methods=["GET"]),
+        Route("/cp/savings", handlers.savings, methods=["GET"]),
+        Route("/{path:path}", handlers.proxy, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+    ]
+    app = Starlette(routes=routes, lifespan=handlers.lifespan)
+    app.state.gateway = handlers.gateway
+    app.state.metrics = handlers.metrics
+    return app

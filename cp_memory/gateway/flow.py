@@ -1,0 +1,177 @@
+"""One request through the gateway, without I/O: plan what to send, then record what the upstream reported.
+
+:meth:`Gateway.plan` takes the client's raw body and returns a :class:`Plan`: the bytes to forward (the
+client's own bytes, unchanged, whenever the gateway changes nothing), the tenant and session, what prefix
+replay and the provider rules did. Any internal failure there is logged and gives the client's original
+bytes (fail open). :meth:`Gateway.record` books the usage the upstream reported into the session's and the
+tenant's :class:`~cp_memory.providers.account.SavingsAccount`, with the attribution: tokens cached beyond what
+passthrough could have kept cached (before the first re-rendered segment, up to the client's last
+Anthropic mark) are the gateway's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..providers.tokens import Counting, default_counting
+from ..providers.usage import CacheUsage
+from .config import GatewayConfig, UpstreamKind
+from .protocols import Api, segments, with_segments
+from .replay import ReplayResult, SentLog, replay
+from .rules import RuleResult, apply_rules
+from .sessions import SessionStore
+from .tenancy import Identity, identify
+
+__all__ = ["Gateway", "Plan"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Plan:
+    """What to forward for one request and what to remember once it went out."""
+
+    api: Api
+    content: bytes
+    original: bytes
+    identity: Identity | None = None
+    changed: bool = False
+    failed_open: bool = False
+    log: SentLog | None = None
+    replayed: int = 0
+    rewritten: int = 0
+    passthrough_bound: int | None = None  # prompt tokens passthrough could at most have had cached
+    marks: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    stream: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _leaf_text(value: Any) -> str:
+    """The strings of a segment (its tokens' source, roughly), for the attribution's token estimate."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return "".join(_leaf_text(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return "".join(_leaf_text(v) for v in value)
+    return ""
+
+
+def _blocks_before(api: Api, segs: list[Any], n_head: int, upto: int) -> int:
+    """Anthropic: the number of prefix-order blocks in segments ``0..upto-1`` (tools, system, messages)."""
+    count = 0
+    for i, seg in enumerate(segs[:upto]):
+        if i < n_head:
+            count += len(seg) if isinstance(seg, list) else (1 if isinstance(seg, str) and seg else 0)
+        else:
+            content = seg.get("content") if isinstance(seg, Mapping) else None
+            count += len(content) if isinstance(content, list) else 1
+    return count
+
+
+class Gateway:
+    """The gateway's state and its I/O-free flow; the ASGI app (:mod:`cp_memory.gateway.app`) drives it."""
+
+    def __init__(self, config: GatewayConfig, kind: UpstreamKind, *, counting: Counting | None = None) -> None:
+        self.config = config
+        self.kind = kind
+        given = config.secret.get_secret_value().encode() if config.secret is not None else b""
+        self.secret = given or secrets.token_bytes(32)
+        self.store = SessionStore(config.max_sessions, config.session_ttl_s, config.max_tenants)
+        self.counting = counting or default_counting()
+
+    def identify(self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any]) -> Identity:
+        return identify(self.secret, api, headers, body)
+
+    def plan(self, api: Api, headers: Mapping[str, str], raw: bytes) -> Plan:
+        """The bytes to forward; never raises (an internal failure forwards ``raw`` unchanged)."""
+        plan = Plan(api, raw, raw)
+        if api is Api.OTHER:
+            return plan
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            plan.notes.append("not JSON: forwarded as sent")
+            return plan
+        if not isinstance(body, dict):
+            plan.notes.append("not a JSON object: forwarded as sent")
+            return plan
+        plan.stream = body.get("stream") is True
+        try:
+            self._shape(plan, headers, body)
+        except Exception:  # fail open: the client's own request goes out, and a log line says why
+            logger.exception("gateway: planning a %s request failed; forwarding it unchanged", api.value)
+            plan.content, plan.changed, plan.failed_open, plan.log = raw, False, True, None
+        return plan
+
+    def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any]) -> None:
+        api = plan.api
+        plan.identity = self.identify(api, headers, body)
+        state = self.store.session(plan.identity.tenant, plan.identity.session)
+        segs, n_head = segments(api, body)
+        log = state.logs.get(api) if self.config.replay else None
+        replayed = replay(api, log, segs)
+        shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
+        previous_end = self._previous_end(api, log, replayed, n_head)
+        rules = apply_rules(
+            self.kind,
+            api,
+            shaped,
+            secret=self.secret,
+            tenant=plan.identity.tenant,
+            session=plan.identity.session,
+            previous_end=previous_end,
+            counting=self.counting,
+            add_marks=self.config.add_marks,
+        )
+        if "over 4 marks" in rules.notes:  # the client's own request, unchanged: the API answers it
+            plan.notes.append("more than 4 cache_control marks: forwarded as sent")
+            return
+        out = rules.body
+        plan.changed = bool(replayed.substituted or rules.added)
+        if plan.changed:
+            plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        plan.log = SentLog.of(api, segments(api, out)[0])
+        plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
+        plan.marks = tuple(m.where for m in rules.marks)
+        plan.fields = rules.added
+        plan.passthrough_bound = self._bound(replayed, rules, segs)
+
+    def _previous_end(self, api: Api, log: SentLog | None, replayed: ReplayResult, n_head: int) -> int | None:
+        """Anthropic: the last block of the previous request, when all of it is still this one's prefix."""
+        if api is not Api.MESSAGES or log is None or not log.segments or replayed.replayed < len(log.segments):
+            return None
+        return _blocks_before(api, list(log.segments), n_head, len(log.segments)) - 1
+
+    def _bound(self, replayed: ReplayResult, rules: RuleResult, segs: list[Any]) -> int | None:
+        bounds: list[int] = []
+        if replayed.first_rewritten is not None:
+            bounds.append(self.counting.tokens(_leaf_text(segs[: replayed.first_rewritten])))
+        if rules.marks and rules.client_mark_tokens is not None:
+            bounds.append(rules.client_mark_tokens)
+        return min(bounds) if bounds else None
+
+    def commit(self, plan: Plan) -> None:
+        """The request went out (the upstream answered 2xx): its segments become the session's sent log."""
+        if plan.identity is None or plan.log is None:
+            return
+        state = self.store.session(plan.identity.tenant, plan.identity.session)
+        state.logs[plan.api] = plan.log
+
+    def record(self, plan: Plan, usage: CacheUsage) -> int:
+        """Book ``usage`` for the plan's session and tenant; returns the tokens attributed to the gateway."""
+        gateway = 0
+        if plan.passthrough_bound is not None:
+            gateway = max(0, usage.cache_read_tokens - plan.passthrough_bound)
+        if plan.identity is None:
+            return gateway
+        state = self.store.session(plan.identity.tenant, plan.identity.session)
+        state.record(usage, gateway, plan.replayed, plan.rewritten)
+        self.store.tenant(plan.identity.tenant).record(usage, gateway, plan.replayed, plan.rewritten)
+        return gateway

@@ -1,0 +1,125 @@
+"""Per-session and per-tenant state, bounded: LRU maps (:class:`~cp_memory.core.lru.LRUMap`) and an idle TTL.
+
+A :class:`SessionState` holds what the gateway sent last for the session (one :class:`SentLog` per protocol,
+for prefix replay) and its savings; a :class:`TenantState` the tenant's savings. Keys are (tenant, session)
+hashes (:mod:`cp_memory.gateway.tenancy`): nothing is shared across tenants. A session idle for longer than the
+TTL is forgotten on its next lookup; the least recently used ones fall out when the map is full.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..core.lru import LRUMap
+from ..providers.account import Savings, SavingsAccount
+from ..providers.usage import CacheUsage
+from .protocols import Api
+from .replay import SentLog
+
+__all__ = ["Attribution", "SessionState", "SessionStore", "TenantState"]
+
+
+@dataclass
+class Attribution:
+    """Cached tokens split by who earned them: ``gateway`` (beyond what passthrough would have kept cached:
+    replayed re-renderings, the gateway's own breakpoints) and ``client`` (the rest)."""
+
+    gateway_tokens: int = 0
+    client_tokens: int = 0
+    replayed_segments: int = 0
+    rewritten_segments: int = 0
+
+    def add(self, gateway: int, client: int, replayed: int, rewritten: int) -> None:
+        self.gateway_tokens += gateway
+        self.client_tokens += client
+        self.replayed_segments += replayed
+        self.rewritten_segments += rewritten
+
+
+@dataclass
+class _Ledger:
+    """Savings and attribution of one tenant or session, behind one lock."""
+
+    account: SavingsAccount = field(default_factory=SavingsAccount)
+    attribution: Attribution = field(default_factory=Attribution)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, usage: CacheUsage, gateway: int, replayed: int, rewritten: int) -> None:
+        self.account.add(usage)
+        with self.lock:
+            self.attribution.add(gateway, max(0, usage.cache_read_tokens - gateway), replayed, rewritten)
+
+    def report(self) -> dict[str, object]:
+        s: Savings = self.account.summary()
+        with self.lock:
+            a = Attribution(**{k: getattr(self.attribution, k) for k in Attribution.__dataclass_fields__})
+        return {
+            "calls": s.calls,
+            "input_tokens": s.input_tokens,
+            "cache_read_tokens": s.cache_read_tokens,
+            "cache_write_tokens": s.cache_write_tokens,
+            "uncached_tokens": s.uncached_tokens,
+            "output_tokens": s.output_tokens,
+            "cost": s.cost,
+            "without_cache": s.without_cache,
+            "saved_share": s.saved_share,
+            "cached_by_gateway_tokens": a.gateway_tokens,
+            "cached_by_client_tokens": a.client_tokens,
+            "replayed_segments": a.replayed_segments,
+            "rewritten_segments": a.rewritten_segments,
+        }
+
+
+@dataclass
+class SessionState(_Ledger):
+    tenant: str = ""
+    session: str = ""
+    logs: dict[Api, SentLog] = field(default_factory=dict)
+    last_used: float = 0.0
+
+
+@dataclass
+class TenantState(_Ledger):
+    tenant: str = ""
+
+
+class SessionStore:
+    """Sessions (LRU, idle TTL) and tenants (LRU), created on first use."""
+
+    def __init__(
+        self, max_sessions: int, ttl_s: float, max_tenants: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._sessions: LRUMap[tuple[str, str], SessionState] = LRUMap(max_sessions)
+        self._tenants: LRUMap[str, TenantState] = LRUMap(max_tenants)
+        self._ttl = ttl_s
+        self._clock = clock
+
+    def session(self, tenant: str, session: str) -> SessionState:
+        """The session's state (a fresh one when unknown or idle past the TTL); marks it used now."""
+        now = self._clock()
+        key = (tenant, session)
+        found = self._sessions.get(key)
+        if found is not None and now - found.last_used > self._ttl:
+            self._sessions.pop(key)
+            found = None
+        state = found or self._sessions.get_or_create(key, lambda: SessionState(tenant=tenant, session=session))
+        state.last_used = now
+        return state
+
+    def tenant(self, tenant: str) -> TenantState:
+        return self._tenants.get_or_create(tenant, lambda: TenantState(tenant=tenant))
+
+    def peek_tenant(self, tenant: str) -> TenantState | None:
+        return self._tenants.peek(tenant)
+
+    def sessions_of(self, tenant: str, limit: int) -> list[SessionState]:
+        """The tenant's live sessions, most recently used first (at most ``limit``)."""
+        now = self._clock()
+        mine = [s for (t, _), s in self._sessions.items() if t == tenant and now - s.last_used <= self._ttl]
+        return list(reversed(mine))[:limit]
+
+    def __len__(self) -> int:
+        return len(self._sessions)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Install the real agent harnesses and the peer proxy the gateway benchmarks compare against, outside the
+# project's .venv (their pins would break it):
+#   - Claude Code and Codex with npm into ~/.cache/cp_memory/npm (bin: ~/.cache/cp_memory/npm/bin/claude, codex)
+#   - LiteLLM's proxy (litellm[proxy]) into its own virtualenv ~/.cache/cp_memory/litellm-venv
+# Idempotent: a second run only checks the versions. Skips a part with a clear message where its tool (node/npm,
+# python3 venv) is missing. CP_MEMORY_SETUP_NPM=0 / CP_MEMORY_SETUP_LITELLM=0 skip a part on purpose.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${CP_MEMORY_CACHE:-$HOME/.cache/cp_memory}"
+PY="${PYTHON:-python3}"
+CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.328}"
+CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+LITELLM_VERSION="${LITELLM_VERSION:-1.108.7}"  # the version docs/results/gateway_latency.json measured
+log() { echo "[setup_harnesses] $*" >&2; }
+status=0
+
+npm_installed() {  # name version -> 0 when node_modules holds exactly that version
+    local pkg="$CACHE/npm/lib/node_modules/$1/package.json"
+    [[ -f "$pkg" ]] && node -e "process.exit(require('$pkg').version === '$2' ? 0 : 1)" 2>/dev/null
+}
+
+if [[ "${CP_MEMORY_SETUP_NPM:-1}" == "0" ]]; then
+    log "CP_MEMORY_SETUP_NPM=0: Claude Code / Codex not installed"
+elif ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    log "node/npm missing: Claude Code and Codex NOT installed (tests/gateway/test_claude_code.py will skip)"
+else
+    mkdir -p "$CACHE/npm"
+    if npm_installed @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION"; then
+        log "Claude Code $CLAUDE_CODE_VERSION already in $CACHE/npm"
+    else
+        log "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into $CACHE/npm"
+        npm install -g --prefix "$CACHE/npm" --no-fund --no-audit "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" \
+            || { log "Claude Code install FAILED"; status=1; }
+    fi
+    if npm_installed @openai/codex "$CODEX_VERSION"; then
+        log "Codex $CODEX_VERSION already in $CACHE/npm"
+    else
+        log "installing @openai/codex@$CODEX_VERSION into $CACHE/npm"
+        npm install -g --prefix "$CACHE/npm" --no-fund --no-audit "@openai/codex@$CODEX_VERSION" \
+            || log "Codex install failed (optional; Claude Code is what the tests need)"
+    fi
+    for bin in claude codex; do
+        if [[ -x "$CACHE/npm/bin/$bin" ]]; then
+            log "$bin: $("$CACHE/npm/bin/$bin" --version 2>&1 | head -1)"
+        fi
+    done
+fi
+
+LITELLM_VENV="$CACHE/litellm-venv"
+if [[ "${CP_MEMORY_SETUP_LITELLM:-1}" == "0" ]]; then
+    log "CP_MEMORY_SETUP_LITELLM=0: LiteLLM not installed"
+elif [[ -x "$LITELLM_VENV/bin/litellm" ]] && "$LITELLM_VENV/bin/python" - "$LITELLM_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+version("fastapi"), version("uvicorn")  # the [proxy] extra is there (metadata only: importing litellm takes long)
+sys.exit(0 if version("litellm") == sys.argv[1] else 1)
+PY
+then
+    log "LiteLLM $LITELLM_VERSION proxy already in $LITELLM_VENV"
+else
+    LITELLM_REQ="litellm[proxy]==$LITELLM_VERSION"
+    log "installing $LITELLM_REQ into $LITELLM_VENV"
+    rm -rf "$LITELLM_VENV"
+    if "$PY" -m venv "$LITELLM_VENV" \
+        && "$LITELLM_VENV/bin/python" -m pip install -q --upgrade pip \
+        && "$LITELLM_VENV/bin/python" -m pip install -q "$LITELLM_REQ"; then
+        log "LiteLLM $("$LITELLM_VENV/bin/python" -m pip show litellm | grep ^Version)"
+    else
+        log "LiteLLM install FAILED (benchmarks/gateway_latency.py runs without its arm)"
+        status=1
+    fi
+fi
+log "done"
+exit $status
