@@ -227,6 +227,7 @@ class BlockMirror:
             self.block_size = size
         elif size != self.block_size:
             return  # a partial-block entry (vLLM's fine-grained prefix boundaries): not a full block
+        before = self._stamps
         parent = event.parent_block_hash
         for i, h in enumerate(event.block_hashes):
             key: Key = (parent, event.token_ids[i * size : (i + 1) * size])
@@ -244,20 +245,20 @@ class BlockMirror:
                 del self._tombstones[key]
                 self._unbury(key[1])
             parent = h
-        self._touch(event.parent_block_hash)
+        self._touch(event.parent_block_hash, before)
         while len(self._blocks) > self.max_blocks:
             self._forget_oldest()
 
-    def _touch(self, block: Hashable | None) -> None:
-        """A block was stored under ``block``: it and its nearest ancestors were just used by a prompt."""
+    def _touch(self, block: Hashable | None, since: int) -> None:
+        """A block was stored under ``block``: it and its nearest ancestors were just used by a prompt
+        (up to one already stored or used since stamp ``since``: its own ancestors were marked then)."""
         for _ in range(TOUCH_DEPTH):
             key = None if block is None else self._blocks.get(block)
-            if key is None:
+            holders = None if key is None else self._by_tokens.get(key[1])
+            if key is None or holders is None or holders.get(block, since) >= since:
                 return
             self._blocks.move_to_end(block)
-            holders = self._by_tokens.get(key[1])
-            if holders is not None and block in holders:
-                holders[block] = self._stamps
+            holders[block] = self._stamps
             block = key[0]
 
     def _forget_oldest(self) -> None:

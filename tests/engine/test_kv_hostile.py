@@ -287,10 +287,10 @@ def test_a_200k_event_batch_lets_a_new_scope_in_between_chunks(engine, feed) -> 
     events: list[Any] = [["BlockRemoved", [i]] for i in range(200_000)]
     events.append(["BlockStored", [7], None, last, 4, None, "GPU"])
     engine.raw(msgspec.msgpack.encode([1.5, events, 0]))
-    eventually(lambda: feed.sync.stats.batches == 2, "the batch to be applied")
+    eventually(lambda: feed.sync.stats.batches == 2, "the batch to be decoded", timeout=180.0)  # a loaded CI box
     feed.attach(ContextIndex(capacity_tokens=10**6))  # a new scope
     assert feed.sync.mirror.lookup(last).presence is Presence.UNKNOWN  # the batch is still being applied
-    eventually(lambda: feed.sync.mirror.lookup(last).presence is Presence.HELD, "the batch to end")
+    eventually(lambda: feed.sync.mirror.lookup(last).presence is Presence.HELD, "the batch to end", timeout=180.0)
     assert feed.running and feed.sync.stats.events == 200_001
 
 
