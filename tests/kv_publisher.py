@@ -52,6 +52,7 @@ class BlockEngine:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.XPUB)  # XPUB: a test waits for the subscription, never sleeps
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, a feed's reconnection's too
         self.sock.bind(self.endpoint)
 
     # -- the engine ----------------------------------------------------------------------------------
@@ -125,6 +126,19 @@ class BlockEngine:
     def garbage(self) -> None:
         self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"), b"\xc1 not msgpack"])
         self.seq += 1
+
+    def raw(self, payload: bytes, seq: int | None = None) -> None:
+        """A hostile message: ``payload`` as it is, at ``seq`` (default: the next sequence, then counted)."""
+        if seq is None:
+            seq, self.seq = self.seq, self.seq + 1
+        self.sock.send_multipart([b"", seq.to_bytes(8, "big", signed=True), payload])
+
+    def wait_resubscribed(self) -> None:
+        """After the feed dropped its connection (an oversized message): wait until it subscribes again."""
+        while True:
+            assert self.sock.poll(10_000), "the feed never subscribed again"
+            if self.sock.recv()[:1] == b"\x01":
+                return
 
     def close(self) -> None:
         """The engine dies: its socket goes away (the subscriber sees the disconnection)."""

@@ -11,24 +11,39 @@ with a ``"type"`` key; older vLLM and SGLang as an array whose first item is the
 fields in declaration order. :func:`decode_batch` reads both and checks every field; anything else
 raises :class:`MalformedEvents`.
 
+Decoding is bounded (the feed's socket is not trusted): a payload over ``max_message_bytes``
+(:data:`MAX_MESSAGE_BYTES`, 4 MiB; also the subscriber's ZMQ ``MAXMSGSIZE``, so a bigger message is
+never even received), more than :data:`MAX_EVENTS_PER_BATCH` (262,144) events, a ``block_size``
+outside 1..:data:`MAX_BLOCK_SIZE` (65,536), a hash over :data:`MAX_HASH_BYTES` (256) bytes or a value
+nested deeper than msgspec's recursion guard (the interpreter's limit: a 1,000-deep value of ~1 KB)
+is a :class:`MalformedEvents`, never a ``RecursionError``.
+
 Events are published when the engine runs a step: a cache reset shows up with the next request's
 batch, not when ``/reset_prefix_cache`` answers.
 
 :class:`KVEventFeed` subscribes (its own thread; the socket is used from that thread only) and hands
 each decoded :class:`EventBatch` to a callback. A message that does not decode, a sequence gap (the
 publisher dropped messages: its high-water mark), or a callback that raises is logged and reported
-once to ``on_lost`` (the listener falls back to its own model); the feed keeps reading. So is a
-publisher that goes away (the engine stopped or died: ZMQ reports the disconnection) and a feed
-thread that stops for any reason. A sequence that starts again from 0 is a new publisher, i.e. a
-restarted engine with an empty cache: the feed puts an :class:`AllBlocksCleared` in front of that
-batch. Needs ``pyzmq`` and ``msgspec`` (the ``kv-events`` extra), imported when a feed starts.
+once to ``on_lost`` (the listener falls back to its own model); the feed keeps reading: a bad message
+costs that message, never the feed. So is a publisher that goes away (the engine stopped or died: ZMQ
+reports the disconnection) and a feed thread that stops for any reason. A sequence that starts again
+after the publisher went away is a new publisher, i.e. a restarted engine with an empty cache: the feed
+puts an :class:`AllBlocksCleared` in front of that batch. A sequence that repeats or goes back while the
+same publisher is connected is a replayed or forged message: dropped (counted), up to
+:data:`STALE_SEQUENCES` in a row — then the feed's own last sequence was the forged one and it follows
+the publisher again (reported lost). Warnings are rate-limited: one per kind of fault, then at most one
+a minute with the count of those left out. Needs ``pyzmq`` and ``msgspec`` (the ``kv-events`` extra),
+imported when a feed starts.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
-from collections.abc import Callable, Hashable, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +52,12 @@ from .errors import EngineError
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_BLOCK_SIZE",
+    "MAX_EVENTS_PER_BATCH",
+    "MAX_HASH_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "RCV_HWM",
+    "STALE_SEQUENCES",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",
@@ -47,6 +68,22 @@ __all__ = [
     "decode_batch",
     "subscriber_binds",
 ]
+
+#: the largest payload decoded (bytes); also the subscriber's ZMQ ``MAXMSGSIZE`` (4x a 128k-token step)
+MAX_MESSAGE_BYTES = 4 * 2**20
+#: the most events one message may carry (vLLM sends one ``BlockRemoved`` per evicted block)
+MAX_EVENTS_PER_BATCH = 262_144
+#: the largest ``block_size`` accepted (vLLM: 16 by default, hybrid models a few hundred)
+MAX_BLOCK_SIZE = 65_536
+#: the longest bytes/str block hash accepted (vLLM's sha256: 32 bytes)
+MAX_HASH_BYTES = 256
+#: messages queued in the subscriber at most (ZMQ ``RCVHWM``): at most RCV_HWM x MAX_MESSAGE_BYTES buffered;
+#: a slower feed makes the publisher queue (its own high-water mark), not us
+RCV_HWM = 64
+#: stale sequence numbers dropped in a row before the feed follows the publisher's sequence again
+STALE_SEQUENCES = 16
+#: seconds between two warnings of the same kind (the first always goes out)
+WARN_EVERY_S = 60.0
 
 #: a block hash as published: an int (vLLM >= 0.10 with the default hash), bytes (sha256) or a str
 BlockHash = Hashable
@@ -109,7 +146,11 @@ _ARRAY_FIELDS = {  # the field order of the array encoding (older vLLM, SGLang)
 
 
 def _hash(value: Any, what: str) -> BlockHash:
-    if isinstance(value, (int, bytes, str)) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, (bytes, str)):
+        if len(value) > MAX_HASH_BYTES:
+            raise MalformedEvents(f"{what}: a block hash of {len(value)} bytes (at most {MAX_HASH_BYTES})")
         return value
     raise MalformedEvents(f"{what}: a block hash must be an int, bytes or str, got {type(value).__name__}")
 
@@ -120,9 +161,15 @@ def _hashes(value: Any, what: str) -> tuple[BlockHash, ...]:
     return tuple(_hash(v, what) for v in value)
 
 
-def _int(value: Any, what: str, *, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise MalformedEvents(f"{what} must be an int >= {minimum}, got {value!r}"[:200])
+def _int(value: Any, what: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        bound = f" and <= {maximum}" if maximum is not None else ""
+        raise MalformedEvents(f"{what} must be an int >= {minimum}{bound}, got {value!r}"[:200])
     return value
 
 
@@ -156,7 +203,7 @@ def decode_event(raw: Any) -> KVEvent | None:
     kind, f = _fields(raw)
     if kind == "BlockStored":
         hashes = _hashes(f.get("block_hashes"), kind)
-        size = _int(f.get("block_size"), "BlockStored.block_size", minimum=1)
+        size = _int(f.get("block_size"), "BlockStored.block_size", minimum=1, maximum=MAX_BLOCK_SIZE)
         tokens = f.get("token_ids")
         if not isinstance(tokens, (list, tuple)):
             raise MalformedEvents("BlockStored.token_ids must be a list")
@@ -183,28 +230,60 @@ def decode_event(raw: Any) -> KVEvent | None:
     return None
 
 
-def decode_batch(frames: Sequence[bytes]) -> EventBatch:
-    """``[topic, seq, payload]`` -> :class:`EventBatch`; raises :class:`MalformedEvents`."""
+def decode_batch(
+    frames: Sequence[bytes],
+    *,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+    max_events: int = MAX_EVENTS_PER_BATCH,
+) -> EventBatch:
+    """``[topic, seq, payload]`` -> :class:`EventBatch`; raises :class:`MalformedEvents` (bounds: see the
+    module docstring)."""
     if len(frames) != 3:
         raise MalformedEvents(f"expected 3 frames (topic, sequence, payload), got {len(frames)}")
     _, seq_bytes, payload = frames
     if len(seq_bytes) != 8:
         raise MalformedEvents(f"the sequence frame has {len(seq_bytes)} bytes, expected 8")
+    if len(payload) > max_bytes:
+        raise MalformedEvents(f"payload of {len(payload)} bytes (at most {max_bytes})")
     seq = int.from_bytes(seq_bytes, "big", signed=True)
+    with _gc_paused():  # a 200k-event message builds ~1M objects: collections would make it 5x slower
+        body = _decode_payload(payload)
+        if len(body[1]) > max_events:
+            raise MalformedEvents(f"{len(body[1])} events in one message (at most {max_events})")
+        ts = body[0]
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            raise MalformedEvents(f"batch timestamp must be a number, got {type(ts).__name__}")
+        rank = body[2] if len(body) > 2 else None
+        events = tuple(e for e in (decode_event(raw) for raw in body[1]) if e is not None)
+    return EventBatch(seq, float(ts), events, _optional_int(rank, "data_parallel_rank"))
+
+
+def _decode_payload(payload: bytes) -> Any:
+    """msgpack -> ``[timestamp, [events], ...]``; raises :class:`MalformedEvents`."""
     import msgspec
 
     try:
         body = msgspec.msgpack.decode(payload)
     except msgspec.DecodeError as exc:
         raise MalformedEvents(f"payload is not msgpack: {exc}") from None
+    except RecursionError:  # msgspec's guard: a value nested deeper than the interpreter allows
+        raise MalformedEvents("payload nested deeper than the decoder allows") from None
     if not isinstance(body, (list, tuple)) or len(body) < 2 or not isinstance(body[1], (list, tuple)):
         raise MalformedEvents("payload must be [timestamp, [events], dp_rank?]")
-    ts = body[0]
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-        raise MalformedEvents(f"batch timestamp must be a number, got {type(ts).__name__}")
-    rank = body[2] if len(body) > 2 else None
-    events = tuple(e for e in (decode_event(raw) for raw in body[1]) if e is not None)
-    return EventBatch(seq, float(ts), events, _optional_int(rank, "data_parallel_rank"))
+    return body
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic collector off while a message is decoded (what msgspec's docs advise for big messages),
+    back on after unless someone else had it off."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def subscriber_binds(endpoint: str) -> bool:
@@ -214,6 +293,63 @@ def subscriber_binds(endpoint: str) -> bool:
     if endpoint.startswith(("ipc://", "inproc://")):
         return False
     return not ("*" in endpoint or "::" in endpoint)
+
+
+def _loopback(endpoint: str) -> bool:
+    """Whether a ``tcp://`` endpoint names a loopback host (any other transport: True)."""
+    if not endpoint.startswith("tcp://"):
+        return True
+    host = endpoint[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """Warn when others may publish on ``endpoint``: a non-loopback tcp host, an ipc socket outside a
+    private directory. Our own engines use ``ipc://`` in a 0700 directory (``VLLMServer``)."""
+    if not _loopback(endpoint):
+        logger.warning(
+            "KV-event feed %s: a non-loopback tcp endpoint; any host that reaches it can publish forged events "
+            "(prefer ipc:// in a private directory)",
+            endpoint,
+        )
+    elif endpoint.startswith("ipc://"):
+        import os
+
+        folder = os.path.dirname(endpoint[len("ipc://") :]) or "."
+        try:
+            mode = os.stat(folder).st_mode
+        except OSError:
+            return
+        if mode & 0o077:
+            logger.warning(
+                "KV-event feed %s: its directory is open to other users (mode %o); they can publish forged "
+                "events (prefer a 0700 directory)",
+                endpoint,
+                mode & 0o777,
+            )
+
+
+class _Warnings:
+    """Rate-limited warnings: the first of each kind, then at most one per ``every`` seconds with the
+    count of those left out (logged at debug meanwhile)."""
+
+    def __init__(self, every: float = WARN_EVERY_S) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def log(self, kind: str, level: int, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if level < logging.WARNING or last is None or now - last >= self.every:
+            quiet = self._quiet.pop(kind, 0) if level >= logging.WARNING else 0
+            if level >= logging.WARNING:
+                self._last[kind] = now
+            suffix = f" ({quiet} more of this kind since the last warning)" if quiet else ""
+            logger.log(level, msg + suffix, *args)
+            return
+        self._quiet[kind] = self._quiet.get(kind, 0) + 1
+        logger.debug(msg, *args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +364,9 @@ class KVEventFeed:
     sequence gap, ``on_batch`` raising, the publisher disconnecting, the feed stopping); the feed
     goes on reading, and is trustworthy again from the next batch that clears the cache (the listener
     decides what resynchronises it). Use as a context manager or call :meth:`start` / :meth:`stop`.
+    ``max_message_bytes`` and ``max_events`` bound one message (module docstring); counters:
+    ``batches`` delivered, ``malformed``, ``replayed`` (stale sequences), ``dropped`` (every message not
+    delivered), ``gaps``, ``disconnects``.
     """
 
     def __init__(
@@ -239,22 +378,35 @@ class KVEventFeed:
         topic: str = "",
         bind: bool | None = None,
         poll_ms: int = 100,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_events: int = MAX_EVENTS_PER_BATCH,
     ) -> None:
         if not isinstance(endpoint, str) or "://" not in endpoint:
             raise ValueError(
                 f"endpoint must be a ZMQ address like ipc:///path or tcp://127.0.0.1:5557, got {endpoint!r}"
             )
+        for name, value in (("max_message_bytes", max_message_bytes), ("max_events", max_events)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_endpoint(endpoint)
         self.endpoint = endpoint
         self.on_batch = on_batch
         self.on_lost = on_lost
         self.topic = topic
         self.bind = subscriber_binds(endpoint) if bind is None else bind
         self.poll_ms = poll_ms
+        self.max_message_bytes = max_message_bytes
+        self.max_events = max_events
         self.batches = 0
         self.malformed = 0
+        self.replayed = 0
+        self.dropped = 0
         self.gaps = 0
         self.disconnects = 0
         self.last_seq: int | None = None
+        self._publisher_left = False  # a disconnection since the last new publisher: a sequence may restart
+        self._stale = 0  # stale sequences in a row
+        self._warnings = _Warnings()
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -298,18 +450,21 @@ class KVEventFeed:
 
     def __repr__(self) -> str:
         return (
-            f"<KVEventFeed {self.endpoint} batches={self.batches} malformed={self.malformed} gaps={self.gaps} "
-            f"disconnects={self.disconnects}>"
+            f"<KVEventFeed {self.endpoint} batches={self.batches} malformed={self.malformed} "
+            f"replayed={self.replayed} dropped={self.dropped} gaps={self.gaps} disconnects={self.disconnects}>"
         )
 
     # -- internals ---------------------------------------------------------------------------
-    def _run(self) -> None:
+    def _open(self) -> tuple[Any, Any] | None:
+        """The context and the SUB socket, bounded (MAXMSGSIZE, RCVHWM); None when it cannot open."""
         import zmq
 
         ctx = zmq.Context()
         sock = ctx.socket(zmq.SUB)
         try:
             sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)  # a bigger frame is refused, never buffered
+            sock.setsockopt(zmq.RCVHWM, RCV_HWM)
             sock.setsockopt(zmq.SUBSCRIBE, self.topic.encode())
             if self.bind:
                 sock.bind(self.endpoint)
@@ -320,7 +475,16 @@ class KVEventFeed:
             sock.close(0)
             ctx.term()
             self._ready.set()
+            return None
+        return ctx, sock
+
+    def _run(self) -> None:
+        import zmq
+
+        opened = self._open()
+        if opened is None:
             return
+        ctx, sock = opened
         monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -331,7 +495,7 @@ class KVEventFeed:
             while not self._stop.is_set():
                 ready = dict(poller.poll(self.poll_ms))
                 if monitor in ready:
-                    self._disconnected(monitor)
+                    self._disconnected(monitor, sock)
                 if sock in ready:
                     self._handle(sock.recv_multipart())
         except Exception as exc:  # the thread ends: whoever follows the engine must know
@@ -344,42 +508,79 @@ class KVEventFeed:
             ctx.term()
         self._lost(why, level)
 
-    def _lost(self, reason: str, level: int = logging.WARNING) -> None:
-        logger.log(level, "KV-event feed %s: %s; the index falls back to its capacity model", self.endpoint, reason)
+    def _lost(self, reason: str, level: int = logging.WARNING, kind: str | None = None) -> None:
+        self._warnings.log(
+            kind or reason,
+            level,
+            "KV-event feed %s: %s; the index falls back to its capacity model",
+            self.endpoint,
+            reason,
+        )
         if self.on_lost is not None:
             try:
                 self.on_lost(reason)
             except Exception:
                 logger.exception("KV-event feed %s: on_lost failed", self.endpoint)
 
-    def _disconnected(self, monitor: Any) -> None:
+    def _disconnected(self, monitor: Any, sock: Any) -> None:
         import zmq
         from zmq.utils.monitor import recv_monitor_message
 
         if recv_monitor_message(monitor).get("event") == zmq.EVENT_DISCONNECTED:
             self.disconnects += 1
-            self._lost("the publisher disconnected (the engine stopped or restarted)")
+            if not self.bind:  # ZMQ does not reconnect after a protocol error (a message over MAXMSGSIZE)
+                sock.disconnect(self.endpoint)
+                sock.connect(self.endpoint)
+            self._publisher_left = True
+            self._lost("the publisher disconnected (the engine stopped or restarted)", kind="disconnected")
 
     def _handle(self, frames: list[bytes]) -> None:
         try:
-            batch = decode_batch(frames)
-        except MalformedEvents as exc:
+            batch = decode_batch(frames, max_bytes=self.max_message_bytes, max_events=self.max_events)
+        except Exception as exc:  # MalformedEvents, or any decoder fault: this message only, never the feed
             self.malformed += 1
-            self._lost(f"malformed message ({exc})")
+            self.dropped += 1
+            self._lost(f"malformed message ({str(exc)[:200]})", kind="malformed")
             return
         if batch.seq < 0:  # the replay end marker
             return
-        last = self.last_seq
-        if last is not None and batch.seq <= last:
-            logger.info("KV-event feed %s: sequence restarted at %d (a new engine process)", self.endpoint, batch.seq)
-            batch = EventBatch(batch.seq, batch.ts, (AllBlocksCleared(), *batch.events), batch.rank)
-        elif last is not None and batch.seq > last + 1:
-            self.gaps += 1
-            self._lost(f"{batch.seq - last - 1} message(s) lost before sequence {batch.seq}")
-        self.last_seq = batch.seq
+        sequenced = self._sequenced(batch)
+        if sequenced is None:
+            return
         self.batches += 1
         try:
-            self.on_batch(batch)
+            self.on_batch(sequenced)
         except Exception as exc:
             logger.exception("KV-event feed %s: the listener failed on batch %d", self.endpoint, batch.seq)
-            self._lost(f"listener failed ({type(exc).__name__})")
+            self._lost(f"listener failed ({type(exc).__name__})", kind="listener")
+
+    def _sequenced(self, batch: EventBatch) -> EventBatch | None:
+        """``batch`` in order (a restarted publisher's first one after a clear), or None: dropped."""
+        last = self.last_seq
+        if last is not None and batch.seq <= last:
+            if self._publisher_left:  # the publisher went away and one starts again: a new engine process
+                logger.info("KV-event feed %s: a new publisher from sequence %d", self.endpoint, batch.seq)
+                batch = EventBatch(batch.seq, batch.ts, (AllBlocksCleared(), *batch.events), batch.rank)
+                self._publisher_left = False
+            else:
+                self._stale += 1
+                if self._stale < STALE_SEQUENCES:
+                    self.replayed += 1
+                    self.dropped += 1
+                    self._warnings.log(
+                        "replayed",
+                        logging.WARNING,
+                        "KV-event feed %s: sequence %d repeats or goes back (last %d) from the same publisher: "
+                        "dropped (replayed or forged)",
+                        self.endpoint,
+                        batch.seq,
+                        last,
+                    )
+                    return None
+                self._lost(f"{self._stale} stale sequences in a row; following the publisher from {batch.seq}")
+        elif last is not None and batch.seq > last + 1:
+            self.gaps += 1
+            self._lost(f"{batch.seq - last - 1} message(s) lost before sequence {batch.seq}", kind="gap")
+        self._stale = 0
+        self.last_seq = batch.seq
+        return batch

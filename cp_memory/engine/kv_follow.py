@@ -67,7 +67,9 @@ class EngineCacheFeed:
             ``--kv-events-config`` endpoint).
         tokenize: text -> the engine's token ids, called on the feed's tokenizer thread (a sync
             ``EngineClient.tokenize``; with an async client, give the feed a sync ``EngineClient`` of its own).
-        sync: the :class:`KVCacheSync` to feed (default: a new one).
+        sync: the :class:`KVCacheSync` to feed (default: a new one, bounded by ``engine_blocks``).
+        engine_blocks: the engine's KV-cache blocks when known (vLLM's ``num_blocks``): the mirror holds at
+            most twice that many (default bound: :data:`~.kv_mirror.DEFAULT_MAX_BLOCKS`).
         edge_tokens: tokens left out at each end of a tracked section.
         max_queue: sections waiting for ``tokenize`` at most (more are dropped, counted).
         topic, bind: passed to :class:`KVEventFeed`.
@@ -83,6 +85,7 @@ class EngineCacheFeed:
         max_queue: int = 4096,
         topic: str = "",
         bind: bool | None = None,
+        engine_blocks: int | None = None,
     ) -> None:
         if not callable(tokenize):
             raise TypeError(f"tokenize must be callable (text -> token ids), got {type(tokenize).__name__}")
@@ -90,7 +93,9 @@ class EngineCacheFeed:
             raise ValueError(f"edge_tokens must be a non-negative int, got {edge_tokens!r}")
         if not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be a positive int, got {max_queue!r}")
-        self.sync = sync if sync is not None else KVCacheSync()
+        if sync is not None and engine_blocks is not None:
+            raise ValueError("give engine_blocks to the KVCacheSync passed as sync, not to the feed")
+        self.sync = sync if sync is not None else KVCacheSync(engine_blocks=engine_blocks)
         self.feed = KVEventFeed(endpoint, self.sync.apply, on_lost=self.sync.lost, topic=topic, bind=bind)
         self.tokenize = tokenize
         self.edge_tokens = edge_tokens

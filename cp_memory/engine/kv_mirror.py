@@ -15,7 +15,14 @@ extra groups of hybrid models are ignored (a block offloaded to host memory coun
 
 :meth:`BlockMirror.find_section` finds a *section* of a prompt — its block lines, tokenised alone —
 wherever it sits after a preamble the caller does not know (a system prompt, a chat template, the
-history): the newest cached chain whose blocks tile the section, with that chain's ancestors.
+history): among the cached chains whose blocks tile the section, the one a prompt used last — the newest
+to have its section blocks stored *or a block stored after them* (a prompt that hits the cached section
+stores its own question's blocks under it) — with that chain's ancestors. So a request tracked after its
+prompt ran follows the chain of its own preamble, not the newest chain holding the same lines.
+
+Bounded: at most ``max_blocks`` blocks are mirrored (:data:`DEFAULT_MAX_BLOCKS`, or a multiple of the
+engine's block count): removals the feed never saw cannot pile up stale blocks; past the bound the blocks
+least recently stored or extended are forgotten (not buried: the engine may still hold them).
 """
 
 from __future__ import annotations
@@ -27,9 +34,16 @@ from dataclasses import dataclass
 
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
-__all__ = ["BlockMirror", "Lookup", "Presence"]
+__all__ = ["DEFAULT_MAX_BLOCKS", "ENGINE_BLOCKS_FACTOR", "BlockMirror", "Lookup", "Presence"]
 
 Key = tuple[Hashable | None, tuple[int, ...]]
+
+#: blocks mirrored at most when the engine's block count is not known (~700 bytes each: ~90 MB)
+DEFAULT_MAX_BLOCKS = 131_072
+#: blocks mirrored at most per block of the engine's cache, when its block count is known
+ENGINE_BLOCKS_FACTOR = 2
+#: ancestors of a newly stored block marked as used (a prompt's new blocks sit right under its cached ones)
+TOUCH_DEPTH = 16
 
 
 class Presence(enum.Enum):
@@ -50,13 +64,19 @@ class Lookup:
 class BlockMirror:
     """The engine's cached blocks as its events tell (see the module docstring). Not thread-safe."""
 
-    def __init__(self, *, block_size: int | None = None, tombstones: int = 65_536) -> None:
+    def __init__(
+        self, *, block_size: int | None = None, tombstones: int = 65_536, max_blocks: int = DEFAULT_MAX_BLOCKS
+    ) -> None:
         if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
             raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
-        self.block_size = block_size  # learned from the first BlockStored when None
+        if not isinstance(max_blocks, int) or isinstance(max_blocks, bool) or max_blocks < 1:
+            raise ValueError(f"max_blocks must be a positive int, got {max_blocks!r}")
+        self.block_size = block_size  # learned from the first BlockStored with blocks when None
         self.medium: str | None = None
+        self.max_blocks = max_blocks
+        self.forgotten = 0  # blocks dropped past max_blocks
         self._tombstone_cap = tombstones
-        self._blocks: dict[Hashable, Key] = {}  # hash -> (parent hash, tokens)
+        self._blocks: OrderedDict[Hashable, Key] = OrderedDict()  # hash -> (parent hash, tokens), least used first
         self._by_key: dict[Key, Hashable] = {}
         self._by_tokens: dict[tuple[int, ...], dict[Hashable, int]] = {}  # tokens -> {hash: store stamp}
         self._stamps = 0
@@ -100,6 +120,10 @@ class BlockMirror:
             self._bury(key)
             removed.append(h)
         return removed
+
+    def follows(self, event: BlockStored | BlockRemoved) -> bool:
+        """Whether the mirror applies ``event`` (its medium and KV-cache group), once the medium is known."""
+        return event.group in (None, 0) and (event.medium is None or self.medium in (None, event.medium))
 
     def clear(self) -> None:
         """Forget everything (tombstones too): the engine's state is not known any more."""
@@ -197,10 +221,13 @@ class BlockMirror:
 
     def _store(self, event: BlockStored) -> None:
         size = event.block_size
+        if not event.block_hashes:
+            return  # nothing stored; and no size to learn from (a forged block_size=2**62 would blind us)
         if self.block_size is None:
             self.block_size = size
         elif size != self.block_size:
             return  # a partial-block entry (vLLM's fine-grained prefix boundaries): not a full block
+        before = self._stamps
         parent = event.parent_block_hash
         for i, h in enumerate(event.block_hashes):
             key: Key = (parent, event.token_ids[i * size : (i + 1) * size])
@@ -209,6 +236,7 @@ class BlockMirror:
                 del self._by_key[old]
             if old is not None:
                 self._unlist(h, old)
+                self._blocks.move_to_end(h)
             self._blocks[h] = key
             self._by_key[key] = h
             self._stamps += 1
@@ -217,6 +245,28 @@ class BlockMirror:
                 del self._tombstones[key]
                 self._unbury(key[1])
             parent = h
+        self._touch(event.parent_block_hash, before)
+        while len(self._blocks) > self.max_blocks:
+            self._forget_oldest()
+
+    def _touch(self, block: Hashable | None, since: int) -> None:
+        """A block was stored under ``block``: it and its nearest ancestors were just used by a prompt
+        (up to one already stored or used since stamp ``since``: its own ancestors were marked then)."""
+        for _ in range(TOUCH_DEPTH):
+            key = None if block is None else self._blocks.get(block)
+            holders = None if key is None else self._by_tokens.get(key[1])
+            if key is None or holders is None or holders.get(block, since) >= since:
+                return
+            self._blocks.move_to_end(block)
+            holders[block] = self._stamps
+            block = key[0]
+
+    def _forget_oldest(self) -> None:
+        h, key = self._blocks.popitem(last=False)
+        if self._by_key.get(key) == h:
+            del self._by_key[key]
+        self._unlist(h, key)
+        self.forgotten += 1
 
     def _bury(self, key: Key) -> None:
         if key not in self._tombstones:

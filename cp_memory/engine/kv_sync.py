@@ -25,24 +25,37 @@ request whose blocks have not been reported yet is *pending*: it is resolved by 
 after ``pending_batches`` batches without them it is evicted when one of its blocks was removed in
 between (a tombstone) and left to the capacity model otherwise. After a confirmed flush of our own,
 call :meth:`KVCacheSync.flushed`: the engine reports the clear only with its next step.
+
+Bounded: the mirror holds at most ``2 x engine_blocks`` blocks (or
+:data:`~.kv_mirror.DEFAULT_MAX_BLOCKS` when the engine's block count is not given), ``max_tracked``
+requests are watched, and a batch is applied :data:`APPLY_CHUNK` events at a time: callers waiting
+for the sync (a new scope's ``attach``, a ``track``) get in between two chunks, not after the batch.
+A removal of a block the mirror had forgotten still evicts the requests watching it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..core.index import ContextIndex
-from .kv_events import AllBlocksCleared, BlockStored, EventBatch
-from .kv_mirror import BlockMirror, Presence
+from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent
+from .kv_mirror import DEFAULT_MAX_BLOCKS, ENGINE_BLOCKS_FACTOR, BlockMirror, Presence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KVCacheSync", "SyncStats"]
+__all__ = ["APPLY_CHUNK", "KVCacheSync", "SyncStats"]
+
+#: events applied under the sync's lock at a time; waiting callers get the lock between two chunks
+APPLY_CHUNK = 2048
+#: seconds a batch waits at most between two chunks for the callers it lets in
+HANDOFF_S = 1.0
 
 WatchKey = tuple[int, Hashable]  # (id(index), request id)
 
@@ -62,6 +75,7 @@ class SyncStats:
     """Counters of one :class:`KVCacheSync` (for logs and benchmark records)."""
 
     batches: int = 0
+    events: int = 0  # events applied
     tracked: int = 0
     evicted: int = 0  # requests evicted from their index because the engine dropped their blocks
     expired: int = 0  # pending requests given up (left to the capacity model)
@@ -73,19 +87,35 @@ class KVCacheSync:
     """Engine KV events -> :meth:`ContextIndex.evict` for tracked requests (see the module docstring).
 
     Thread-safe: :meth:`apply` and :meth:`lost` run on the feed's thread, :meth:`track` on callers'.
-    ``max_tracked`` bounds the watched requests (the oldest are dropped, left to the capacity model).
+    ``max_tracked`` bounds the watched requests (the oldest are dropped, left to the capacity model);
+    ``engine_blocks`` (the engine's KV-cache blocks, e.g. vLLM's ``--num-gpu-blocks-override``) bounds the
+    mirror at twice that.
     """
 
-    def __init__(self, *, block_size: int | None = None, pending_batches: int = 8, max_tracked: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        block_size: int | None = None,
+        pending_batches: int = 8,
+        max_tracked: int = 100_000,
+        engine_blocks: int | None = None,
+    ) -> None:
         if not isinstance(pending_batches, int) or pending_batches < 1:
             raise ValueError(f"pending_batches must be a positive int, got {pending_batches!r}")
         if not isinstance(max_tracked, int) or max_tracked < 1:
             raise ValueError(f"max_tracked must be a positive int, got {max_tracked!r}")
-        self.mirror = BlockMirror(block_size=block_size)
+        if engine_blocks is not None and (
+            not isinstance(engine_blocks, int) or isinstance(engine_blocks, bool) or engine_blocks < 1
+        ):
+            raise ValueError(f"engine_blocks must be a positive int or None, got {engine_blocks!r}")
+        cap = DEFAULT_MAX_BLOCKS if engine_blocks is None else ENGINE_BLOCKS_FACTOR * engine_blocks
+        self.mirror = BlockMirror(block_size=block_size, max_blocks=cap)
         self.pending_batches = pending_batches
         self.max_tracked = max_tracked
         self.stats = SyncStats()
         self._lock = threading.RLock()
+        self._waiters = 0  # callers waiting for the lock (a batch lets them in between two chunks)
+        self._waiters_lock = threading.Lock()
         self._live = False  # in sync with the engine (seen its start or a clear, nothing lost since)
         self._expect_clear = 0  # clears of our own flushes, not yet reported by the engine
         self._indexes: weakref.WeakSet[ContextIndex] = weakref.WeakSet()
@@ -102,24 +132,24 @@ class KVCacheSync:
     @property
     def tracked(self) -> int:
         """Requests watched, pending ones included."""
-        with self._lock:
+        with self._locked():
             return len(self._watches) + len(self._pending)
 
     @property
     def pending(self) -> int:
         """Tracked requests whose blocks the engine has not reported yet."""
-        with self._lock:
+        with self._locked():
             return len(self._pending)
 
     def attach(self, index: ContextIndex) -> None:
         """Let ``index`` follow the engine: its capacity model is paused while the feed is live."""
-        with self._lock:
+        with self._locked():
             self._indexes.add(index)
             index.use_capacity_model(not self._live)
 
     def detach(self, index: ContextIndex) -> None:
         """Stop following: ``index`` keeps its capacity model from now on; its requests are untracked."""
-        with self._lock:
+        with self._locked():
             self._indexes.discard(index)
             mine = [k for k in (*self._watches, *self._pending) if k[0] == id(index)]
             for key in mine:
@@ -154,7 +184,7 @@ class KVCacheSync:
             logger.warning("request %r not tracked: %s", request_id, exc)
             return False
         key: WatchKey = (id(index), request_id)
-        with self._lock:
+        with self._locked():
             self._forget(key)
             self.stats.tracked += 1
             watch = _Watch(weakref.ref(index), request_id, tokens, since=self.stats.batches, anchored=anchored)
@@ -165,50 +195,86 @@ class KVCacheSync:
         return True
 
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
-        with self._lock:
+        with self._locked():
             self._forget((id(index), request_id))
 
     def flushed(self) -> None:
         """We flushed the engine (it confirmed): every tracked request is gone; the engine's own
         ``AllBlocksCleared`` for this flush, reported with its next step, is then expected."""
-        with self._lock:
+        with self._locked():
             self._evict_all()
             self.mirror.clear()
             self._expect_clear += 1
             self._set_live(True)
 
     def apply(self, batch: EventBatch) -> None:
-        """The feed's ``on_batch``: apply a batch of events, evict what the engine dropped."""
-        with self._lock:
+        """The feed's ``on_batch``: apply a batch of events, evict what the engine dropped
+        (:data:`APPLY_CHUNK` events at a time, letting waiting callers in between)."""
+        with self._locked():
             self.stats.batches += 1
             if batch.seq == 0 and not any(isinstance(e, AllBlocksCleared) for e in batch.events):
                 self._set_live(True)  # the engine's first batch: we have seen all of its history
-            stored = False
-            for event in batch.events:
-                if isinstance(event, AllBlocksCleared):
-                    self.mirror.apply(event)
-                    if self._expect_clear:
-                        self._expect_clear -= 1  # our flush: already evicted in flushed()
-                    else:
-                        self._evict_all()
-                    self._set_live(True)
-                    continue
-                for h in self.mirror.apply(event):
-                    for key in list(self._by_hash.get(h, ())):
-                        self._evict(key)
-                stored = stored or isinstance(event, BlockStored)
+        stored = False
+        events = batch.events
+        for start in range(0, len(events), APPLY_CHUNK):
+            if start:
+                self._let_waiters_in()
+            with self._locked():
+                for event in events[start : start + APPLY_CHUNK]:
+                    stored = self._apply_event(event) or stored
+                self.stats.events += min(APPLY_CHUNK, len(events) - start)
+        with self._locked():
             if self._pending:
                 self._retry_pending(stored)
 
     def lost(self, reason: str) -> None:
         """The feed's ``on_lost``: attached indexes fall back to their capacity model."""
-        with self._lock:
+        with self._locked():
             self.stats.lost += 1
             if len(self.stats.reasons) < 20:
                 self.stats.reasons.append(reason)
             self._set_live(False)
 
     # -- internals ---------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The sync's lock, counted as waited for until held (:meth:`apply` lets waiters in first)."""
+        with self._waiters_lock:
+            self._waiters += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._waiters_lock:
+                self._waiters -= 1
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _let_waiters_in(self) -> None:
+        """Between two chunks of a batch (the lock not held): wait until the callers waiting got the lock."""
+        deadline = time.monotonic() + HANDOFF_S
+        while self._waiters and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
+    def _apply_event(self, event: KVEvent) -> bool:
+        """One event, under the lock; returns whether it stored blocks."""
+        if isinstance(event, AllBlocksCleared):
+            self.mirror.apply(event)
+            if self._expect_clear:
+                self._expect_clear -= 1  # our flush: already evicted in flushed()
+            else:
+                self._evict_all()
+            self._set_live(True)
+            return False
+        removed = self.mirror.apply(event)
+        if isinstance(event, BlockRemoved) and self.mirror.follows(event):
+            removed = list(event.block_hashes)  # forgotten by the bounded mirror or not: watchers go
+        for h in removed:
+            for key in list(self._by_hash.get(h, ())):
+                self._evict(key)
+        return isinstance(event, BlockStored)
+
     def _set_live(self, live: bool) -> None:
         if live == self._live:
             return

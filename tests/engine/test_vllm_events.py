@@ -127,7 +127,8 @@ class Publisher:
     def close(self) -> None:
         if not self.sock.closed:
             self.sock.close(0)
-        self.ctx.term()
+        if not self.ctx.closed:
+            self.ctx.term()
 
 
 @pytest.fixture()
@@ -163,13 +164,20 @@ def test_the_feed_delivers_batches_and_reports_garbage_gaps_and_restarts(wired) 
     assert got.get(timeout=10) == "2 message(s) lost before sequence 4"
     assert got.get(timeout=10).seq == 4
 
-    pub.send(frames(0, [STORED_MAP]))  # a new publisher: the engine restarted with an empty cache
-    restarted = got.get(timeout=10)
-    assert isinstance(restarted.events[0], AllBlocksCleared) and len(restarted.events) == 2
+    pub.close()  # the engine restarts: its socket goes away, a new process binds it again
+    assert "publisher disconnected" in got.get(timeout=10)
+    again = Publisher(feed.endpoint)
+    try:
+        again.wait_subscribed()
+        again.send(frames(0, [STORED_MAP]))  # a new publisher: the engine restarted with an empty cache
+        restarted = got.get(timeout=10)
+        assert isinstance(restarted.events[0], AllBlocksCleared) and len(restarted.events) == 2
 
-    pub.send(frames(1, [{"type": "BlockRemoved", "block_hashes": [666]}]))
-    assert got.get(timeout=10) == "listener failed (RuntimeError)"
-    assert feed.running and feed.malformed == 1 and feed.gaps == 1
+        again.send(frames(1, [{"type": "BlockRemoved", "block_hashes": [666]}]))
+        assert got.get(timeout=10) == "listener failed (RuntimeError)"
+        assert feed.running and feed.malformed == 1 and feed.gaps == 1
+    finally:
+        again.close()
 
 
 def test_a_feed_that_cannot_open_its_endpoint_says_so(tmp_path: Path) -> None:
