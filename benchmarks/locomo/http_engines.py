@@ -145,6 +145,7 @@ class LaunchedEngine(ClientEngine):
         self.server.start()
         self._started()
         self.base_url = self.server.base_url
+        self.api_key = self.server.api_key or self.api_key  # a managed vLLM answers its key only
         self._new_client()
 
     def _flush_or_restart(self, flush: Callable[[], bool], label: str, what: str) -> str:

@@ -162,6 +162,15 @@ def find_vllm_python() -> str:
     raise VLLMUnavailable(f"vLLM is not installed; {_INSTALL_HINT}")
 
 
+def _server_key(api_key: str | None) -> str:
+    """``api_key`` checked (a printable str of 16 characters or more), else a random key for one server."""
+    if api_key is None:
+        return secrets.token_urlsafe(32)
+    if not isinstance(api_key, str) or len(api_key) < 16 or not api_key.isprintable():
+        raise ValueError("api_key must be a printable str of at least 16 characters (None: a random one)")
+    return api_key
+
+
 def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~"))
 
@@ -249,9 +258,7 @@ class VLLMServer(ManagedServer):
         super().__init__(
             host=host, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout, log_path=log_path
         )
-        if api_key is not None and (not isinstance(api_key, str) or len(api_key) < 16 or not api_key.isprintable()):
-            raise ValueError("api_key must be a printable str of at least 16 characters (None: a random one)")
-        self.api_key: str = api_key if api_key is not None else secrets.token_urlsafe(32)
+        self.api_key: str = _server_key(api_key)
         self._caller_env = dict(env) if env is not None else {}
         for name, value in (
             ("max_model_len", max_model_len),

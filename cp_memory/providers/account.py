@@ -69,14 +69,22 @@ class Savings:
 def _clamped(usage: CacheUsage) -> CacheUsage:
     """``usage`` with every count a non-negative int of at most ``MAX_USAGE_TOKENS`` (a record built by hand
     may carry anything)."""
-    counts = {}
-    for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "cache_write_1h_tokens"):
-        value = getattr(usage, name)
+
+    def count(value: Any, name: str) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        counts[name] = clamp_tokens(value, name) if ok else 0
-    return replace(usage, **counts)
+        return clamp_tokens(value, name) if ok else 0
+
+    return CacheUsage(
+        usage.provider,
+        count(usage.input_tokens, "input_tokens"),
+        count(usage.cache_read_tokens, "cache_read_tokens"),
+        count(usage.cache_write_tokens, "cache_write_tokens"),
+        count(usage.output_tokens, "output_tokens"),
+        count(usage.cache_write_1h_tokens, "cache_write_1h_tokens"),
+        usage.model,
+    )
 
 
 def call_cost(usage: CacheUsage, prices: PriceRatios) -> float:
