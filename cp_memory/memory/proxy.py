@@ -80,7 +80,8 @@ class ForwardingProxy:
 
     def __dir__(self) -> list[str]:
         wrapped = object.__getattribute__(self, "_cp_wrapped")
-        return sorted(set(dir(wrapped)) | set(type(self)._OWN))
+        own = {n for n in type(self)._OWN if hasattr(type(self), n)}  # names this class really has
+        return sorted(set(dir(wrapped)) | own)
 
     def __repr__(self) -> str:
         wrapped = object.__getattribute__(self, "_cp_wrapped")
