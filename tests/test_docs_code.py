@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -42,6 +43,7 @@ NEEDS = {
     "cp_memory.providers": ("bpe_openai", "hosted"),
     "EngineCacheFeed": ("zmq", "kv-events"),
     "KVEventFeed": ("zmq", "kv-events"),
+    "SGLangRouter": ("sglang_router", "router"),
 }
 
 
@@ -52,9 +54,10 @@ def _blocks() -> dict[str, tuple[str, str | None]]:
         text = page.read_text(encoding="utf-8")
         skipped = {m.end() for m in MARKER.finditer(text)}
         reasons = {m.end(): m.group("reason") for m in MARKER.finditer(text)}
-        for i, m in enumerate(re.finditer(r"```python\n(.*?)```", text, re.S), start=1):
-            start = m.start(1)
-            out[f"{page.name}#{i}"] = (m.group(1), reasons[start] if start in skipped else None)
+        for i, m in enumerate(re.finditer(r"^([ \t]*)```python\n(.*?)^[ \t]*```", text, re.S | re.M), start=1):
+            start = m.start(2)  # a block inside a list item is indented: run it dedented
+            code = textwrap.dedent(m.group(2))
+            out[f"{page.name}#{i}"] = (code, reasons[start] if start in skipped else None)
     return out
 
 
@@ -116,8 +119,18 @@ def _prepare(code: str, monkeypatch: pytest.MonkeyPatch, stack: list[object]) ->
             monkeypatch.setenv(key, value)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(BLOCKS))
+def _marks(code: str) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.slow]
+    if "LlamaServer" in code:
+        marks.append(pytest.mark.engine)
+    if "VLLMServer" in code:
+        marks.append(pytest.mark.vllm)
+    if "SGLangRouter" in code:
+        marks.append(pytest.mark.engine)
+    return marks
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(BLOCKS[n][0])) for n in sorted(BLOCKS)])
 def test_example_runs_as_written(
     name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
