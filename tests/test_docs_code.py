@@ -169,3 +169,21 @@ def test_environment_variables_the_hosted_examples_read_are_named_in_the_doc() -
     text = (DOCS / "hosted.md").read_text(encoding="utf-8")
     for variable in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "CACHE_KEY_SECRET", "benchmarks.hosted.server"):
         assert variable in text
+
+
+def test_the_docs_say_mem0s_guides_fail_on_mem0_2_and_name_what_is_not_covered() -> None:
+    """The claim holds on the installed mem0 (2.x): the guides' ``search(query, user_id=...)`` is refused."""
+    text = (DOCS / "integrations.md").read_text(encoding="utf-8")
+    for name in ("CrewAI", "AG2", "Vercel AI SDK", "Top-level entity parameters"):
+        assert name in text, name
+    from tests.mem0_fixtures import require_mem0
+
+    require_mem0()
+    from cp_memory.embedded import default_memory
+
+    memory = default_memory()
+    try:
+        with pytest.raises(ValueError, match="Top-level entity parameters"):
+            memory.search("Where does Alice live?", user_id="alice")  # mem0's guides, as written
+    finally:
+        memory.close()
