@@ -167,6 +167,24 @@ def default_config(
     }
 
 
+def _import_the_extra(bundled: bool, torch_threads: int | None) -> tuple[Any, Any]:
+    """mem0's ``Memory`` and ``AsyncMemory``, and (``bundled``) the embedder's packages, imported up front: a
+    missing one names the 'mem0' extra and the command (mem0 itself imports sentence-transformers only
+    inside ``from_config``, as a bare ``ModuleNotFoundError``). Applies ``torch_threads``."""
+    from ..extras import requires
+
+    with requires("mem0", "cp_memory.embedded.default_memory"):
+        from mem0 import AsyncMemory, Memory
+
+        if bundled:
+            import sentence_transformers  # noqa: F401  (mem0's huggingface embedder)
+            import torch
+
+            if torch_threads is not None and torch.get_num_threads() != torch_threads:
+                torch.set_num_threads(torch_threads)
+    return Memory, AsyncMemory
+
+
 @overload
 def default_memory(
     path: str | os.PathLike[str] | None = ...,
@@ -215,19 +233,7 @@ def default_memory(
     bundled = kwargs.get("embedder") is None
     if torch_threads is not None and bundled and (not isinstance(torch_threads, int) or torch_threads < 1):
         raise ValueError(f"torch_threads must be a positive int or None, got {torch_threads!r}")
-    from ..extras import requires
-
-    # everything the 'mem0' extra brings, imported up front: a missing one names the extra and the command
-    # (mem0 itself would import sentence-transformers only inside from_config, as a bare ModuleNotFoundError)
-    with requires("mem0", "cp_memory.embedded.default_memory"):
-        from mem0 import AsyncMemory, Memory
-
-        if bundled:
-            import sentence_transformers  # noqa: F401  (mem0's huggingface embedder)
-            import torch
-
-            if torch_threads is not None and torch.get_num_threads() != torch_threads:
-                torch.set_num_threads(torch_threads)
+    Memory, AsyncMemory = _import_the_extra(bundled, torch_threads)
     config = default_config(path, **kwargs)
 
     store_cfg = config["vector_store"]["config"]
