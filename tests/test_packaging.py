@@ -31,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _pip(*args: str, cwd: Path) -> None:
+def _pip(*args: str, cwd: Path) -> str:
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
     out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
     if out.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out.stdout + out.stderr
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +51,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     out = tmp_path_factory.mktemp("wheel")
     # the venv's own setuptools when it has one (no index needed); else pip's isolated build env
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    _pip("wheel", "--no-deps", *isolation, "--wheel-dir", str(out), str(src), cwd=out)
+    log = _pip("wheel", "-v", "--no-deps", *isolation, "--wheel-dir", str(out), str(src), cwd=out)
+    (out / "build.log").write_text(log, encoding="utf-8")  # the build backend's output (-v)
     (whl,) = out.glob("cp_memory-*.whl")
     yield whl
+
+
+def test_the_licence_is_an_spdx_expression_and_the_build_does_not_warn(wheel: Path) -> None:
+    """``license = { text = ... }`` made setuptools print a deprecation warning at every install; the SPDX
+    string form (setuptools >= 77) is the metadata field ``License-Expression``."""
+    log = (wheel.parent / "build.log").read_text(encoding="utf-8")
+    assert "project.license` as a TOML table is deprecated" not in log
+    assert not [line for line in log.splitlines() if "Deprecat" in line and "icense" in line], log[-3000:]
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta.splitlines()
 
 
 def _top_level_names(whl: Path) -> set[str]:

@@ -79,7 +79,7 @@ def load_workload(locomo: str | None, conversation: int, chats: int, turns: int)
     return conv, [Chat(c, tuple(questions[c * turns : (c + 1) * turns])) for c in range(chats)]
 
 
-_BLOCK_LINE = re.compile(r"(?:\[Doc \d+\]|\d+\.) ")
+_BLOCK_LINE = re.compile(r"(?:\[Doc \d+\]|\d+\.?) ")
 _POINTED = re.compile(r"items? ((?:\d+, )*\d+)")
 
 

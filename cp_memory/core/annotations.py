@@ -18,9 +18,10 @@ One wording each, as module constants; every function takes a ``template`` to ov
 Two label styles (:data:`LabelStyle`, ``ContextPilotConfig.labels``):
 
 * ``"doc"`` (default, the paper's): ``[Doc 3] text``, one location annotation per line, as above;
-* ``"number"`` (the chat integrations'): ``3. text``, a numbered list. Measured with the engine's
-  ``/tokenize`` (SmolLM2 / the test model's tokenizer, 10 LoCoMo-sized memories): 199 tokens as mem0's
-  ``- text`` lines, 210 numbered, 240 with ``[Doc i]`` labels. The pointers of one turn share one line,
+* ``"number"`` (the chat integrations'): ``3 text``, a numbered list without the period. Measured with the
+  engine's tokenizer (SmolLM2 / the test model's, 10 LoCoMo-sized memories): 159 tokens as mem0's ``- text``
+  lines, 160 as ``3 text`` (a one-digit number costs what mem0's ``-`` costs; ``10`` one more), 170 as
+  ``3. text`` (the form before), 240 with ``[Doc i]`` labels. The pointers of one turn share one line,
   ``Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.`` (:func:`grouped_locations`: ~2
   tokens per further pointer instead of ~17 for the paper's sentence), and the order annotation names
   items by number: ``Read the items in this priority order: 2 > 1 > 3, then answer the question.``
@@ -67,8 +68,9 @@ SAME_TURN_TEMPLATE = "{label} above has the same content."
 #: the default labeller of order_annotation/location_annotation fills it with a block id, as the paper does.
 #: (Not the agents' segment-label template, which has its own name in cp_memory.agents.segment.)
 DOC_LABEL_TEMPLATE = "[Doc {n}]"
-#: The label of the block at position {n} in the ``"number"`` style: "3." (a numbered list).
-NUMBER_LABEL_TEMPLATE = "{n}."
+#: The label of the block at position {n} in the ``"number"`` style: "3" (a numbered list, ``3 text``: no
+#: period, which cost one token a line more than mem0's ``- text``; the pointers name items by this number).
+NUMBER_LABEL_TEMPLATE = "{n}"
 #: The order annotation of the ``"number"`` style (``{ranking}``: "2 > 1 > 3").
 NUMBER_ORDER_TEMPLATE = "Read the items in this priority order: {ranking}, then answer the question."
 #: The one line holding every pointer of a turn in the ``"number"`` style (``{where}``: "turn 1 items 3, 7").
@@ -86,7 +88,7 @@ def doc_label(position: int) -> str:
 
 
 def block_label(position: int, style: LabelStyle = "doc") -> str:
-    """The label of the block at 1-based ``position`` in ``style``: ``[Doc 3]`` or ``3.``."""
+    """The label of the block at 1-based ``position`` in ``style``: ``[Doc 3]`` or ``3``."""
     if style == "number":
         return NUMBER_LABEL_TEMPLATE.format(n=position)
     if style == "doc":
@@ -215,9 +217,10 @@ def owed_order_annotation(
     """The order annotation a prompt owes, or ``""`` when the prompt's own order already says it.
 
     ``shown``: the blocks in prompt order (unranked extras included); ``ranking``: the retrieved blocks among
-    them, best first; ``labels``: each shown block's label (``[Doc 3]``, or ``3.`` in the ``"number"`` style,
-    which names items by number). ``top``: name only that many best-ranked blocks (:func:`order_differs`
-    decides with the same ``top``); fewer than two ranked blocks need no annotation.
+    them, best first; ``labels``: each shown block's label (``[Doc 3]``, or ``3`` in the ``"number"`` style,
+    which names items by number; a trailing period is ignored). ``top``: name only that many best-ranked
+    blocks (:func:`order_differs` decides with the same ``top``); fewer than two ranked blocks need no
+    annotation.
 
     >>> owed_order_annotation(["a", "b", "c"], ["b", "a", "c"], {"a": "1.", "b": "2.", "c": "3."}, style="number")
     'Read the items in this priority order: 2 > 1 > 3, then answer the question.'

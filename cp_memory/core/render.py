@@ -78,7 +78,7 @@ def render_blocks(
     special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
     labels: LabelStyle = "doc",
 ) -> str:
-    """The block section: one ``[Doc i] text`` line per block (``labels="number"``: ``i. text``), in the
+    """The block section: one ``[Doc i] text`` line per block (``labels="number"``: ``i text``), in the
     given (aligned) order, no trailing newline. Line breaks inside a text become spaces and control-token
     texts are made inert (module doc), so N blocks give exactly N lines and no block text reaches the
     engine as a special token."""

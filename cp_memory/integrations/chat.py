@@ -80,8 +80,8 @@ DEFAULT_LAYOUT: Layout = "append"
 #: (the paper's dedup: a turn's ``top_k`` memories are shown fresh or as pointers; over-fetching adds more
 #: fresh memories and a pointer for each earlier one it re-finds, which costs more than it saves), no
 #: alignment (the memories follow the history, so reordering cannot create a prefix hit, and an order
-#: annotation would only add tokens) and numbered labels (``3. text``: 1 token a memory more than mem0's
-#: ``- text``, ``[Doc 3]`` costs 4). A plain mem0 ``Memory`` is wrapped with these;
+#: annotation would only add tokens) and numbered labels (``3 text``: a one-digit number costs what mem0's
+#: ``- text`` costs, ``10`` one token more; ``[Doc 3]`` costs 4). A plain mem0 ``Memory`` is wrapped with these;
 #: ``ContextPilotMemory(memory, config=CHAT_CONFIG)`` builds such a wrapper yourself.
 CHAT_CONFIG = ContextPilotConfig(max_overfetch=0, align=False, labels="number")
 _CHAT_FIELDS = ("max_overfetch", "align", "labels")

@@ -3,7 +3,9 @@
 A wrapper *is* a ``mem0.Memory`` (``AsyncMemory``, ``MemoryClient``...) for ``isinstance`` checks and type
 hints, but it never runs mem0's ``__init__``: every attribute read, write and delete that is not one of the
 wrapper's own names goes to the wrapped instance, so ``wrapper.embedding_model = x`` reaches mem0 and
-``wrapper.add`` *is* mem0's bound method (same signature, same docstring, same behaviour).
+``wrapper.add`` *is* mem0's bound method (same signature, same docstring, same behaviour). Writing one
+of the wrapper's own names (``wrapper.search = traced(wrapper.search)``) sets it on the wrapper instance,
+as on any Python object, so instrumentation wraps the wrapper's method and never loops through mem0.
 """
 
 from __future__ import annotations
@@ -53,26 +55,33 @@ class ForwardingProxy:
 
     _OWN: frozenset[str] = OWN_NAMES
 
+    def _cp_owns(self, name: str) -> bool:
+        """``name`` is the wrapper's: its state (``_cp_*``), a dunder, or one of its own methods/properties."""
+        return name.startswith("_cp_") or (name.startswith("__") and name.endswith("__")) or name in type(self)._OWN
+
     def __getattribute__(self, name: str) -> Any:
-        if name.startswith("_cp_") or (name.startswith("__") and name.endswith("__")) or name in type(self)._OWN:
+        if ForwardingProxy._cp_owns(self, name):
             return object.__getattribute__(self, name)
         return getattr(object.__getattribute__(self, "_cp_wrapped"), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_cp_"):
+        # an own name stays on the wrapper: ``w.search = traced(w.search)`` (hand-written tracing, wrapt,
+        # OpenTelemetry) must not reach mem0, whose ``search`` the wrapper's own calls (that would recurse)
+        if ForwardingProxy._cp_owns(self, name):
             object.__setattr__(self, name, value)
         else:
             setattr(object.__getattribute__(self, "_cp_wrapped"), name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name.startswith("_cp_"):
+        if ForwardingProxy._cp_owns(self, name):
             object.__delattr__(self, name)
         else:
             delattr(object.__getattribute__(self, "_cp_wrapped"), name)
 
     def __dir__(self) -> list[str]:
         wrapped = object.__getattribute__(self, "_cp_wrapped")
-        return sorted(set(dir(wrapped)) | set(type(self)._OWN))
+        own = {n for n in type(self)._OWN if hasattr(type(self), n)}  # names this class really has
+        return sorted(set(dir(wrapped)) | own)
 
     def __repr__(self) -> str:
         wrapped = object.__getattribute__(self, "_cp_wrapped")

@@ -55,9 +55,10 @@ logger = logging.getLogger(__name__)
 
 
 class FiltersTypeError(TypeError, AttributeError):
-    """``filters`` is not a dict. mem0 fails on it with ``AttributeError`` (``'str' object has no attribute
-    'copy'``) or ``TypeError`` (a list); this is both, so code catching mem0's error still catches it,
-    and its message names the problem."""
+    """``filters`` is not a dict (local ``Memory``/``AsyncMemory`` wrappers only: the hosted clients send any
+    ``filters`` on to the platform, as mem0's ``MemoryClient`` does). mem0's ``Memory`` fails on it with
+    ``AttributeError`` (``'str' object has no attribute 'copy'``) or ``TypeError`` (a list); this is both,
+    so code catching mem0's error still catches it, and its message names the problem."""
 
 
 def _default_top_k(search: Any) -> int | None:
@@ -120,7 +121,9 @@ class _Wrapper(ForwardingProxy):
         return retrying(fn, c.retry_attempts, c.retry_wait_s, self._cp_retry_on)
 
     def _cp_call(self, query: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SearchCall:
-        if not isinstance(kwargs.get("filters", {}), (Mapping, type(None))):
+        # the local Memory fails on a non-dict ``filters`` with an unhelpful AttributeError: named here; the
+        # hosted client sends it on (the platform decides), and so does its wrapper
+        if not self._cp_hosted and not isinstance(kwargs.get("filters", {}), (Mapping, type(None))):
             raise FiltersTypeError(
                 f"filters must be a dict such as {{'user_id': 'alice'}}, got "
                 f"{type(kwargs['filters']).__name__} {kwargs['filters']!r:.80}"

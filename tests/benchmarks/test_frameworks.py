@@ -115,7 +115,7 @@ def test_summary_pairs_arms_by_chat_and_turn() -> None:
 
 
 def test_shown_memories_and_pointers_are_counted_in_both_label_styles() -> None:
-    numbered = "Context:\n1. a\n2. b\n\nAlso relevant, shown before: turn 1 items 2, 3; turn 2 item 1.\n\nQuestion: q"
+    numbered = "Context:\n1 a\n2 b\n\nAlso relevant, shown before: turn 1 items 2, 3; turn 2 item 1.\n\nQuestion: q"
     assert count_shown(numbered) == (2, 3)
     paper = (
         "[Doc 1] a\n\nPlease refer to [Doc 2] in the previous conversation (turn 1).\n"

