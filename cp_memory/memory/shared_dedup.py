@@ -12,9 +12,14 @@ Correctness rules (a pointer names ``[Doc p]`` of turn ``t``; it must be what th
   every block: no pointer, no same-turn pointer (content dedup is off for that turn);
 * when a commit cannot be recorded, :meth:`SharedDeduplicator.commit` gives the turn number 0 (the wrapper's
   ``commit`` returns None): the turn was sent but has no number, so no later pointer can name it;
-* a record that vanished (TTL, eviction) while a turn was pending is written again from the turn count the
-  plan saw, and a process remembers the last turn number it saw of each conversation (bounded), so a lost
-  record continues the numbering instead of restarting it where this process knows better;
+* a process remembers the last turn number it saw of each conversation (bounded). A record found missing
+  (a restart without persistence, eviction) or gone back below that number, or missing at commit after the
+  plan saw turns, was lost: its numbering cannot be rebuilt, so the process writes a *tombstone* in its place
+  and the conversation sends full memories from then on (until the key expires or ``forget_conversation``).
+  A process that never saw the conversation cannot tell a lost record from a new conversation: it starts at
+  turn 1 (docs/scale.md: run Redis with persistence and without eviction of these keys).
+  ``forget_conversation`` starts a new *generation* of the record (an empty one, numbered from turn 1 again,
+  as the local record is), which no process mistakes for a loss;
 * a foreign record (another conversation's or tenant's value under this key) is never trusted nor
   overwritten: the conversation sends full memories until it expires or ``forget_conversation`` deletes it.
 """
@@ -22,6 +27,7 @@ Correctness rules (a pointer names ``[Doc p]`` of turn ``t``; it must be what th
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +37,7 @@ from ..core.dedup_plan import plan_turn, register_send, sent_location
 from ..core.dedup_records import Conversation, DedupResult, Location, PlanTicket
 from ..core.lru import LRUMap
 from ..core.scope import Scope
-from ..state.records import decode_conversation, encode_conversation
+from ..state.records import LostRecord, decode_conversation, encode_conversation, encode_tombstone
 from .shared import CONFLICT, SharedState
 
 __all__ = ["SharedDeduplicator"]
@@ -49,6 +55,7 @@ MAX_RECORD_BYTES = 4 << 20
 class _Planned:
     key: str
     base: int | None  # committed turns the plan saw (None: the store could not say)
+    generation: str  # of the record the plan saw
 
 
 class _Unknown:
@@ -64,7 +71,8 @@ class SharedDeduplicator(Deduplicator):
     def __init__(self, shared: SharedState, *, max_conversations: int, content: bool) -> None:
         super().__init__(max_conversations=max_conversations, content=content)
         self.shared = shared
-        self._seen: LRUMap[str, int] = LRUMap(max_conversations)  # key -> last turn number seen here
+        # key -> (generation, last turn number) this process saw
+        self._seen: LRUMap[str, tuple[str, int]] = LRUMap(max_conversations)
         self._planned: LRUMap[int, _Planned] = LRUMap(self._plans.capacity)
 
     def _key(self, conversation_id: Hashable) -> str:
@@ -75,26 +83,52 @@ class SharedDeduplicator(Deduplicator):
             raise TypeError(f"a shared dedup record is keyed by (Scope, conversation), got {conversation_id!r:.60}")
         return self.shared.keys.conversation(scope, str(conversation))
 
+    def _seen_turns(self, key: str, generation: str | None) -> int:
+        """The last turn this process saw of the record's ``generation`` (None: the record is absent)."""
+        seen = self._seen.peek(key)
+        if seen is None or (generation is not None and seen[0] != generation):
+            return 0
+        return seen[1]
+
     def _read(self, key: str) -> Conversation | _Unknown:
         """The committed record (an empty one when there is none), or UNKNOWN."""
         got = self.shared.read(key)
         if got is None:
             return UNKNOWN
-        seen = self._seen.peek(key) or 0
         if got.absent:
-            return Conversation(turns=seen)  # lost record: continue the numbering this process knows
+            seen = self._seen_turns(key, None)
+            if seen:
+                self._bury(key, "", seen)
+                return UNKNOWN
+            return Conversation()
+        decoded = self._decode(key, got.data or b"")
+        if decoded is None:
+            return UNKNOWN
+        conv, generation = decoded
+        seen = self._seen_turns(key, generation)
+        if conv.turns < seen:
+            self._bury(key, got.token, seen)
+            return UNKNOWN
+        self._seen.set(key, (generation, conv.turns))
+        return conv
+
+    def _decode(self, key: str, data: bytes) -> tuple[Conversation, str] | None:
         try:
-            conv = decode_conversation(got.data or b"", self.shared.keys.owner(key), max_bytes=MAX_RECORD_BYTES)
+            return decode_conversation(data, self.shared.keys.owner(key), max_bytes=MAX_RECORD_BYTES)
+        except LostRecord:
+            return None
         except ValueError as exc:
             self.shared.bad_value(key, exc, "the conversation sends full memories until the key expires")
-            return UNKNOWN
-        if conv.turns < seen:
-            logger.warning(
-                "dedup record %s went back from turn %d to %d: not trusted for this turn", key, seen, conv.turns
-            )
-            return UNKNOWN
-        self._seen.set(key, conv.turns)
-        return conv
+            return None
+
+    def _bury(self, key: str, token: str, seen: int) -> None:
+        """The record was lost after turn ``seen``: a tombstone in its place (module doc)."""
+        self.shared.bad_value(
+            key,
+            LostRecord(f"this process saw turn {seen}, the store no longer has it"),
+            "its turn numbering cannot be rebuilt: the conversation sends full memories from now on",
+        )
+        self.shared.write(key, encode_tombstone(self.shared.keys.owner(key), seen), expected=token)
 
     # ------------------------------------------------------------------ committed state
     def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
@@ -116,9 +150,14 @@ class SharedDeduplicator(Deduplicator):
         return {} if isinstance(conv, _Unknown) else {b: loc for b, (_, loc) in conv.by_id.items()}
 
     def forget(self, conversation_id: Hashable) -> bool:
+        """Start the conversation's record over (a new generation, from turn 1); False: the store did not."""
         key = self._key(conversation_id)
         self._seen.pop(key)
-        return self.shared.delete(key)
+        got = self.shared.read(key)
+        if got is None:
+            return False
+        fresh = encode_conversation(Conversation(), self.shared.keys.owner(key), uuid.uuid4().hex)
+        return bool(self.shared.write(key, fresh, expected=got.token)) and not got.absent
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -146,7 +185,8 @@ class SharedDeduplicator(Deduplicator):
         with self._lock:
             seq = next(self._seq)
             self._plans.set(seq, "pending")
-            self._planned.set(seq, _Planned(key, base if known else None))
+            generation = (self._seen.peek(key) or ("", 0))[0]
+            self._planned.set(seq, _Planned(key, base if known else None, generation))
         ticket = PlanTicket(self._token, seq, sends)
         return DedupResult(base + 1, kept, dropped, trims, conversation_id, committed=False, _ticket=ticket)
 
@@ -171,22 +211,20 @@ class SharedDeduplicator(Deduplicator):
             got = shared.read(key)
             if got is None:
                 return 0
-            if got.absent:
-                conv = Conversation(turns=max(planned.base or 0, self._seen.peek(key) or 0))
-            else:
-                try:
-                    conv = decode_conversation(got.data or b"", shared.keys.owner(key), max_bytes=MAX_RECORD_BYTES)
-                except ValueError as exc:
-                    shared.bad_value(key, exc, "the turn is not recorded")
-                    return 0
-                seen = self._seen.peek(key) or 0
-                if conv.turns < seen:  # recreated by a process that knew less: its numbering is not the caller's
-                    conv = Conversation(turns=seen)
+            decoded = (Conversation(), "") if got.absent else self._decode(key, got.data or b"")
+            if decoded is None:
+                return 0
+            conv, generation = decoded
+            base = (planned.base or 0) if got.absent or planned.generation == generation else 0
+            seen = max(base, self._seen_turns(key, None if got.absent else generation))
+            if conv.turns < seen:  # lost since the plan (or since this process last saw it)
+                self._bury(key, got.token, seen)
+                return 0
             conv.turns += 1
             for send in ticket.sends:
                 register_send(conv, send, Location(send.block_id, conv.turns, send.position))
             try:
-                data = encode_conversation(conv, shared.keys.owner(key))
+                data = encode_conversation(conv, shared.keys.owner(key), generation)
             except ValueError as exc:
                 logger.warning("dedup record %s cannot be stored (%s): the turn is not recorded", key, exc)
                 return 0
@@ -194,7 +232,7 @@ class SharedDeduplicator(Deduplicator):
             if written is None:
                 return 0
             if written != CONFLICT:
-                self._seen.set(key, conv.turns)
+                self._seen.set(key, (generation, conv.turns))
                 return conv.turns
         logger.warning(
             "dedup record %s: %d concurrent commits in a row; this turn is not recorded", key, COMMIT_ATTEMPTS

@@ -15,7 +15,15 @@ from typing import Any
 
 from ..core.dedup_records import Conversation, Location
 
-__all__ = ["ForeignRecord", "decode_conversation", "decode_index", "encode_conversation", "encode_index"]
+__all__ = [
+    "ForeignRecord",
+    "LostRecord",
+    "decode_conversation",
+    "decode_index",
+    "encode_conversation",
+    "encode_index",
+    "encode_tombstone",
+]
 
 _INDEX_MAGIC = b"CPI1:"
 _CONV_VERSION = 1
@@ -23,6 +31,11 @@ _CONV_VERSION = 1
 
 class ForeignRecord(ValueError):
     """The value belongs to another key (scope, conversation or tenant)."""
+
+
+class LostRecord(ValueError):
+    """A tombstone: the conversation's record was lost (restart, eviction) after turns someone remembers; its
+    numbering cannot be rebuilt, so the conversation is never de-duplicated again (full memories)."""
 
 
 def encode_index(snapshot: bytes, owner: str) -> bytes:
@@ -56,13 +69,19 @@ def _loc(block_id: Any, turn: Any, position: Any, turns: int) -> Location:
     return Location(_block_id(block_id), turn, position)
 
 
-def encode_conversation(conv: Conversation, owner: str) -> bytes:
-    """JSON of the record; raises ``ValueError`` for a block id that is not a str or int."""
+def encode_conversation(conv: Conversation, owner: str, generation: str = "") -> bytes:
+    """JSON of the record; raises ``ValueError`` for a block id that is not a str or int. ``generation``
+    changes only when the conversation is forgotten on purpose ("" for a record started from nothing)."""
     ids = [[_block_id(b), d, loc.turn, loc.position] for b, (d, loc) in conv.by_id.items()]
     digests = [[k, _block_id(loc.block_id), loc.turn, loc.position] for k, loc in conv.by_digest.items()]
     spans = [[k, _block_id(loc.block_id), loc.turn, loc.position] for k, loc in conv.by_span.items()]
-    doc = {"v": _CONV_VERSION, "owner": owner, "turns": conv.turns, "ids": ids, "digests": digests, "spans": spans}
+    doc = {"v": _CONV_VERSION, "owner": owner, "gen": generation, "turns": conv.turns}
+    doc.update(ids=ids, digests=digests, spans=spans)
     return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+
+def encode_tombstone(owner: str, turns: int) -> bytes:
+    return json.dumps({"v": _CONV_VERSION, "owner": owner, "lost": True, "turns": turns}).encode("utf-8")
 
 
 def _rows(doc: dict[str, Any], name: str) -> list[list[Any]]:
@@ -72,8 +91,9 @@ def _rows(doc: dict[str, Any], name: str) -> list[list[Any]]:
     return rows
 
 
-def decode_conversation(data: bytes, owner: str, *, max_bytes: int) -> Conversation:
-    """The committed record in ``data``; ``ForeignRecord`` / ``ValueError`` (module doc)."""
+def decode_conversation(data: bytes, owner: str, *, max_bytes: int) -> tuple[Conversation, str]:
+    """The committed record in ``data`` and its generation; ``ForeignRecord`` / ``LostRecord`` /
+    ``ValueError`` (module doc)."""
     if len(data) > max_bytes:
         raise ValueError(f"{len(data)} bytes, over the bound of {max_bytes}")
     try:
@@ -84,7 +104,11 @@ def decode_conversation(data: bytes, owner: str, *, max_bytes: int) -> Conversat
         raise ValueError("not a conversation record of this store")
     if doc.get("owner") != owner:
         raise ForeignRecord("the conversation record under this key belongs to another conversation or tenant")
-    turns = doc.get("turns")
+    if doc.get("lost") is True:
+        raise LostRecord("the conversation's record was lost after turns some process remembers")
+    turns, generation = doc.get("turns"), doc.get("gen", "")
+    if not isinstance(generation, str):
+        raise ValueError("gen is not a str")
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
         raise ValueError(f"turns {turns!r:.20} is not a non-negative int")
     conv = Conversation(turns=turns)
@@ -97,4 +121,4 @@ def decode_conversation(data: bytes, owner: str, *, max_bytes: int) -> Conversat
             if not isinstance(key, str):
                 raise ValueError(f"a {name} key is not a str")
             target[key] = _loc(bid, turn, pos, turns)
-    return conv
+    return conv, generation

@@ -104,5 +104,5 @@ def test_concurrent_writers_lose_no_update(mem, redis_url):
     index = ContextIndex.restore(decode_index(client.hget(idx_key, "d"), keys.owner(idx_key)))
     assert len(index.request_ids()) == 12  # every insert of both writers is in the shared index
     conv_key = keys.conversation(Scope(A), "race")
-    conv = decode_conversation(client.hget(conv_key, "d"), keys.owner(conv_key), max_bytes=1 << 22)
+    conv, _ = decode_conversation(client.hget(conv_key, "d"), keys.owner(conv_key), max_bytes=1 << 22)
     assert conv.turns == 12  # every commit numbered once
