@@ -193,7 +193,7 @@ class SearchPipeline:
             extra = ()
         return Aligned(window, state, placement, extra)
 
-    def _insert(self, state: ScopeState, keys: list[Hashable], lens: list[int] | None) -> Placement:
+    def _insert(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None) -> Placement:
         """One request into this process's index of the scope (the in-process store)."""
         with state.lock:
             placement = state.index.insert(keys, token_lens=lens)
