@@ -27,6 +27,8 @@ Correctness rules (a pointer names ``[Doc p]`` of turn ``t``; it must be what th
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -49,6 +51,8 @@ logger = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 5
 #: a conversation record larger than this is not read (a planted one cannot cost more)
 MAX_RECORD_BYTES = 4 << 20
+#: how long one search's read of a conversation record is reused by its next steps on the same thread
+REUSE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class SharedDeduplicator(Deduplicator):
         # key -> (generation, last turn number) this process saw
         self._seen: LRUMap[str, tuple[str, int]] = LRUMap(max_conversations)
         self._planned: LRUMap[int, _Planned] = LRUMap(self._plans.capacity)
+        self._memo = threading.local()  # (key, when, record) of this thread's search in progress
 
     def _key(self, conversation_id: Hashable) -> str:
         if not (isinstance(conversation_id, tuple) and len(conversation_id) == 2):
@@ -131,8 +136,22 @@ class SharedDeduplicator(Deduplicator):
         self.shared.write(key, encode_tombstone(self.shared.keys.owner(key), seen), expected=token)
 
     # ------------------------------------------------------------------ committed state
+    def _read_once(self, key: str, *, last: bool) -> Conversation | _Unknown:
+        """One read per search: ``sent_count`` reads, ``peek`` and then ``plan`` (``last``) reuse it on this
+        thread (for at most :data:`REUSE_S`). A reused record can only lack turns committed since: fewer
+        pointers, never a wrong one (committed turns never change)."""
+        memo = getattr(self._memo, "value", None)
+        self._memo.value = None
+        if memo is not None and memo[0] == key and time.monotonic() - memo[1] <= REUSE_S:
+            conv: Conversation | _Unknown = memo[2]
+        else:
+            conv = self._read(key)
+        if not last:
+            self._memo.value = (key, time.monotonic(), conv)
+        return conv
+
     def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
-        conv = self._read(self._key(conversation_id))
+        conv = self._read_once(self._key(conversation_id), last=False)
         if isinstance(conv, _Unknown):
             return tuple(None for _ in blocks)
         out = []
@@ -142,7 +161,9 @@ class SharedDeduplicator(Deduplicator):
         return tuple(out)
 
     def sent_count(self, conversation_id: Hashable) -> int:
-        conv = self._read(self._key(conversation_id))
+        key = self._key(conversation_id)
+        self._memo.value = None
+        conv = self._read_once(key, last=False)
         return 0 if isinstance(conv, _Unknown) else len(conv.by_id)
 
     def sent(self, conversation_id: Hashable) -> dict[Hashable, Location]:
@@ -170,7 +191,7 @@ class SharedDeduplicator(Deduplicator):
         """Plan against the store's committed record; when it cannot say, keep every block (no pointer)."""
         items = _check_turn(conversation_id, blocks)
         key = self._key(conversation_id)
-        conv = self._read(key)
+        conv = self._read_once(key, last=True)
         known = not isinstance(conv, _Unknown)
         base = conv.turns if isinstance(conv, Conversation) else 0
         kept, dropped, trims, sends = plan_turn(

@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
+from benchmarks.common.pointers import History, turn
 from tests.conftest import SPEAKER_A as A
 from tests.mem0_fixtures import questions, require_mem0
-from tests.state.history import History, turn
 
 require_mem0()
 

@@ -1,6 +1,6 @@
 """Faults of a real Redis under a running conversation: killed and restarted, a stalled link, a full memory
 with eviction, another scope's values written under this scope's keys. In every case no exception reaches
-the caller, no pointer names something the caller's history does not show (:mod:`tests.state.history`), and
+the caller, no pointer names something the caller's history does not show (:mod:`benchmarks.common.pointers`), and
 no memory outside the caller's scope reaches a prompt; mem0 is never touched by the store's faults.
 """
 
@@ -11,11 +11,11 @@ import time
 
 import pytest
 
+from benchmarks.common.pointers import History, turn
 from tests.conftest import SPEAKER_A as A
 from tests.conftest import SPEAKER_B as B
 from tests.mem0_fixtures import questions, require_mem0
 from tests.redis_server import RedisServer, StallProxy, running_redis
-from tests.state.history import History, turn
 
 require_mem0()
 

@@ -1,5 +1,5 @@
-"""The caller's side of a conversation, as a chat app keeps it: each sent turn under the number ``commit``
-returned, and a check of every pointer a new turn makes against that history.
+"""Pointer correctness: the caller's side of a conversation, as a chat app keeps it (each sent turn under
+the number ``commit`` returned), and a check of every pointer a new turn makes against that history.
 
 A pointer (``sent``: memory ``m`` is ``[Doc p]`` of turn ``t``) is right when the caller's turn ``t`` showed
 ``m`` (or a memory with the same text: content dedup) at position ``p``, and turn ``t`` is one turn of the
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cp_memory.core.blocks import normalize_text
+
+__all__ = ["History", "turn"]
 
 
 @dataclass
