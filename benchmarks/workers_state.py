@@ -4,11 +4,14 @@ and with Redis — pointer correctness, the engine's cache hits, and what the sh
 LoCoMo users (one per conversation, its observations as mem0 memories) ask their questions in order, the
 users interleaved, in two workloads: ``conversation`` (every question a turn of the user's one conversation,
 ``conversation_id`` = the user; the engine's prompt is every earlier turn as sent, then this one: the
-paper's multi-turn layout) and ``single`` (one-shot searches: only the context index is shared). A round-robin
-load balancer sends request *i* to worker ``i % N`` (a process with its own ``ContextPilotMemory``); the
-worker searches, the prompt goes to **one shared engine** and the worker commits the turn. Four runs: 1 and
-``--workers`` processes, each with ``state_store=None`` (the local default) and ``state_store="redis://..."``
-(a private redis-server this command starts on a free loopback port, or ``--redis-url``).
+paper's multi-turn layout) and ``single`` (one-shot searches: only the context index is shared). A
+round-robin load balancer sends request *i* to worker ``(i + i // N) % N`` (every worker gets every N-th request; the
+offset of one per round keeps a user from landing on the same worker every time when the number of users
+is a multiple of N, as plain ``i % N`` would do with 4 users on 4 workers). A worker is a process with its
+own ``ContextPilotMemory``; it searches, the prompt goes to **one shared engine** and the worker commits
+the turn. Four runs per workload: 1 and ``--workers`` processes, each with ``state_store=None`` (the local
+default) and ``state_store="redis://..."`` (a private redis-server this command starts on a free loopback
+port, or ``--redis-url``).
 
 mem0 is searched once here, in this process (the embedded default: local Qdrant + MiniLM), for every
 question at ``k + --max-overfetch``; the workers wrap a replay of those answers (a search for ``top_k=n``
@@ -279,12 +282,13 @@ def run_once(
             for user, qs in questions.items():
                 if j >= len(qs):
                     continue
-                pipe = pipes[i % n]
+                pipe = pipes[(i + i // n) % n]  # round-robin, offset by one each round (module doc)
                 i += 1
                 pipe.send((user, qs[j], user if workload == "conversation" else None))
                 out = pipe.recv()
-                histories[user].check(out["response"])
-                histories[user].sent(out["response"], out["turn"])
+                if workload == "conversation":
+                    histories[user].check(out["response"])
+                    histories[user].sent(out["response"], out["turn"])
                 engine.serve(_prompt(out, qs[j], transcripts[user] if workload == "conversation" else None))
                 search_s.append(out["search_s"])
                 store_s.append(out["store_s"])

@@ -106,3 +106,13 @@ def test_concurrent_writers_lose_no_update(mem, redis_url):
     conv_key = keys.conversation(Scope(A), "race")
     conv, _ = decode_conversation(client.hget(conv_key, "d"), keys.owner(conv_key), max_bytes=1 << 22)
     assert conv.turns == 12  # every commit numbered once
+
+
+def test_the_seam_with_the_in_process_store_gives_the_default_turns(mem):
+    default, seam = ContextPilotMemory(mem), ContextPilotMemory(mem, state_store="memory://")
+    for cp in (default, seam):
+        assert round_robin([cp], "same", n_turns=5).wrong == []
+    for q in questions(0)[:3]:
+        a = default.search(q, filters=F, top_k=6, conversation_id="same")["context_pilot"]
+        b = seam.search(q, filters=F, top_k=6, conversation_id="same")["context_pilot"]
+        assert (a["turn"], a["order"], a["sent"]) == (b["turn"], b["order"], b["sent"])
