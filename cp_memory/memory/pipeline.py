@@ -33,10 +33,12 @@ from ..core.dedup import Deduplicator, DedupResult
 from ..core.index import Placement
 from ..core.prompt import RenderedContext, rendered_context
 from ..core.scope import Scope
+from ..state.store import StateStore
 from .calls import SearchCall
 from .config import ContextPilotConfig
 from .filters import StoredCopy, admits
 from .response import fallback_response, respond, results_of
+from .shared import open_shared
 from .state import ScopeState, ScopeStore
 from .turns import Turns
 from .types import ContextPilotInfo, RenderedBlock, SentMemory
@@ -89,11 +91,16 @@ class Aligned:
 class SearchPipeline:
     """The wrapper's state and the I/O-free steps of one search. Thread-safe."""
 
-    def __init__(self, config: ContextPilotConfig) -> None:
+    def __init__(self, config: ContextPilotConfig, store: StateStore | None = None) -> None:
         self.config = config
         self.scopes = ScopeStore(config)
-        self.deduplicator = Deduplicator(max_conversations=config.max_conversations, content=config.content_dedup)
-        self.turns = Turns(self.deduplicator, config.max_pending_turns, self.scopes)
+        self.shared = open_shared(config, self.scopes, store)  # None: in-process state (the default)
+        self.deduplicator = (
+            self.shared.deduplicator
+            if self.shared is not None
+            else Deduplicator(max_conversations=config.max_conversations, content=config.content_dedup)
+        )
+        self.turns = Turns(self.deduplicator, config.max_pending_turns, self.scopes, self.shared)
 
     # ------------------------------------------------------------------ 1. plan
     def plan(self, call: SearchCall, conversation_id: Any) -> Plan:
@@ -171,14 +178,10 @@ class SearchPipeline:
         state = self.scopes.get(scope)
         keys = [b.key for b in window.fresh]
         lens = [estimate_tokens(b.text) for b in window.fresh] if self.config.capacity_tokens else None
-        with state.lock:
-            placement = state.index.insert(keys, token_lens=lens)
-            state.requests.append(placement.request_id)
-            while len(state.requests) > self.config.max_requests_per_scope:
-                oldest = state.requests.popleft()
-                state.index.evict(oldest)
-                self.scopes.engine.untrack(state.index, oldest)
-            self.scopes.note_insert(state)
+        if self.shared is not None:
+            placement = self.shared.insert(state, keys, lens)
+        else:
+            placement = self._insert(state, keys, lens)
         fresh_keys = set(keys)
         window_ids = {b.id for b in window.fresh} | {b.id for b in window.pre_sent}
         extra = tuple(
@@ -190,6 +193,18 @@ class SearchPipeline:
             logger.debug("superset/swap extras refused: the call narrows results in ways they cannot be checked for")
             extra = ()
         return Aligned(window, state, placement, extra)
+
+    def _insert(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None) -> Placement:
+        """One request into this process's index of the scope (the in-process store)."""
+        with state.lock:
+            placement = state.index.insert(keys, token_lens=lens)
+            state.requests.append(placement.request_id)
+            while len(state.requests) > self.config.max_requests_per_scope:
+                oldest = state.requests.popleft()
+                state.index.evict(oldest)
+                self.scopes.engine.untrack(state.index, oldest)
+            self.scopes.note_insert(state)
+        return placement
 
     @staticmethod
     def reads_extras(aligned: Aligned) -> bool:

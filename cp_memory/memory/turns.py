@@ -19,13 +19,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.dedup import Deduplicator, DedupResult
 from ..core.lru import LRUMap
 from ..core.prompt import contract_of
 from ..core.scope import Scope
 from .state import ScopeState, ScopeStore
+
+if TYPE_CHECKING:
+    from .shared import Shared
 
 __all__ = ["PendingTurn", "Turns"]
 
@@ -53,8 +56,15 @@ def _turn_id_of(response_or_turn: Any) -> str | None:
 class Turns:
     """Pending turns by id. Thread-safe (the LRU map and the deduplicator lock themselves)."""
 
-    def __init__(self, deduplicator: Deduplicator, max_pending: int, scopes: ScopeStore | None = None) -> None:
+    def __init__(
+        self,
+        deduplicator: Deduplicator,
+        max_pending: int,
+        scopes: ScopeStore | None = None,
+        shared: Shared | None = None,
+    ) -> None:
         self.deduplicator = deduplicator
+        self.shared = shared  # a shared state store (None: in-process): rollback leaves its index there
         self.max_pending = max_pending
         self.scopes = scopes
         self._pending: LRUMap[str, PendingTurn] = LRUMap(max_pending)
@@ -71,7 +81,8 @@ class Turns:
         return turn_id
 
     def commit(self, response_or_turn: Any) -> int | None:
-        """Register a turn as sent; returns its turn number (None: the search had nothing to commit)."""
+        """Register a turn as sent; returns its turn number (None: the search had nothing to commit, or a
+        shared state store could not record it: no later pointer names it)."""
         turn_id = _turn_id_of(response_or_turn)
         if turn_id is None:
             return None
@@ -86,7 +97,7 @@ class Turns:
             state = self.scopes.peek(pending.scope)  # evicted meanwhile: its new index never saw the request
             if state is not None:
                 self.scopes.engine.track(state.index, pending.request_id, pending.section)
-        return turn
+        return turn or None
 
     def rollback(self, response_or_turn: Any) -> None:
         """Forget a turn that was never sent. Idempotent."""
@@ -97,6 +108,8 @@ class Turns:
         self.deduplicator.rollback(pending.dedup)
         scope, rid = pending.scope, pending.request_id
         if scope is None or rid is None or self.scopes is None:
+            return
+        if self.shared is not None and self.shared.rollback(scope, rid):
             return
         state = self.scopes.peek(scope)
         if state is None and self.scopes.index_dir is not None:

@@ -1,0 +1,261 @@
+"""Dedup records in a shared store: every process plans against the conversation's committed turns as the
+store holds them, and a commit appends the turn there by compare-and-set (bounded retries).
+
+Correctness rules (a pointer names ``[Doc p]`` of turn ``t``; it must be what the caller's turn ``t`` showed):
+
+* a plan reads the record once and plans against it: every pointer names a turn already committed in the
+  store, whose blocks never change afterwards;
+* a commit numbers the turn at the store (its committed turns + 1, as the local record does); when the plan's
+  turn was taken meanwhile by a concurrent turn of the same conversation, the turn is renumbered like the
+  local :class:`~cp_memory.core.dedup.Deduplicator` does;
+* when the store cannot say (down, timeout, out of memory, a foreign or malformed record) the plan keeps
+  every block: no pointer, no same-turn pointer (content dedup is off for that turn);
+* when a commit cannot be recorded, :meth:`SharedDeduplicator.commit` gives the turn number 0 (the wrapper's
+  ``commit`` returns None): the turn was sent but has no number, so no later pointer can name it;
+* a process remembers the last turn number it saw of each conversation (bounded). A record found missing
+  (a restart without persistence, eviction) or gone back below that number, or missing at commit after the
+  plan saw turns, was lost: its numbering cannot be rebuilt, so the process writes a *tombstone* in its place
+  and the conversation sends full memories from then on (until the key expires or ``forget_conversation``).
+  A process that never saw the conversation cannot tell a lost record from a new conversation: it starts at
+  turn 1 (docs/scale.md: run Redis with persistence and without eviction of these keys).
+  ``forget_conversation`` starts a new *generation* of the record (an empty one, numbered from turn 1 again,
+  as the local record is), which no process mistakes for a loss;
+* a foreign record (another conversation's or tenant's value under this key) is never trusted nor
+  overwritten: the conversation sends full memories until it expires or ``forget_conversation`` deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from ..core.blocks import ContextBlock
+from ..core.dedup import Deduplicator, _check_turn, _renumbered
+from ..core.dedup_plan import plan_turn, register_send, sent_location
+from ..core.dedup_records import Conversation, DedupResult, Location, PlanTicket
+from ..core.lru import LRUMap
+from ..core.scope import Scope
+from ..state.records import LostRecord, decode_conversation, encode_conversation, encode_tombstone
+from .shared import CONFLICT, SharedState
+
+__all__ = ["SharedDeduplicator"]
+
+logger = logging.getLogger(__name__)
+
+#: compare-and-set attempts of one commit before it gives up (a conflict means another turn of the same
+#: conversation committed in between: rare, each retry reads the newer record)
+COMMIT_ATTEMPTS = 5
+#: a conversation record larger than this is not read (a planted one cannot cost more)
+MAX_RECORD_BYTES = 4 << 20
+#: how long one search's read of a conversation record is reused by its next steps on the same thread
+REUSE_S = 2.0
+
+
+@dataclass(frozen=True)
+class _Planned:
+    key: str
+    base: int | None  # committed turns the plan saw (None: the store could not say)
+    generation: str  # of the record the plan saw
+
+
+class _Unknown:
+    """The store cannot say what the conversation sent."""
+
+
+UNKNOWN = _Unknown()
+
+
+class SharedDeduplicator(Deduplicator):
+    """A :class:`~cp_memory.core.dedup.Deduplicator` whose committed state lives in a shared store."""
+
+    def __init__(self, shared: SharedState, *, max_conversations: int, content: bool) -> None:
+        super().__init__(max_conversations=max_conversations, content=content)
+        self.shared = shared
+        # key -> (generation, last turn number) this process saw
+        self._seen: LRUMap[str, tuple[str, int]] = LRUMap(max_conversations)
+        self._planned: LRUMap[int, _Planned] = LRUMap(self._plans.capacity)
+        self._memo = threading.local()  # (key, when, record) of this thread's search in progress
+
+    def _key(self, conversation_id: Hashable) -> str:
+        if not (isinstance(conversation_id, tuple) and len(conversation_id) == 2):
+            raise TypeError(f"a shared dedup record is keyed by (Scope, conversation), got {conversation_id!r:.60}")
+        scope, conversation = conversation_id
+        if not isinstance(scope, Scope):
+            raise TypeError(f"a shared dedup record is keyed by (Scope, conversation), got {conversation_id!r:.60}")
+        return self.shared.keys.conversation(scope, str(conversation))
+
+    def _seen_turns(self, key: str, generation: str | None) -> int:
+        """The last turn this process saw of the record's ``generation`` (None: the record is absent)."""
+        seen = self._seen.peek(key)
+        if seen is None or (generation is not None and seen[0] != generation):
+            return 0
+        return seen[1]
+
+    def _read(self, key: str) -> Conversation | _Unknown:
+        """The committed record (an empty one when there is none), or UNKNOWN."""
+        got = self.shared.read(key)
+        if got is None:
+            return UNKNOWN
+        if got.absent:
+            seen = self._seen_turns(key, None)
+            if seen:
+                self._bury(key, "", seen)
+                return UNKNOWN
+            return Conversation()
+        decoded = self._decode(key, got.data or b"")
+        if decoded is None:
+            return UNKNOWN
+        conv, generation = decoded
+        seen = self._seen_turns(key, generation)
+        if conv.turns < seen:
+            self._bury(key, got.token, seen)
+            return UNKNOWN
+        self._seen.set(key, (generation, conv.turns))
+        return conv
+
+    def _decode(self, key: str, data: bytes) -> tuple[Conversation, str] | None:
+        try:
+            return decode_conversation(data, self.shared.keys.owner(key), max_bytes=MAX_RECORD_BYTES)
+        except LostRecord:
+            return None
+        except ValueError as exc:
+            self.shared.bad_value(key, exc, "the conversation sends full memories until the key expires")
+            return None
+
+    def _bury(self, key: str, token: str, seen: int) -> None:
+        """The record was lost after turn ``seen``: a tombstone in its place (module doc)."""
+        self.shared.bad_value(
+            key,
+            LostRecord(f"this process saw turn {seen}, the store no longer has it"),
+            "its turn numbering cannot be rebuilt: the conversation sends full memories from now on",
+        )
+        self.shared.write(key, encode_tombstone(self.shared.keys.owner(key), seen), expected=token)
+
+    # ------------------------------------------------------------------ committed state
+    def _read_once(self, key: str, *, last: bool) -> Conversation | _Unknown:
+        """One read per search: ``sent_count`` reads, ``peek`` and then ``plan`` (``last``) reuse it on this
+        thread (for at most :data:`REUSE_S`). A reused record can only lack turns committed since: fewer
+        pointers, never a wrong one (committed turns never change)."""
+        memo = getattr(self._memo, "value", None)
+        self._memo.value = None
+        if memo is not None and memo[0] == key and time.monotonic() - memo[1] <= REUSE_S:
+            conv: Conversation | _Unknown = memo[2]
+        else:
+            conv = self._read(key)
+        if not last:
+            self._memo.value = (key, time.monotonic(), conv)
+        return conv
+
+    def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
+        conv = self._read_once(self._key(conversation_id), last=False)
+        if isinstance(conv, _Unknown):
+            return tuple(None for _ in blocks)
+        out = []
+        for b in blocks:
+            bid, digest = (b.id, b.digest) if isinstance(b, ContextBlock) else (b, None)
+            out.append(sent_location(conv, None, bid, digest, content=self.content))
+        return tuple(out)
+
+    def sent_count(self, conversation_id: Hashable) -> int:
+        key = self._key(conversation_id)
+        self._memo.value = None
+        conv = self._read_once(key, last=False)
+        return 0 if isinstance(conv, _Unknown) else len(conv.by_id)
+
+    def sent(self, conversation_id: Hashable) -> dict[Hashable, Location]:
+        conv = self._read(self._key(conversation_id))
+        return {} if isinstance(conv, _Unknown) else {b: loc for b, (_, loc) in conv.by_id.items()}
+
+    def forget(self, conversation_id: Hashable) -> bool:
+        """Start the conversation's record over (a new generation, from turn 1); False: the store did not."""
+        key = self._key(conversation_id)
+        self._seen.pop(key)
+        got = self.shared.read(key)
+        if got is None:
+            return False
+        fresh = encode_conversation(Conversation(), self.shared.keys.owner(key), uuid.uuid4().hex)
+        return bool(self.shared.write(key, fresh, expected=got.token)) and not got.absent
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def __contains__(self, conversation_id: Hashable) -> bool:
+        return self._key(conversation_id) in self._seen
+
+    # ------------------------------------------------------------------ the two phases
+    def plan(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> DedupResult:
+        """Plan against the store's committed record; when it cannot say, keep every block (no pointer)."""
+        items = _check_turn(conversation_id, blocks)
+        key = self._key(conversation_id)
+        conv = self._read_once(key, last=True)
+        known = not isinstance(conv, _Unknown)
+        base = conv.turns if isinstance(conv, Conversation) else 0
+        kept, dropped, trims, sends = plan_turn(
+            conv if isinstance(conv, Conversation) else None,
+            items,
+            base + 1,
+            content=self.content and known,
+            spans=self.spans and known,
+            min_span_chars=self.min_span_chars,
+            location_template=self.location_template,
+        )
+        with self._lock:
+            seq = next(self._seq)
+            self._plans.set(seq, "pending")
+            generation = (self._seen.peek(key) or ("", 0))[0]
+            self._planned.set(seq, _Planned(key, base if known else None, generation))
+        ticket = PlanTicket(self._token, seq, sends)
+        return DedupResult(base + 1, kept, dropped, trims, conversation_id, committed=False, _ticket=ticket)
+
+    def commit(self, result: DedupResult) -> DedupResult:
+        """Append the turn to the store's record (compare-and-set); turn 0 when it could not be recorded."""
+        ticket = self._ticket_of(result, "commit")
+        with self._lock:
+            state = self._plans.peek(ticket.seq)
+            if state != "pending":
+                raise ValueError(f"cannot commit this plan: it is {state or 'expired (or unknown)'}")
+            self._plans.set(ticket.seq, "committed")
+            planned = self._planned.pop(ticket.seq)
+        turn = 0 if planned is None else self._append(planned, ticket)
+        if turn and turn != result.turn:
+            logger.debug("dedup: conversation %r committed another turn meanwhile; now turn %d", planned, turn)
+        return _renumbered(result, turn)
+
+    def _append(self, planned: _Planned, ticket: PlanTicket) -> int:
+        """Register the turn's sends in the store; its number, or 0 when the store did not take it."""
+        shared, key = self.shared, planned.key
+        for _ in range(COMMIT_ATTEMPTS):
+            got = shared.read(key)
+            if got is None:
+                return 0
+            decoded = (Conversation(), "") if got.absent else self._decode(key, got.data or b"")
+            if decoded is None:
+                return 0
+            conv, generation = decoded
+            base = (planned.base or 0) if got.absent or planned.generation == generation else 0
+            seen = max(base, self._seen_turns(key, None if got.absent else generation))
+            if conv.turns < seen:  # lost since the plan (or since this process last saw it)
+                self._bury(key, got.token, seen)
+                return 0
+            conv.turns += 1
+            for send in ticket.sends:
+                register_send(conv, send, Location(send.block_id, conv.turns, send.position))
+            try:
+                data = encode_conversation(conv, shared.keys.owner(key), generation)
+            except ValueError as exc:
+                logger.warning("dedup record %s cannot be stored (%s): the turn is not recorded", key, exc)
+                return 0
+            written = shared.write(key, data, expected=got.token)
+            if written is None:
+                return 0
+            if written != CONFLICT:
+                self._seen.set(key, (generation, conv.turns))
+                return conv.turns
+        logger.warning(
+            "dedup record %s: %d concurrent commits in a row; this turn is not recorded", key, COMMIT_ATTEMPTS
+        )
+        return 0

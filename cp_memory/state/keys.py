@@ -1,0 +1,59 @@
+"""Key names in a shared store: namespaced by tenant, one key per full mem0 scope and per conversation.
+
+    cpm:v1:<tenant>:idx:<user>.<agent>.<run>.<conditions>          a scope's context index
+    cpm:v1:<tenant>:conv:<user>.<agent>.<run>:<conversation>       a conversation's committed dedup turns
+
+Each field is the first 20 hex digits of SHA-256 over ``key NUL value`` (``_`` when absent), as the snapshot
+file names are (:mod:`cp_memory.memory.snapshots`): no id can make two scopes, two tenants or two
+conversations share a key, and no id can inject a separator. Each value also carries its :meth:`owner`
+(a digest of the whole key's meaning), so a value planted under a key that is not its own is recognised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ..core.scope import ENTITY_KEYS, Scope
+
+__all__ = ["KEY_PREFIX", "StateKeys"]
+
+KEY_PREFIX = "cpm:v1"
+
+
+def _field(key: str, value: str | None) -> str:
+    if value is None or value == "":
+        return "_"
+    return hashlib.sha256(f"{key}\0{value}".encode()).hexdigest()[:20]
+
+
+def _entities(scope: Scope) -> str:
+    return ".".join(_field(k, v) for k, v in zip(ENTITY_KEYS, (scope.user_id, scope.agent_id, scope.run_id)))
+
+
+@dataclass(frozen=True)
+class StateKeys:
+    """The key names of one tenant (one application sharing a store with others)."""
+
+    tenant: str = "default"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tenant, str) or not self.tenant.strip():
+            raise ValueError(f"the state store tenant must be a non-empty str, got {self.tenant!r}")
+
+    @property
+    def prefix(self) -> str:
+        return f"{KEY_PREFIX}:{_field('tenant', self.tenant)}"
+
+    def index(self, scope: Scope) -> str:
+        """The key of ``scope``'s context index (the full scope: entity ids and other conditions)."""
+        return f"{self.prefix}:idx:{_entities(scope)}.{_field('conditions', scope.conditions)}"
+
+    def conversation(self, scope: Scope, conversation: str) -> str:
+        """The key of a conversation's dedup record (entity ids + conversation id, as the local record)."""
+        return f"{self.prefix}:conv:{_entities(scope.entities)}:{_field('conversation', conversation)}"
+
+    @staticmethod
+    def owner(key: str) -> str:
+        """What a value stored under ``key`` must carry: a digest of the key (hence of tenant and scope)."""
+        return hashlib.sha256(f"owner\0{key}".encode()).hexdigest()[:32]

@@ -1,0 +1,91 @@
+"""The Redis :class:`~cp_memory.state.store.StateStore`: one hash per key (``t``: token, ``d``: bytes), read and
+written by two Lua scripts, so a read-if-changed and a compare-and-set are one round trip each and atomic.
+
+Every call is bounded: ``socket_timeout`` / ``socket_connect_timeout`` = ``timeout_s``, one retry on a
+connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.store.StoreUnavailable`. A key of
+another type, or a hash without a token (anything this store did not write), reads as
+:data:`~cp_memory.state.store.MALFORMED`; a write expecting that token replaces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..extras import requires
+from .store import MALFORMED, StoreUnavailable, Versioned, new_token
+
+with requires("redis", "cp_memory.state.redis_store"):
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+__all__ = ["RedisStateStore"]
+
+_READ = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'none' then return {''} end
+if kind ~= 'hash' then return {ARGV[3]} end
+local t = redis.call('HGET', KEYS[1], 't')
+if not t then return {ARGV[3]} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if t == ARGV[1] then return {t} end
+return {t, redis.call('HGET', KEYS[1], 'd') or ''}
+"""
+
+_WRITE = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+local t = ''
+if kind == 'hash' then t = redis.call('HGET', KEYS[1], 't') or ARGV[5]
+elseif kind ~= 'none' then t = ARGV[5] end
+if t ~= ARGV[1] then return 0 end
+if t == ARGV[5] then redis.call('DEL', KEYS[1]) end
+redis.call('HSET', KEYS[1], 't', ARGV[2], 'd', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+
+class RedisStateStore:
+    """Keys in one Redis database (``redis://host:port/db``); thread-safe (redis-py's connection pool)."""
+
+    def __init__(self, url: str, *, timeout_s: float) -> None:
+        self.client = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1),
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+        self._read = self.client.register_script(_READ)
+        self._write = self.client.register_script(_WRITE)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:  # connection, timeout, OOM, script errors: the store cannot say
+            raise StoreUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
+
+    def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
+        got = self._call("read", self._read, keys=[key], args=[have, int(ttl_s * 1000), MALFORMED])
+        token = got[0].decode() if isinstance(got[0], bytes) else str(got[0])
+        if token == "":
+            return Versioned("", None)
+        if token == MALFORMED:
+            return Versioned(MALFORMED, b"")
+        return Versioned(token, bytes(got[1]) if len(got) > 1 else None)
+
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
+        token = new_token()
+        args = [expected, token, data, int(ttl_s * 1000), MALFORMED]
+        done = self._call("write", self._write, keys=[key], args=args)
+        return token if int(done) == 1 else None
+
+    def delete(self, key: str) -> None:
+        self._call("delete", self.client.delete, key)
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except redis.RedisError:
+            pass

@@ -1,0 +1,132 @@
+"""The store protocol: versioned values, compare-and-set writes, a sliding TTL; and the in-process store.
+
+Every value carries a *token*: a fresh random string per write (so a key deleted and written again never
+looks unchanged to a reader that cached the old one). A writer passes the token it read; the write happens
+only if the key still holds it (:meth:`StateStore.write` returns None otherwise: read again, redo, retry).
+Any failure to reach the store (down, timeout, out of memory) raises :class:`StoreUnavailable`; callers
+treat it as "the store cannot say" and fall back (:mod:`cp_memory.memory.shared`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "MALFORMED",
+    "MemoryStateStore",
+    "StateStore",
+    "StoreUnavailable",
+    "Versioned",
+    "new_token",
+    "open_state_store",
+]
+
+#: the token a reader sees for a key that holds something this store did not write (another type, no token):
+#: a write passing it as ``expected`` replaces that value
+MALFORMED = "!malformed"
+
+
+class StoreUnavailable(Exception):
+    """The store cannot answer now (down, timeout, out of memory, refused): the caller falls back."""
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A read: ``token`` of the value ("" when the key is absent) and its bytes (None when absent, or when
+    the key still holds the token the reader already has)."""
+
+    token: str
+    data: bytes | None
+
+    @property
+    def absent(self) -> bool:
+        return self.token == ""
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Versioned values by key; every method raises :class:`StoreUnavailable` when the store cannot answer."""
+
+    def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
+        """The key's token and bytes (bytes None if the token equals ``have``); refreshes the key's TTL."""
+        ...
+
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
+        """Store ``data`` if the key holds token ``expected`` ("" = absent); the new token, or None on conflict."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Entry:
+    token: str
+    data: bytes
+    expires: float
+
+
+class MemoryStateStore:
+    """The in-process :class:`StateStore`: a dict with the same tokens, compare-and-set and TTLs. Wrappers
+    of one process may share one (tests use it as the reference the Redis store must match)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    def _live(self, key: str) -> _Entry | None:
+        entry = self._items.get(key)
+        if entry is not None and entry.expires <= time.monotonic():
+            del self._items[key]
+            return None
+        return entry
+
+    def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
+        with self._lock:
+            entry = self._live(key)
+            if entry is None:
+                return Versioned("", None)
+            entry.expires = time.monotonic() + ttl_s
+            return Versioned(entry.token, None if have and entry.token == have else entry.data)
+
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
+        with self._lock:
+            entry = self._live(key)
+            if (entry.token if entry is not None else "") != expected:
+                return None
+            token = new_token()
+            self._items[key] = _Entry(token, bytes(data), time.monotonic() + ttl_s)
+            return token
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        """Test helper: plant ``data`` under ``key`` as another writer would (a fresh token, a long TTL)."""
+        with self._lock:
+            self._items[key] = _Entry(new_token(), bytes(data), time.monotonic() + 86_400)
+
+    def close(self) -> None:
+        return None
+
+
+def open_state_store(url: str, *, timeout_s: float) -> StateStore:
+    """The store a ``state_store`` URL names: ``memory://`` (in-process, this process only) or
+    ``redis://`` / ``rediss://`` / ``unix://`` (Redis; the ``redis`` extra)."""
+    if url.startswith("memory://"):
+        return MemoryStateStore()
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from .redis_store import RedisStateStore
+
+        return RedisStateStore(url, timeout_s=timeout_s)
+    raise ValueError(f"state_store must be a redis://, rediss://, unix:// or memory:// URL, got {url.split(':')[0]!r}")

@@ -1,0 +1,102 @@
+"""The store seam's contract, the same for the in-process store and a real Redis: tokens, compare-and-set,
+TTL, a value this store did not write, and the owner tags on what it holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from cp_memory.core.dedup_records import Conversation, Location
+from cp_memory.core.scope import Scope
+from cp_memory.state import MemoryStateStore, StateKeys, StateStore, StoreUnavailable, open_state_store
+from cp_memory.state.records import (
+    ForeignRecord,
+    decode_conversation,
+    decode_index,
+    encode_conversation,
+    encode_index,
+)
+from cp_memory.state.store import MALFORMED
+
+TTL = 60
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> StateStore:
+    if request.param == "memory":
+        return MemoryStateStore()
+    url = request.getfixturevalue("redis_url")
+    return open_state_store(url, timeout_s=1.0)
+
+
+def test_a_write_needs_the_token_it_read(store: StateStore) -> None:
+    assert store.read("k", ttl_s=TTL).absent
+    first = store.write("k", b"one", expected="", ttl_s=TTL)
+    assert first
+    assert store.write("k", b"lost", expected="", ttl_s=TTL) is None  # another writer got there first
+    second = store.write("k", b"two", expected=first, ttl_s=TTL)
+    assert second and second != first
+    got = store.read("k", ttl_s=TTL)
+    assert (got.token, got.data) == (second, b"two")
+    assert store.read("k", have=second, ttl_s=TTL).data is None  # unchanged: no bytes sent again
+    store.delete("k")
+    assert store.read("k", ttl_s=TTL).absent
+
+
+def test_keys_carry_a_ttl_in_redis(redis_url: str) -> None:
+    store = open_state_store(redis_url, timeout_s=1.0)
+    store.write("k", b"x", expected="", ttl_s=TTL)
+    import redis
+
+    assert 0 < redis.Redis.from_url(redis_url).ttl("k") <= TTL
+
+
+def test_a_value_this_store_did_not_write_reads_as_malformed_and_can_be_replaced(redis_url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(redis_url).set("k", b"someone else's string")
+    store = open_state_store(redis_url, timeout_s=1.0)
+    got = store.read("k", ttl_s=TTL)
+    assert got.token == MALFORMED
+    assert store.write("k", b"mine", expected="", ttl_s=TTL) is None
+    assert store.write("k", b"mine", expected=MALFORMED, ttl_s=TTL)
+    assert store.read("k", ttl_s=TTL).data == b"mine"
+
+
+def test_a_server_that_is_not_there_is_unavailable() -> None:
+    from tests.redis_server import free_port, redis_binary
+
+    redis_binary()
+    store = open_state_store(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+    with pytest.raises(StoreUnavailable):
+        store.read("k", ttl_s=TTL)
+
+
+def test_keys_are_namespaced_by_tenant_full_scope_and_conversation() -> None:
+    a, b = StateKeys("app-a"), StateKeys("app-b")
+    alice = Scope("alice")
+    narrowed = Scope("alice", conditions="0123456789abcdef")
+    assert a.index(alice) != b.index(alice) != a.index(narrowed)
+    assert a.conversation(alice, "c1") != a.conversation(alice, "c2") != b.conversation(alice, "c1")
+    assert a.conversation(narrowed, "c1") == a.conversation(alice, "c1")  # dedup records: entity ids
+    assert a.conversation(Scope("alice", "bot"), "c1") != a.conversation(alice, "c1")
+    assert ":" not in a.index(Scope("x:y")).split(":idx:")[1]  # no id can inject a separator
+
+
+def test_records_name_their_owner() -> None:
+    keys = StateKeys()
+    mine, other = keys.index(Scope("alice")), keys.index(Scope("bob"))
+    value = encode_index(b"snapshot", keys.owner(mine))
+    assert decode_index(value, keys.owner(mine)) == b"snapshot"
+    with pytest.raises(ForeignRecord):
+        decode_index(value, keys.owner(other))
+    conv = Conversation(turns=2)
+    conv.by_id["m1"] = ("d1", Location("m1", 1, 3))
+    conv.by_digest["d1"] = Location("m1", 1, 3)
+    k1 = keys.conversation(Scope("alice"), "c1")
+    data = encode_conversation(conv, keys.owner(k1))
+    assert decode_conversation(data, keys.owner(k1), max_bytes=1 << 20) == (conv, "")
+    with pytest.raises(ForeignRecord):
+        decode_conversation(data, keys.owner(keys.conversation(Scope("alice"), "c2")), max_bytes=1 << 20)
+    for bad in (b"", b"{}", b"[1]", data[:-3], data.replace(b'"turns":2', b'"turns":0')):
+        with pytest.raises(ValueError):
+            decode_conversation(bad, keys.owner(k1), max_bytes=1 << 20)
