@@ -59,6 +59,8 @@ PY
         "$VLLM_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
     fi
 fi
+log "installing (or checking) Claude Code and Codex for the gateway's real-client tests (scripts/setup_harnesses.sh)"
+CP_MEMORY_SETUP_LITELLM="${CP_MEMORY_SETUP_LITELLM:-0}" bash scripts/setup_harnesses.sh  # LiteLLM: only benchmarks.gateway_latency
 log "building (or reusing) llama-server"
 PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null
 log "done"
