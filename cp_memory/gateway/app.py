@@ -37,6 +37,8 @@ __all__ = ["KEY_HEADER", "build_app"]
 logger = logging.getLogger(__name__)
 
 KEY_HEADER = "x-cp-gateway-key"
+#: bodies up to this size are planned on the event loop; larger ones in a worker thread
+_INLINE_PLAN_BYTES = 256 * 1024
 
 
 class _TooLarge(Exception):
@@ -131,7 +133,10 @@ class _App:
             return _error(408, "request_timeout", f"request body not received within {self.config.body_timeout_s} s")
         started = time.perf_counter()
         headers = {k.lower(): v for k, v in request.headers.items()}
-        plan = self.gateway.plan(api, headers, raw)
+        if len(raw) > _INLINE_PLAN_BYTES:  # a big body's replay digests must not stall the event loop
+            plan = await asyncio.to_thread(self.gateway.plan, api, headers, raw)
+        else:
+            plan = self.gateway.plan(api, headers, raw)
         self.metrics.overhead.labels(api.value).observe(time.perf_counter() - started)
         self._count_plan(plan)
         return await self._forward(request, plan)

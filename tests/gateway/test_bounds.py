@@ -223,3 +223,11 @@ def test_a_non_loopback_bind_needs_an_explicit_flag() -> None:
     assert GatewayConfig(upstream="http://127.0.0.1:8000", host="0.0.0.0", allow_remote=True).host == "0.0.0.0"
     with pytest.raises(ValidationError, match="http"):
         GatewayConfig(upstream="ftp://x")
+
+
+def test_a_large_body_is_planned_off_the_event_loop_and_forwarded_whole(upstream: Any) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "word " * 300_000}]}  # 1.5 MB
+    with running_gateway(upstream.url) as gw:
+        answer = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 200 and answer.headers["x-cp-cache-read-tokens"] == "4"
+    assert upstream.requests[-1].body == body

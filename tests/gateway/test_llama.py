@@ -1,6 +1,7 @@
-"""The gateway in front of a real llama-server (random-weight model, one slot, prompt cache on): the official
-``openai`` SDK streamed and not with tools, and the recorded re-rendering session, measured on the engine's
-own cached-token counts: replayed through the gateway it reuses more of its prompts than sent directly.
+"""The gateway in front of a real llama-server (random-weight model, one slot, prompt cache on, a ChatML
+template that renders tool calls): the official ``openai`` SDK streamed and not with tools, and the recorded
+re-rendering sessions of the three protocols (llama-server serves chat completions, responses and messages),
+measured on the engine's own cached-token counts: through the gateway they reuse more than sent directly.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from cp_memory.gateway.protocols import Api
 from cp_memory.providers.usage import read_usage
 
 from .conftest import Running, running_gateway
-from .recordings import TOOL, chat_session
+from .recordings import TOOL, anthropic_session, chat_session, responses_session
 
 pytestmark = pytest.mark.engine
 #: ChatML that renders tool calls' arguments, as real models' templates do
@@ -66,44 +67,49 @@ def test_openai_sdk_through_the_gateway_streamed_and_not_with_tools(gateway: Run
     assert usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens > 0
 
 
-def _send_all(url: str, bodies: list[dict[str, Any]], key: str) -> list[tuple[int, int]]:
+def _send_all(url: str, path: str, bodies: list[dict[str, Any]], key: str) -> list[tuple[int, int]]:
     """(prompt tokens, cached tokens) of each request, from the engine's own usage."""
     out = []
     for body in bodies:
-        answer = httpx.post(
-            url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}, timeout=300
-        )
+        headers = {"authorization": f"Bearer {key}", "x-api-key": key}
+        answer = httpx.post(url + path, json=body, headers=headers, timeout=300)
         assert answer.status_code == 200, answer.text
         usage = read_usage(answer.json())
         out.append((usage.input_tokens, usage.cache_read_tokens))
     return out
 
 
-def test_a_re_rendering_client_gets_more_prefix_hits_through_the_gateway(llama: Any, gateway: Running) -> None:
-    """The same recorded session (tool arguments re-encoded every other turn, a string content turned into a
-    text part) sent directly and through the gateway, on the same cold engine: the engine's cached tokens."""
-    bodies = chat_session(rerender=True)
+SESSIONS = {"/v1/chat/completions": chat_session, "/v1/responses": responses_session, "/v1/messages": anthropic_session}
+
+
+@pytest.mark.parametrize("path", list(SESSIONS))
+def test_a_re_rendering_client_gets_more_prefix_hits_through_the_gateway(
+    llama: Any, gateway: Running, path: str
+) -> None:
+    """The same recorded session (tool arguments re-encoded every other turn, ...) sent directly and through
+    the gateway, on the same cold engine: the engine's cached tokens."""
+    bodies = SESSIONS[path](rerender=True)
     _flush(llama)
-    direct = _send_all(llama.base_url, bodies, "sk-direct")
+    direct = _send_all(llama.base_url, path, bodies, "sk-direct")
     _flush(llama)
-    through = _send_all(gateway.url, bodies, "sk-gateway")
+    through = _send_all(gateway.url, path, bodies, "sk-gateway-" + path)
     cached_direct = sum(c for _, c in direct[1:])
     cached_through = sum(c for _, c in through[1:])
     prompts = sum(p for p, _ in through[1:])
     print(
-        f"llama-server, {len(bodies)} requests: cached {cached_direct} direct vs {cached_through} "
+        f"llama-server {path}, {len(bodies)} requests: cached {cached_direct} direct vs {cached_through} "
         f"through the gateway of {prompts}"
     )
     assert cached_through > cached_direct
     # through the gateway each request reuses (almost) all of the previous one: what it sent is still its prefix
     for (prev, _), (_, cached) in zip(through, through[1:]):
         assert cached >= prev - 16, (prev, cached)
-    session = next(iter(gateway.gateway.store.sessions_of(_tenant(gateway, "sk-gateway"), 5)))
+    session = next(iter(gateway.gateway.store.sessions_of(_tenant(gateway, "sk-gateway-" + path), 5)))
     assert session.attribution.rewritten_segments > 0 and session.attribution.gateway_tokens > 0
 
 
 def _tenant(gateway: Running, key: str) -> str:
-    return gateway.gateway.identify(Api.OTHER, {"authorization": f"Bearer {key}"}, {}).tenant
+    return gateway.gateway.identify(Api.OTHER, {"authorization": f"Bearer {key}", "x-api-key": key}, {}).tenant
 
 
 def test_the_engine_answer_passes_through_byte_for_byte(llama: Any, gateway: Running) -> None:
