@@ -34,6 +34,9 @@ def _cell(rows: Mapping[Q, Answer], pair: Mapping[Q, Answer] | None) -> dict[str
         "f1": mean_points(r.f1 for r in vals),
         "em": mean_points(r.em for r in vals),
         "evidence_recall": round(100 * sum(r.evidence_hit for r in vals) / cover, 1) if cover else None,
+        "prompt_tokens": round(sum(toks) / len(toks))
+        if (toks := [r.prompt_tokens for r in vals if r.prompt_tokens])
+        else None,
         "categories": by_category([(r.category, r.f1, r.em) for r in vals]),
     }
     if pair is not None:
@@ -79,15 +82,15 @@ def _diff(d: Mapping[str, Any] | None) -> str:
 
 def _arm_rows(cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
     out = [
-        "| arm | n | F1 | EM | ΔF1 vs pair [95% CI] | ΔEM [95% CI] | F1 cat 1 / 2 / 3 / 4 | evidence recall |",
-        "|---|---:|---:|---:|---|---|---|---:|",
+        "| arm | n | F1 | EM | ΔF1 vs pair [95% CI] | ΔEM [95% CI] | F1 cat 1 / 2 / 3 / 4 | evidence recall | tokens |",
+        "|---|---:|---:|---:|---|---|---|---:|---:|",
     ]
     for name, c in cells.items():
         cats = " / ".join(_fmt(c["categories"][str(i)]["f1"]) for i in (1, 2, 3, 4))
         pair = f" (vs {c['pair']})" if c.get("pair") and c["pair"] != "baseline" else ""
         out.append(
             f"| {name} | {c['n']} | {_fmt(c['f1'])} | {_fmt(c['em'])} | {_diff(c.get('d_f1'))}{pair} | "
-            f"{_diff(c.get('d_em'))} | {cats} | {_fmt(c['evidence_recall'])} |"
+            f"{_diff(c.get('d_em'))} | {cats} | {_fmt(c['evidence_recall'])} | {c['prompt_tokens'] or '–'} |"
         )
     return out
 

@@ -132,34 +132,30 @@ class QualityRun:
             self.reused += 1
         return row
 
-    def run_arm(self, conv: Conversation, user: Ingested, k: int, arm: Arm, qids: Sequence[int]) -> None:
-        """``arm``'s questions in order through a fresh builder (chats restart every ``chat_turns``)."""
-        chat_id = f"{conv.sample_id}/k={k}/{arm.name}"
-        builder = ModeBuilder(
-            arm.spec,
-            self.search,
-            user_id=user.user_id,
-            k=KSpec(k),
-            conversation_id=chat_id,
-            mem0_kwargs=MEM0_KWARGS,
-            options=arm.options,
-        )
-        evidence, history = self.evidence(user), list[dict[str, Any]]()
+    def run_arms(self, conv: Conversation, user: Ingested, k: int, arms: Sequence[Arm], qids: Sequence[int]) -> None:
+        """The questions in order, each through every arm before the next (a fresh builder per arm; chats
+        restart every ``chat_turns``). Question-major: the aligned arms' prompts for one question share their
+        blocks, so the engine's prompt cache serves the second and third almost free."""
+        states = [_ArmState.start(self, conv, user, k, arm) for arm in arms]
         for turn, qi in enumerate(qids):
-            if arm.chat and turn and turn % self.chat_turns == 0:
-                history = []
-                builder.new_chat(f"{chat_id}/chat{turn // self.chat_turns}")
-            qa = conv.qa[qi]
-            built = builder.build(qa.question)
-            carrier = {"results": [], "context_pilot": {"context": built.context}}
-            messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history if arm.chat else None)
-            ev = evidence.score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
-            row = self.answer(
-                (self.model, "arms", k, arm.name, conv.sample_id, qi), messages, qa, (ev.hit, ev.coverable)
-            )
-            builder.sent(built, row is not None)
-            if arm.chat:
-                history += [messages[-1], {"role": "assistant", "content": row.answer if row else ""}]
+            for state in states:
+                self._ask_arm(state, conv, user, k, turn, qi)
+
+    def _ask_arm(self, st: _ArmState, conv: Conversation, user: Ingested, k: int, turn: int, qi: int) -> None:
+        if st.arm.chat and turn and turn % self.chat_turns == 0:
+            st.history = []
+            st.builder.new_chat(f"{st.chat_id}/chat{turn // self.chat_turns}")
+        qa = conv.qa[qi]
+        built = st.builder.build(qa.question)
+        carrier = {"results": [], "context_pilot": {"context": built.context}}
+        history = st.history if st.arm.chat else None
+        messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
+        ev = self.evidence(user).score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
+        key = (self.model, "arms", k, st.arm.name, conv.sample_id, qi)
+        row = self.answer(key, messages, qa, (ev.hit, ev.coverable))
+        st.builder.sent(built, row is not None)
+        if st.arm.chat:
+            st.history += [messages[-1], {"role": "assistant", "content": row.answer if row else ""}]
 
     def run_position(self, conv: Conversation, user: Ingested, k: int, qids: Sequence[int]) -> None:
         """The controlled position test for ``qids`` (questions with one evidence memory) at ``k``."""
@@ -172,6 +168,30 @@ class QualityRun:
                 carrier = {"results": [], "context_pilot": {"context": context}}
                 messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT)
                 self.answer((self.model, "position", k, variant, conv.sample_id, qi), messages, qa, (1, 1))
+
+
+@dataclass
+class _ArmState:
+    """One arm's builder (its own cold index and dedup log) and chat history over one (conversation, k)."""
+
+    arm: Arm
+    builder: ModeBuilder
+    chat_id: str
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, run: QualityRun, conv: Conversation, user: Ingested, k: int, arm: Arm) -> _ArmState:
+        chat_id = f"{conv.sample_id}/k={k}/{arm.name}"
+        builder = ModeBuilder(
+            arm.spec,
+            run.search,
+            user_id=user.user_id,
+            k=KSpec(k),
+            conversation_id=chat_id,
+            mem0_kwargs=MEM0_KWARGS,
+            options=arm.options,
+        )
+        return cls(arm, builder, chat_id)
 
 
 def _rekeyed(row: Answer, key: tuple[str, str, int, str, str, int]) -> Answer:
@@ -220,9 +240,8 @@ def _run_k(
 ) -> None:
     for q in qids:  # retrieve once up front: every arm gets the same memoized mem0 results
         run.search.search(conv.qa[q].question, top_k=k, filters={"user_id": user.user_id}, **MEM0_KWARGS)
-    for arm in arms:
-        run.run_arm(conv, user, k, arm, qids)
-        progress(f"{conv.sample_id} k={k} {arm.name}: {len(qids)} q (asked {run.asked}, cached {run.reused})")
+    run.run_arms(conv, user, k, arms, qids)
+    progress(f"{conv.sample_id} k={k}: {len(qids)} q x {len(arms)} arms (asked {run.asked}, cached {run.reused})")
 
 
 def default_cache(out: str | Path, model: str) -> Path:
