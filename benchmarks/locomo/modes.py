@@ -285,7 +285,10 @@ class ModeBuilder:
         conversation_id: str | None = None,
         mem0_kwargs: Mapping[str, Any] | None = None,
         alpha: float = DEFAULT_ALPHA,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
+        """``options``: ContextPilotMemory options over the mode's own (e.g. ``annotate_top=None``, the full
+        order annotation; ``annotate=False``; benchmarks.quality's arms)."""
         spec = mode if isinstance(mode, ModeSpec) else parse_mode(mode, extra_budget=extra_budget)
         if spec.name == "aligned+superset" and spec.extra_budget <= 0:
             raise ValueError("aligned+superset needs extra_budget > 0")
@@ -307,6 +310,7 @@ class ModeBuilder:
                 "dedup": spec.dedup,
                 **spec.alignment.options(),
                 "max_overfetch": 0,
+                **(options or {}),
             }
             self.cpm = ContextPilotMemory(search, **options)
 

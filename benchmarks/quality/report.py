@@ -1,0 +1,167 @@
+"""The quality report, computed from the answer cache alone: per model, per k and arm the mean F1 and exact
+match (in points), per category 1-4, and the paired difference from the arm's pair (baseline; chat+dedup:
+chat) with its 95 % bootstrap interval; the position test's curve against ``first``. Markdown and a PNG."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .arms import ARMS
+from .cache import Answer
+from .position import VARIANTS
+from .stats import by_category, mean_points, paired_diff
+
+__all__ = ["counts", "markdown", "plot_position", "summarize"]
+
+Q = tuple[str, int]
+
+
+def _index(rows: Iterable[Answer]) -> dict[tuple[str, int, str], dict[Q, Answer]]:
+    out: dict[tuple[str, int, str], dict[Q, Answer]] = defaultdict(dict)
+    for r in rows:
+        out[(r.part, r.k, r.arm)][(r.sample_id, r.q_index)] = r
+    return out
+
+
+def _cell(rows: Mapping[Q, Answer], pair: Mapping[Q, Answer] | None) -> dict[str, Any]:
+    vals = list(rows.values())
+    cover = sum(r.evidence_coverable for r in vals)
+    cell: dict[str, Any] = {
+        "n": len(vals),
+        "f1": mean_points(r.f1 for r in vals),
+        "em": mean_points(r.em for r in vals),
+        "evidence_recall": round(100 * sum(r.evidence_hit for r in vals) / cover, 1) if cover else None,
+        "prompt_tokens": round(sum(toks) / len(toks))
+        if (toks := [r.prompt_tokens for r in vals if r.prompt_tokens])
+        else None,
+        "categories": by_category([(r.category, r.f1, r.em) for r in vals]),
+    }
+    if pair is not None:
+        for metric in ("f1", "em"):
+            d = paired_diff(
+                {q: getattr(r, metric) for q, r in rows.items()}, {q: getattr(r, metric) for q, r in pair.items()}
+            )
+            cell[f"d_{metric}"] = d.as_dict() if d else None
+    return cell
+
+
+def summarize(rows: Iterable[Answer]) -> dict[str, Any]:
+    """One model's rows -> ``{"arms": {k: {arm: cell}}, "position": {k: {variant: cell}}}``."""
+    idx = _index(rows)
+    arms: dict[str, dict[str, Any]] = defaultdict(dict)
+    position: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (part, k, name), cells in sorted(idx.items(), key=lambda kv: (kv[0][0], kv[0][1], _order(kv[0][2]))):
+        if part == "arms":
+            pair_name = ARMS[name].pair if name in ARMS else "baseline"
+            pair = idx.get(("arms", k, pair_name)) if pair_name != name else None
+            arms[str(k)][name] = {"pair": pair_name if pair is not None else None, **_cell(cells, pair)}
+        else:
+            first = idx.get(("position", k, "first")) if name != "first" else None
+            position[str(k)][name] = _cell(cells, first)
+    return {"arms": dict(arms), "position": dict(position)}
+
+
+def _order(name: str) -> int:
+    names = list(ARMS) + list(VARIANTS)
+    return names.index(name) if name in names else len(names)
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def _diff(d: Mapping[str, Any] | None) -> str:
+    if not d:
+        return ""
+    star = " *" if d["significant"] else ""
+    return f"{d['mean']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}]{star}"
+
+
+def _arm_rows(cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    out = [
+        "| arm | n | F1 | EM | ΔF1 vs pair [95% CI] | ΔEM [95% CI] | F1 cat 1 / 2 / 3 / 4 | evidence recall | tokens |",
+        "|---|---:|---:|---:|---|---|---|---:|---:|",
+    ]
+    for name, c in cells.items():
+        cats = " / ".join(_fmt(c["categories"][str(i)]["f1"]) for i in (1, 2, 3, 4))
+        pair = f" (vs {c['pair']})" if c.get("pair") and c["pair"] != "baseline" else ""
+        out.append(
+            f"| {name} | {c['n']} | {_fmt(c['f1'])} | {_fmt(c['em'])} | {_diff(c.get('d_f1'))}{pair} | "
+            f"{_diff(c.get('d_em'))} | {cats} | {_fmt(c['evidence_recall'])} | {c['prompt_tokens'] or '–'} |"
+        )
+    return out
+
+
+def markdown(models: Mapping[str, Mapping[str, Any]], title: str = "LoCoMo answer quality per arm") -> str:
+    """Tables of every model: arms per k, then the position curve."""
+    lines = [
+        f"# {title}",
+        "",
+        "F1 / EM in points (x100); Δ = paired mean difference from the pair arm (baseline;",
+        "chat+dedup: chat) with its 95 % bootstrap interval, * = the interval excludes 0.",
+        "",
+    ]
+    for model, summary in models.items():
+        for k, cells in summary["arms"].items():
+            lines += [f"## {model}, k={k}", "", *_arm_rows(cells), ""]
+        for k, cells in summary["position"].items():
+            lines += [
+                f"## {model}, position test, k={k} (Δ vs evidence first)",
+                "",
+                "| evidence at | n | F1 | EM | ΔF1 vs first [95% CI] | ΔEM [95% CI] |",
+                "|---|---:|---:|---:|---|---|",
+            ]
+            for name, c in cells.items():
+                lines.append(
+                    f"| {name} | {c['n']} | {_fmt(c['f1'])} | {_fmt(c['em'])} | "
+                    f"{_diff(c.get('d_f1'))} | {_diff(c.get('d_em'))} |"
+                )
+            lines.append("")
+    return "\n".join(lines)
+
+
+def plot_position(models: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
+    """F1 by evidence position, with and without the annotation, one panel per model (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    shown = [(m, k, cells) for m, s in models.items() for k, cells in s["position"].items()]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown), 3.6), squeeze=False)
+    for ax, (model, k, cells) in zip(axes[0], shown):
+        for label, names in (
+            ("no annotation", ("first", "middle", "last")),
+            ("order annotation", ("first", "middle+ann", "last+ann")),
+        ):
+            ys = [cells.get(n, {}).get("f1") for n in names]
+            ax.plot(
+                ["first", "middle", "last"], [y if y is not None else float("nan") for y in ys], marker="o", label=label
+            )
+        n = cells.get("first", {}).get("n", 0)
+        ax.set_title(f"{model}, k={k} ({n} questions)")
+        ax.set_ylabel("token F1 (points)")
+        ax.set_xlabel("position of the one evidence memory")
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def counts(models: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Questions every arm reached, per model and k (the headline counts of a partial run)."""
+    out: dict[str, dict[str, int]] = {}
+    for model, s in models.items():
+        row = {f"k={k}": min((c["n"] for c in cells.values()), default=0) for k, cells in s["arms"].items()}
+        row.update({f"position k={k}": cells.get("first", {}).get("n", 0) for k, cells in s["position"].items()})
+        out[model] = row
+    return out
