@@ -31,6 +31,7 @@ PACKAGES = (
     "cp_memory.engine",
     "cp_memory.agents",
     "cp_memory.gateway",
+    "cp_memory.state",
 )
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
