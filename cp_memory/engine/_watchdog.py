@@ -18,9 +18,10 @@ Then it removes the POSIX semaphores the group leaked (:func:`sweep_semaphores`)
 ``multiprocessing``'s resource tracker unlinks once its users died without cleaning up. That tracker is
 one of the group's processes: it ignores SIGTERM to outlive the others, so the SIGKILL that ends a group
 still starting after the grace period (vLLM loading its model ignores SIGTERM meanwhile) kills it first —
-about one owner kill in three of a starting vLLM left one. A semaphore is removed only when it is this
-user's, named ``sem.mp-*``, created after the engine started, and mapped by no live process (matched by
-inode in ``/proc/*/maps``): nobody can use it any more.
+about one owner kill in three of a starting vLLM left one. The same tracker unlinks vLLM's
+``multiprocessing.shared_memory`` segments (``/dev/shm/psm_*``, 160-250 MiB each on CPU), lost the same way.
+A file is removed only when it is this user's, named ``sem.mp-*`` or ``psm_*``, created after the engine
+started, and mapped by no live process (matched by inode in ``/proc/*/maps``): nobody can use it any more.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ import time
 
 #: the byte an owner writes when it stopped the engine itself: exit without signalling anything
 DISARM = b"D"
-#: where POSIX named semaphores live (Linux), and the prefix of those of Python's multiprocessing
+#: where POSIX named semaphores and shared memory live (Linux), and the prefixes of Python's multiprocessing
+#: (``multiprocessing`` locks: ``sem.mp-*``; ``multiprocessing.shared_memory``: ``psm_*``)
 SHM_DIR = "/dev/shm"
 SEM_PREFIX = "sem.mp-"
+SHM_PREFIXES = (SEM_PREFIX, "psm_")
 
 
 def group_alive(pgid: int) -> bool:
@@ -99,10 +102,10 @@ def mapped_inodes(folder: str = SHM_DIR) -> set[int]:
 
 
 def sweep_semaphores(since: float, folder: str = SHM_DIR) -> list[str]:
-    """Remove this user's ``sem.mp-*`` semaphores in ``folder`` created at or after ``since`` (epoch
-    seconds) that no live process maps; returns their names (module doc)."""
+    """Remove this user's ``sem.mp-*`` semaphores and ``psm_*`` shared memory segments in ``folder`` created at
+    or after ``since`` (epoch seconds) that no live process maps; returns their names (module doc)."""
     try:
-        entries = [e for e in os.scandir(folder) if e.name.startswith(SEM_PREFIX)]
+        entries = [e for e in os.scandir(folder) if e.name.startswith(SHM_PREFIXES)]
     except OSError:
         return []
     uid = os.getuid()

@@ -156,22 +156,24 @@ def test_make_workdir_records_its_owner(tmp_path: Path) -> None:
 #: same group, which ignores SIGTERM too — unlinks once its users died without cleaning up
 SEMAPHORE_ENGINE = """
 import multiprocessing, signal, sys, time
+from multiprocessing import shared_memory
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 lock = multiprocessing.get_context("spawn").Lock()
-print(lock._semlock.name, flush=True)
+segment = shared_memory.SharedMemory(create=True, size=4096)  # vLLM's CPU message queues: psm_*, ~200 MiB
+print(lock._semlock.name, segment.name, flush=True)
 time.sleep(600)
 """
 
 
-def _semaphore_engine() -> tuple[subprocess.Popen[str], Path]:
+def _semaphore_engine() -> tuple[subprocess.Popen[str], Path, Path]:
     engine = subprocess.Popen(
         [sys.executable, "-c", SEMAPHORE_ENGINE], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     assert engine.stdout is not None
-    name = engine.stdout.readline().strip()  # "/mp-xxxxxxxx"
-    semaphore = Path("/dev/shm") / f"sem.{name.lstrip('/')}"
-    assert name and semaphore.exists(), f"no semaphore {semaphore}"
-    return engine, semaphore
+    name, segment = engine.stdout.readline().split()  # "/mp-xxxxxxxx", "psm_xxxxxxxx"
+    semaphore, memory = Path("/dev/shm") / f"sem.{name.lstrip('/')}", Path("/dev/shm") / segment.lstrip("/")
+    assert semaphore.exists() and memory.exists(), f"no {semaphore} or {memory}"
+    return engine, semaphore, memory
 
 
 def _gone(path: Path, timeout: float) -> bool:
@@ -187,7 +189,7 @@ def test_a_killed_owner_leaves_no_semaphore_of_its_starting_engine(tmp_path: Pat
     # before it unlinked vLLM's semaphore: a 32-byte /dev/shm/sem.mp-* file left, one kill in three
     from cp_memory.engine._process import Watchdog
 
-    engine, semaphore = _semaphore_engine()
+    engine, semaphore, memory = _semaphore_engine()
     with open(tmp_path / "watchdog.log", "ab") as log:
         watchdog = Watchdog.start(engine.pid, 0.5, None, log)
     assert watchdog is not None
@@ -196,9 +198,11 @@ def test_a_killed_owner_leaves_no_semaphore_of_its_starting_engine(tmp_path: Pat
         watchdog._pipe.close()  # the owner dies: its end of the pipe closes without the disarm byte
         engine.wait(timeout=30)  # reaped, as init reaps the engine of a dead owner
         watchdog.proc.wait(timeout=30)
-        assert _gone(semaphore, 5.0), f"{semaphore} leaked; watchdog said: {(tmp_path / 'watchdog.log').read_text()}"
+        said = (tmp_path / "watchdog.log").read_text()
+        assert _gone(semaphore, 5.0) and _gone(memory, 5.0), f"{semaphore} or {memory} leaked; watchdog: {said}"
     finally:
         semaphore.unlink(missing_ok=True)
+        memory.unlink(missing_ok=True)
         if engine.poll() is None:
             os.killpg(engine.pid, 9)
 
@@ -207,14 +211,15 @@ def test_a_killed_owner_leaves_no_semaphore_of_its_starting_engine(tmp_path: Pat
 def test_stopping_a_starting_engine_leaves_no_semaphore() -> None:
     from cp_memory.engine._process import terminate
 
-    engine, semaphore = _semaphore_engine()
+    engine, semaphore, memory = _semaphore_engine()
     other = multiprocessing_semaphore_of_a_live_process()
     try:
         terminate(engine, 0.5, stragglers=True, since=time.time() - 60)  # TERM ignored, KILL, then the sweep
-        assert _gone(semaphore, 5.0), f"{semaphore} leaked"
+        assert _gone(semaphore, 5.0) and _gone(memory, 5.0), f"{semaphore} or {memory} leaked"
         assert other[1].exists()  # a semaphore a live process maps is never touched
     finally:
         semaphore.unlink(missing_ok=True)
+        memory.unlink(missing_ok=True)
         other[0].kill()
         other[0].wait()
 
@@ -226,5 +231,5 @@ def multiprocessing_semaphore_of_a_live_process() -> tuple[subprocess.Popen[str]
         text=True,
     )
     assert holder.stdout is not None
-    name = holder.stdout.readline().strip()
+    name = holder.stdout.readline().split()[0]
     return holder, Path("/dev/shm") / f"sem.{name.lstrip('/')}"
