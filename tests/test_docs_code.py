@@ -157,12 +157,14 @@ def test_example_runs_as_written(
         assert not [t for t in stored if t.startswith("Context:") or "Where does Alice live?" in t], stored
 
 
-def test_the_llamaindex_example_lets_mem0_extract_facts_as_mem0s_guide_does() -> None:
+def test_the_llamaindex_example_stores_no_raw_questions_and_answers() -> None:
     """mem0's LlamaIndex guide adds each message with mem0's defaults (its LLM extracts the facts); the example
-    stored the raw questions and answers (``infer=False``), which the next search returned as memories."""
+    stored the raw questions and answers (``add_kwargs={"infer": False}``), which the next search returned as
+    memories. It now writes nothing back (its offline store has no LLM) and the page says what write-back stores."""
     code = next(c for c, _ in BLOCKS.values() if "ContextPilotMem0Memory" in c)
-    assert '"infer": False' not in code.split("store.add(", 1)[0] and "add_kwargs" not in code
-    assert "default_memory(llm=" in code
+    assert "add_kwargs" not in code and "write_back=False" in code
+    text = (DOCS / "integrations.md").read_text(encoding="utf-8")
+    assert "what mem0's own LlamaIndex guide stores" in text and "never the rendered `Context:` block" in text
 
 
 def test_environment_variables_the_hosted_examples_read_are_named_in_the_doc() -> None:

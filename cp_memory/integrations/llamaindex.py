@@ -91,7 +91,7 @@ class ContextPilotMem0Memory(Mem0Memory):  # type: ignore[misc]  # llama-index-m
     Fields beyond ``Mem0Memory``'s: ``layout`` (``"append"`` or ``"late"``), ``top_k`` (memories per
     search), ``conversation_id`` (dedup conversation; default a fresh id per instance), ``write_back``
     (``put`` adds the chat to mem0, as ``Mem0Memory`` does; False: read-only) and ``add_kwargs`` (extra
-    arguments of that ``add``, e.g. ``{"infer": False}`` for an offline store).
+    arguments of that ``add``, ``{"infer": False}`` stores every message verbatim: tests only).
     """
 
     layout: str = Field(default=DEFAULT_LAYOUT, description="'append' (default) or 'late'")
