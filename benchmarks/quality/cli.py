@@ -108,7 +108,7 @@ def _measure(args: argparse.Namespace) -> None:
             label(args.model, args.engine),
             engine,
             search,
-            AnswerCache(default_cache(args.out, args.model)),
+            AnswerCache(default_cache(args.out, label(args.model, args.engine))),
             args.max_tokens,
             args.chat_turns,
         )
