@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.locomo.engines import BenchEngine
 
 from .arms import parse_arms
 from .cache import AnswerCache
@@ -69,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--chat-max-k", type=int, default=20, help="chat arms only up to this k (context length)")
     ap.add_argument("--max-tokens", type=int, default=24, help="generated tokens per answer (greedy)")
     ap.add_argument("--ctx-size", type=int, default=8192, help="llama-server context")
+    ap.add_argument(
+        "--engine",
+        choices=("llama", "vllm", "torch"),
+        default="llama",
+        help="llama (default), vllm, "
+        "or torch: transformers in-process, answers only (benchmarks/quality/torch_engine.py)",
+    )
+    ap.add_argument("--vllm-args", default="", help="extra arguments for vLLM's api_server (one string)")
     harness.add_threads(ap)
     ap.add_argument("--mem0-dir", default=None, help="keep the embedded mem0 store here (later runs skip ingestion)")
     harness.add_out(ap, "docs/results")
@@ -82,26 +91,24 @@ def _parser() -> argparse.ArgumentParser:
 def _measure(args: argparse.Namespace) -> None:
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
-    from benchmarks.locomo.http_engines import LlamaEngine
     from benchmarks.locomo.ingest import ingest, make_memory
     from benchmarks.locomo.modes import CachedSearch
 
     from .run import QualityRun, default_cache, plan_questions, run_all
 
     arms, per_k = parse_arms(args.arms), parse_questions(args.questions)
-    model_path = resolve(args.model)  # a missing model fails before minutes of ingestion
+    engine = _engine(args)  # a missing model fails before minutes of ingestion
     convs = [c for _, c in select_conversations(args.conversations, load_locomo(args.locomo))]
-    engine = LlamaEngine(model_path, ctx_size=args.ctx_size, threads=args.threads, cache_ram_mib=2048)
     memory = make_memory(store_dir=args.mem0_dir)
     try:
         engine.start()
         users = ingest(memory, convs, "observations", progress=False)
         search = CachedSearch(memory)
         run = QualityRun(
-            args.model,
+            label(args.model, args.engine),
             engine,
             search,
-            AnswerCache(default_cache(args.out, args.model)),
+            AnswerCache(default_cache(args.out, label(args.model, args.engine))),
             args.max_tokens,
             args.chat_turns,
         )
@@ -114,6 +121,27 @@ def _measure(args: argparse.Namespace) -> None:
         close = getattr(memory, "close", None)
         if callable(close):
             close()
+
+
+def label(model: str, engine: str) -> str:
+    """The model's name in the cache and the report: ``smollm2``, ``qwen2.5-1.5b``; ``@vllm`` on vLLM (the same
+    weights on another engine answer a little differently: never mixed in one cache)."""
+    name = Path(model).name.removesuffix(".gguf") if ("/" in model or model.endswith(".gguf")) else model
+    return name if engine == "llama" else f"{name}@{engine}"
+
+
+def _engine(args: argparse.Namespace) -> BenchEngine:
+    from benchmarks.locomo.http_engines import LlamaEngine, VLLMEngine
+
+    if args.engine == "torch":
+        from .torch_engine import TorchEngine
+
+        path = resolve(args.model) if args.model in FETCHED else harness.resolve_model(args.model, "vllm")
+        return TorchEngine(path, threads=args.threads)
+    if args.engine == "vllm":
+        path = harness.resolve_model(args.model, "vllm")
+        return VLLMEngine(str(path), max_model_len=args.ctx_size, block_size=None, extra_args=args.vllm_args.split())
+    return LlamaEngine(resolve(args.model), ctx_size=args.ctx_size, threads=args.threads, cache_ram_mib=2048)
 
 
 def write_report(out: str, stem: str, argv: Sequence[str] | None) -> dict[str, Any]:

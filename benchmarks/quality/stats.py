@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Diff:
 
 
 def paired_diff(
-    arm: Mapping[object, float], pair: Mapping[object, float], *, resamples: int = BOOTSTRAP, seed: int = SEED
+    arm: Mapping[Any, float], pair: Mapping[Any, float], *, resamples: int = BOOTSTRAP, seed: int = SEED
 ) -> Diff | None:
     """Paired difference over the keys both have (None when none): the mean and the 2.5 / 97.5 percentiles of
     ``resamples`` bootstrap means (questions resampled with replacement)."""
