@@ -304,7 +304,7 @@ class ModeBuilder:
             # dedup: max_overfetch=0 -> the same k memories as every other mode, the ones already sent
             # replaced by location annotations (the paper's multi-turn dedup). ContextPilotMemory's default
             # over-fetch would instead top the prompt up to k memories not sent before (longer prompts).
-            options: dict[str, Any] = {
+            wrapper_options: dict[str, Any] = {
                 "alpha": alpha,
                 "annotate": True,
                 "dedup": spec.dedup,
@@ -312,7 +312,7 @@ class ModeBuilder:
                 "max_overfetch": 0,
                 **(options or {}),
             }
-            self.cpm = ContextPilotMemory(search, **options)
+            self.cpm = ContextPilotMemory(search, **wrapper_options)
 
     @property
     def filters(self) -> dict[str, Any]:
