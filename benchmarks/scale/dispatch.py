@@ -58,7 +58,9 @@ class Routed:
     name = "routed"
 
     def __init__(self, replicas: Sequence[ManagedServer], **router_args: Any) -> None:
-        self.clients = [EngineClient(r.base_url, api_key=r.api_key, timeout=600, max_retries=2) for r in replicas]
+        self.clients = [
+            EngineClient(r.base_url, api_key=getattr(r, "api_key", None), timeout=600, max_retries=2) for r in replicas
+        ]
         self.router = AgentRouter(self.clients, **router_args)
         self._routes: dict[int, Route] = {}
         self._lock = threading.Lock()
