@@ -39,12 +39,15 @@ def _cell(rows: Mapping[Q, Answer], pair: Mapping[Q, Answer] | None) -> dict[str
         else None,
         "categories": by_category([(r.category, r.f1, r.em) for r in vals]),
     }
-    if pair is not None:
-        for metric in ("f1", "em"):
-            d = paired_diff(
+    for metric in ("f1", "em"):  # the same keys in every cell: None where the arm is its own reference
+        d = (
+            paired_diff(
                 {q: getattr(r, metric) for q, r in rows.items()}, {q: getattr(r, metric) for q, r in pair.items()}
             )
-            cell[f"d_{metric}"] = d.as_dict() if d else None
+            if pair is not None
+            else None
+        )
+        cell[f"d_{metric}"] = d.as_dict() if d else None
     return cell
 
 

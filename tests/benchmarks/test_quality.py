@@ -139,10 +139,6 @@ def test_missing_model_is_a_clear_error_before_any_work(
     assert "python -m benchmarks.common.model_fetch qwen2.5-1.5b" in caplog.text
 
 
-@pytest.mark.xfail(
-    reason="its first run with llama-server (built minutes before the session's deadline) failed; not yet diagnosed",
-    strict=False,
-)
 def test_five_questions_through_smollm2_end_to_end(tmp_path: Path) -> None:
     """Five LoCoMo questions, every arm at k=5 (chats of three), the position test on two questions:
     real mem0, real llama-server, real SmolLM2-135M-Instruct answers, scored and reported."""
