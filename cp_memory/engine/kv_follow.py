@@ -1,6 +1,6 @@
 """``EngineCacheFeed``: an engine's KV-event feed, ready for the mem0 wrapper and ``AgentRouter`` to follow.
 
-    with VLLMServer(model, kv_events=True) as server, EngineClient(server.base_url) as llm:
+    with VLLMServer(model, kv_events=True) as server, server.client() as llm:  # its URL, model and API key
         with EngineCacheFeed(server.kv_events_endpoint, tokenize=llm.tokenize) as feed:
             memory = ContextPilotMemory(default_memory(), capacity_tokens=100_000)  # the fallback model
             memory.follow_engine(feed)  # every scope's index follows vLLM's evictions
