@@ -55,8 +55,8 @@ __all__ = ["EMPTY_OUTPUT", "MemoryContext", "MemoryHooks", "MemoryTools", "scope
 
 #: the tool's output when the search found nothing (no turn is recorded for it)
 EMPTY_OUTPUT = "No relevant memories found."
-#: says what a pointer means in 21 tokens (the previous wording took 28; the tool list is prefilled at turn 1)
-_DESCRIPTION = "Search the user's memories ('turn 1 item 2': item 2 of its first output)."
+#: says what a pointer means in 19 tokens (earlier wordings took 28 and 21; the tool list is prefilled at turn 1)
+_DESCRIPTION = "Search the user's memories; 'turn N item i' = item i of output N."
 _ENTITY_KEYS = ("user_id", "agent_id", "run_id")
 
 
