@@ -26,7 +26,7 @@ with requires("redis", "cp_memory.state.redis_store"):
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-__all__ = ["AsyncRedisStateStore", "RedisStateStore"]
+__all__ = ["AsyncRedisStateStore", "RedisStateStore", "redis_client"]
 
 _READ = """
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -61,6 +61,11 @@ def _options(timeout_s: float) -> dict[str, Any]:
     )
 
 
+def redis_client(url: str, *, timeout_s: float) -> redis.Redis:
+    """A sync client with the store's bounds (timeouts, one retry on a connection error, no health checks)."""
+    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **_options(timeout_s))
+
+
 def _versioned(got: Any) -> Versioned:
     token = got[0].decode() if isinstance(got[0], bytes) else str(got[0])
     if token == "":
@@ -87,7 +92,7 @@ class RedisStateStore:
     """Keys in one Redis database (``redis://host:port/db``); thread-safe (redis-py's connection pool)."""
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
-        self.client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **_options(timeout_s))
+        self.client = redis_client(url, timeout_s=timeout_s)
         self._read = self.client.register_script(_READ)
         self._write = self.client.register_script(_WRITE)
 

@@ -17,6 +17,8 @@ from typing import Protocol, runtime_checkable
 
 __all__ = [
     "MALFORMED",
+    "STATE_RETRY_S",
+    "STATE_TIMEOUT_S",
     "MemoryStateStore",
     "StateStore",
     "StoreUnavailable",
@@ -24,6 +26,11 @@ __all__ = [
     "new_token",
     "open_state_store",
 ]
+
+#: the default bound on one store call (seconds); past it the caller falls back to its local state
+STATE_TIMEOUT_S = 0.25
+#: after a failed call, how long callers use their fallback before asking the store again (seconds)
+STATE_RETRY_S = 2.0
 
 #: the token a reader sees for a key that holds something this store did not write (another type, no token):
 #: a write passing it as ``expected`` replaces that value
