@@ -30,7 +30,8 @@ measured inside the workers (``search`` + ``commit``), and the time spent in sto
 ``--arms gateway`` (no mem0, seconds): the gateway's sessions behind round-robin. Each LoCoMo conversation's
 dialogue is a chat session (speaker A the user, speaker B the assistant) whose client re-renders its
 history on every request (earlier ``content`` strings as one text block, then back; keys in another order:
-form-only changes prefix replay undoes). The requests, sessions interleaved, go round-robin over 1 and 2
+form-only changes prefix replay undoes). The requests, sessions interleaved, go round-robin (request *i* of
+round *j* to replica ``(i + j) % N``: a session's requests alternate over the replicas) over 1 and 2
 in-process :class:`~cp_memory.gateway.flow.Gateway` replicas, each with its sessions local and in Redis;
 the bytes they forward are served by one shared engine model (the same 16-token block cache). Reported:
 segments replayed and rewritten, the engine's hit ratio and prefilled tokens, and the gateway's own time
@@ -394,7 +395,7 @@ def gateway_once(
         for sample, bodies in sessions.items():
             if j >= len(bodies):
                 continue
-            gw = gws[(i + i // n) % n]
+            gw = gws[(i + j) % n]  # every replica gets every n-th request, offset by one each round
             i += 1
             headers = {"authorization": f"Bearer key-{sample}"}
             t0 = time.perf_counter()
