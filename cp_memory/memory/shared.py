@@ -88,15 +88,24 @@ class SharedState:
     def write(self, key: str, data: bytes, *, expected: str) -> Op[str | None]:
         """The new token; ``CONFLICT`` ("") when the key no longer holds ``expected``; None when the store
         cannot answer."""
+        written, _ = yield from self.write_outcome(key, data, expected=expected)
+        return written
+
+    def write_outcome(
+        self, key: str, data: bytes, *, expected: str, token: str | None = None
+    ) -> Op[tuple[str | None, bool]]:
+        """:meth:`write` (the new value's token ``token`` when given) and whether a failed write was *sent*:
+        True when the store failed after the request went out (a timeout): it may have been applied, or may
+        still be (a compare-and-set on ``expected``)."""
         if not self.health.usable():
-            return None
+            return None, False
         try:
-            token: str | None = yield Write(key, data, expected, self.ttl_s)
+            written: str | None = yield Write(key, data, expected, self.ttl_s, token)
         except StoreUnavailable as exc:
             self.health.failed(exc)
-            return None
+            return None, True
         self.health.succeeded()
-        return CONFLICT if token is None else token
+        return (CONFLICT if written is None else written), False
 
     def delete(self, key: str) -> Op[bool]:
         try:

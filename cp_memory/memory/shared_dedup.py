@@ -21,7 +21,13 @@ Correctness rules (a pointer names ``[Doc p]`` of turn ``t``; it must be what th
   ``forget_conversation`` starts a new *generation* of the record (an empty one, numbered from turn 1 again,
   as the local record is), which no process mistakes for a loss;
 * a foreign record (another conversation's or tenant's value under this key) is never trusted nor
-  overwritten: the conversation sends full memories until it expires or ``forget_conversation`` deletes it.
+  overwritten: the conversation sends full memories until it expires or ``forget_conversation`` deletes it;
+* a commit whose write went out but whose answer never came (a timeout) gave the caller no turn number,
+  yet may have been applied — then, or later: Redis runs a stalled compare-and-set once it resumes, if the
+  key still holds the token it expects. The process remembers it (the token it asked the write to set,
+  the turn, its blocks' places) until the key moves on; if the record then turned out to hold it (that
+  token, or its blocks at that turn), a later pointer could name a turn the caller's history lacks: the
+  process buries the record (full memories from then on, the safe direction).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from ..core.lru import LRUMap
 from ..core.scope import Scope
 from ..state.ops import Op
 from ..state.records import LostRecord, decode_conversation, encode_conversation, encode_tombstone
+from ..state.store import new_token
 from .shared import CONFLICT, SharedState
 
 __all__ = ["SharedDeduplicator"]
@@ -58,6 +65,16 @@ class _Planned:
     key: str
     base: int | None  # committed turns the plan saw (None: the store could not say)
     generation: str  # of the record the plan saw
+
+
+@dataclass(frozen=True)
+class _Unsure:
+    """A commit sent to the store without an answer: what would show it was applied."""
+
+    expected: str  # the token the write replaces (while the key holds it, the write may still apply)
+    token: str  # the token the write sets
+    turn: int
+    places: frozenset[tuple[Hashable, int]]  # (block id, position) of its sends
 
 
 class _Unknown:
@@ -80,6 +97,7 @@ class SharedDeduplicator(Deduplicator):
         # key -> (generation, last turn number) this process saw
         self._seen: LRUMap[str, tuple[str, int]] = LRUMap(max_conversations)
         self._planned: LRUMap[int, _Planned] = LRUMap(self._plans.capacity)
+        self._unsure: LRUMap[str, _Unsure] = LRUMap(max_conversations)
 
     def _key(self, conversation_id: Hashable) -> str:
         if not (isinstance(conversation_id, tuple) and len(conversation_id) == 2):
@@ -112,11 +130,22 @@ class SharedDeduplicator(Deduplicator):
             return UNKNOWN
         conv, generation = decoded
         seen = self._seen_turns(key, generation)
-        if conv.turns < seen:
-            yield from self._bury(key, got.token, seen)
+        if conv.turns < seen or self._landed(key, got.token, conv):
+            yield from self._bury(key, got.token, max(seen, conv.turns))
             return UNKNOWN
         self._seen.set(key, (generation, conv.turns))
         return conv
+
+    def _landed(self, key: str, token: str, conv: Conversation) -> bool:
+        """Does the record (``token``, ``conv``) hold a commit of this process whose outcome it never learned?"""
+        unsure = self._unsure.peek(key)
+        if unsure is None or token == unsure.expected:
+            return False  # not applied (yet); a compare-and-set from this token makes sure it never is
+        self._unsure.pop(key)  # the key moved on: the write was applied, or never will be
+        if token == unsure.token:
+            return True
+        at_turn = {(b, loc.position) for b, (_, loc) in conv.by_id.items() if loc.turn == unsure.turn}
+        return bool(unsure.places) and unsure.places <= at_turn
 
     def _decode(self, key: str, data: bytes) -> tuple[Conversation, str] | None:
         try:
@@ -254,8 +283,8 @@ class SharedDeduplicator(Deduplicator):
             conv, generation = decoded
             base = (planned.base or 0) if got.absent or planned.generation == generation else 0
             seen = max(base, self._seen_turns(key, None if got.absent else generation))
-            if conv.turns < seen:  # lost since the plan (or since this process last saw it)
-                yield from self._bury(key, got.token, seen)
+            if conv.turns < seen or self._landed(key, got.token, conv):  # lost, or holds an unanswered commit
+                yield from self._bury(key, got.token, max(seen, conv.turns))
                 return 0
             conv.turns += 1
             for send in ticket.sends:
@@ -265,10 +294,15 @@ class SharedDeduplicator(Deduplicator):
             except ValueError as exc:
                 logger.warning("dedup record %s cannot be stored (%s): the turn is not recorded", key, exc)
                 return 0
-            written = yield from shared.write(key, data, expected=got.token)
+            token = new_token()
+            written, sent = yield from shared.write_outcome(key, data, expected=got.token, token=token)
             if written is None:
+                if sent:
+                    places = frozenset((s.block_id, s.position) for s in ticket.sends)
+                    self._unsure.set(key, _Unsure(got.token, token, conv.turns, places))
                 return 0
             if written != CONFLICT:
+                self._unsure.pop(key)  # written from the token it expected: that one can never apply now
                 self._seen.set(key, (generation, conv.turns))
                 return conv.turns
         logger.warning(

@@ -49,6 +49,7 @@ class Write:
     data: bytes
     expected: str
     ttl_s: int
+    token: str | None = None  # the new value's token, chosen by the writer (None: the store picks one)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ class AsyncStateStore(Protocol):
 
     async def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned: ...
 
-    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None: ...
+    async def write(
+        self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None
+    ) -> str | None: ...
 
     async def delete(self, key: str) -> None: ...
 
@@ -84,8 +87,8 @@ class AsyncStoreAdapter:
     async def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
         return self.store.read(key, have=have, ttl_s=ttl_s)
 
-    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        return self.store.write(key, data, expected=expected, ttl_s=ttl_s)
+    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        return self.store.write(key, data, expected=expected, ttl_s=ttl_s, token=token)
 
     async def delete(self, key: str) -> None:
         self.store.delete(key)
@@ -99,7 +102,8 @@ def answer(store: StateStore, request: StoreRequest) -> Any:
     if isinstance(request, Read):
         return store.read(request.key, have=request.have, ttl_s=request.ttl_s)
     if isinstance(request, Write):
-        return store.write(request.key, request.data, expected=request.expected, ttl_s=request.ttl_s)
+        r = request
+        return store.write(r.key, r.data, expected=r.expected, ttl_s=r.ttl_s, token=r.token)
     return store.delete(request.key)
 
 
@@ -108,7 +112,8 @@ async def aanswer(store: AsyncStateStore, request: StoreRequest) -> Any:
     if isinstance(request, Read):
         return await store.read(request.key, have=request.have, ttl_s=request.ttl_s)
     if isinstance(request, Write):
-        return await store.write(request.key, request.data, expected=request.expected, ttl_s=request.ttl_s)
+        r = request
+        return await store.write(r.key, r.data, expected=r.expected, ttl_s=r.ttl_s, token=r.token)
     return await store.delete(request.key)
 
 

@@ -79,8 +79,8 @@ def _read_args(have: str, ttl_s: int) -> list[Any]:
     return [have, int(ttl_s * 1000), MALFORMED]
 
 
-def _write_args(data: bytes, expected: str, ttl_s: int) -> tuple[str, list[Any]]:
-    token = new_token()
+def _write_args(data: bytes, expected: str, ttl_s: int, token: str | None) -> tuple[str, list[Any]]:
+    token = token or new_token()
     return token, [expected, token, data, int(ttl_s * 1000), MALFORMED]
 
 
@@ -105,8 +105,8 @@ class RedisStateStore:
     def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
         return _versioned(self._call("read", self._read, keys=[key], args=_read_args(have, ttl_s)))
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        token, args = _write_args(data, expected, ttl_s)
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        token, args = _write_args(data, expected, ttl_s, token)
         done = self._call("write", self._write, keys=[key], args=args)
         return token if int(done) == 1 else None
 
@@ -152,8 +152,8 @@ class AsyncRedisStateStore:
         c = self._client()
         return _versioned(await self._call("read", c.read, keys=[key], args=_read_args(have, ttl_s)))
 
-    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        token, args = _write_args(data, expected, ttl_s)
+    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        token, args = _write_args(data, expected, ttl_s, token)
         done = await self._call("write", self._client().write, keys=[key], args=args)
         return token if int(done) == 1 else None
 

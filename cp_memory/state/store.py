@@ -66,8 +66,9 @@ class StateStore(Protocol):
         """The key's token and bytes (bytes None if the token equals ``have``); refreshes the key's TTL."""
         ...
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        """Store ``data`` if the key holds token ``expected`` ("" = absent); the new token, or None on conflict."""
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        """Store ``data`` if the key holds token ``expected`` ("" = absent); the new token (``token`` when given:
+        a writer that may not learn the outcome knows what to look for), or None on conflict."""
         ...
 
     def delete(self, key: str) -> None: ...
@@ -105,12 +106,12 @@ class MemoryStateStore:
             entry.expires = time.monotonic() + ttl_s
             return Versioned(entry.token, None if have and entry.token == have else entry.data)
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
         with self._lock:
             entry = self._live(key)
             if (entry.token if entry is not None else "") != expected:
                 return None
-            token = new_token()
+            token = token or new_token()
             self._items[key] = _Entry(token, bytes(data), time.monotonic() + ttl_s)
             return token
 

@@ -51,9 +51,9 @@ class SyncSpy:
         self.calls.append("read")
         return self.inner.read(key, have=have, ttl_s=ttl_s)
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
         self.calls.append("write")
-        return self.inner.write(key, data, expected=expected, ttl_s=ttl_s)
+        return self.inner.write(key, data, expected=expected, ttl_s=ttl_s, token=token)
 
     def delete(self, key: str) -> None:
         self.calls.append("delete")
@@ -83,9 +83,9 @@ class AsyncSpy:
         got: Versioned = await self._call("read", key, have=have, ttl_s=ttl_s)
         return got
 
-    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        token: str | None = await self._call("write", key, data, expected=expected, ttl_s=ttl_s)
-        return token
+    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        written: str | None = await self._call("write", key, data, expected=expected, ttl_s=ttl_s, token=token)
+        return written
 
     async def delete(self, key: str) -> None:
         await self._call("delete", key)
