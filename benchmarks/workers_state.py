@@ -26,6 +26,16 @@ the history numbers twice, or a memory the named turn did not show there, is wro
 measured inside the workers (``search`` + ``commit``), and the time spent in store calls separately.
 
     nice -n 19 timeout 1800 .venv/bin/python -m benchmarks.workers_state --conversations 0-3 --questions 20 --k 20
+
+``--arms gateway`` (no mem0, seconds): the gateway's sessions behind round-robin. Each LoCoMo conversation's
+dialogue is a chat session (speaker A the user, speaker B the assistant) whose client re-renders its
+history on every request (earlier ``content`` strings as one text block, then back; keys in another order:
+form-only changes prefix replay undoes). The requests, sessions interleaved, go round-robin (request *i* of
+round *j* to replica ``(i + j) % N``: a session's requests alternate over the replicas) over 1 and 2
+in-process :class:`~cp_memory.gateway.flow.Gateway` replicas, each with its sessions local and in Redis;
+the bytes they forward are served by one shared engine model (the same 16-token block cache). Reported:
+segments replayed and rewritten, the engine's hit ratio and prefilled tokens, and the gateway's own time
+per request (plan + commit + booking, Redis included). ``passthrough`` (replay off) is the reference.
 """
 
 from __future__ import annotations
@@ -325,6 +335,121 @@ def markdown(runs: Sequence[Run], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------- gateway arm
+@dataclass
+class GatewayRun:
+    replicas: int
+    store: str
+    requests: int = 0
+    replayed_segments: int = 0
+    rewritten_segments: int = 0
+    prompt_tokens: int = 0
+    prefilled_tokens: int = 0
+    hit_ratio: float = 0.0
+    gateway_ms_p50: float = 0.0
+    gateway_ms_p99: float = 0.0
+
+
+def chat_sessions(a: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """Per LoCoMo conversation, the bodies a re-rendering chat client sends (module doc)."""
+    from benchmarks.common.locomo import load_locomo
+    from benchmarks.common.locomo_select import select_conversations
+
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for _, conv in select_conversations(a.conversations, load_locomo(a.locomo)):
+        history: list[tuple[str, str]] = []
+        bodies: list[dict[str, Any]] = []
+        system = f"You are {conv.speakers[1]}, talking with {conv.speakers[0]}."
+        for t in conv.turns:
+            role = "user" if t.speaker == conv.speakers[0] else "assistant"
+            history.append((role, t.text))
+            if role == "user" and len(bodies) < a.questions:
+                flip = len(bodies) % 2 == 1  # this request's rendering of the earlier messages
+                messages = [{"role": "system", "content": system}]
+                for j, (r, text) in enumerate(history):
+                    content: Any = [{"type": "text", "text": text}] if flip and j < len(history) - 1 else text
+                    messages.append({"content": content, "role": r} if flip else {"role": r, "content": content})
+                bodies.append({"model": "model", "messages": messages, "max_tokens": 16})
+        sessions[conv.sample_id] = bodies
+    return sessions
+
+
+def gateway_once(
+    n: int, store_url: str | None, sessions: Mapping[str, list[dict[str, Any]]], replay: bool = True
+) -> GatewayRun:
+    """Every session's requests round-robin over ``n`` fresh replicas; one shared (cold) engine model."""
+    from cp_memory.gateway import GatewayConfig, UpstreamKind
+    from cp_memory.gateway.flow import Gateway
+    from cp_memory.gateway.protocols import Api
+    from cp_memory.providers.usage import CacheUsage
+
+    kind = UpstreamKind.COMPATIBLE
+    settings: dict[str, Any] = {"secret": "bench", "replay": replay}
+    if store_url is not None:
+        settings["state_store"] = store_url
+    config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=kind, **settings)
+    gws = [Gateway(config, kind) for _ in range(n)]
+    engine, run, times = BlockPrefixCache(None, block_size=16), GatewayRun(n, "redis" if store_url else "local"), []
+    i = 0
+    for j in range(max(len(b) for b in sessions.values())):
+        for sample, bodies in sessions.items():
+            if j >= len(bodies):
+                continue
+            gw = gws[(i + j) % n]  # every replica gets every n-th request, offset by one each round
+            i += 1
+            headers = {"authorization": f"Bearer key-{sample}"}
+            t0 = time.perf_counter()
+            plan = gw.plan(Api.CHAT, headers, json.dumps(bodies[j]).encode())
+            gw.commit(plan)
+            gw.record(plan, CacheUsage(provider="compatible", model="model"))
+            times.append(time.perf_counter() - t0)
+            engine.serve(plan.content.decode())
+            run.replayed_segments += plan.replayed
+            run.rewritten_segments += plan.rewritten
+    stats = engine.stats
+    run.requests, run.prompt_tokens, run.prefilled_tokens = len(times), stats.prompt_tokens, stats.prefill_tokens
+    run.hit_ratio = round(stats.hit_ratio, 4)
+    run.gateway_ms_p50, run.gateway_ms_p99 = round(_pct(times, 0.5) * 1e3, 3), round(_pct(times, 0.99) * 1e3, 3)
+    return run
+
+
+def gateway_markdown(runs: Sequence[GatewayRun], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| replicas | sessions | requests | replayed segments | rewritten segments restored | hit ratio "
+        "| prefilled tokens | gateway p50 / p99 (ms) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r.replicas} | {r.store} | {r.requests} | {r.replayed_segments} | {r.rewritten_segments} | "
+            f"{r.hit_ratio:.1%} | {r.prefilled_tokens:,} | {r.gateway_ms_p50:.2f} / {r.gateway_ms_p99:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def gateway_arm(a: argparse.Namespace, argv: list[str] | None, url: str) -> None:
+    import redis
+
+    sessions = chat_sessions(a)
+    runs = [gateway_once(1, None, sessions, replay=False)]
+    runs[-1].store = "passthrough (replay off)"
+    for n in (1, a.gateway_replicas):
+        for store in (None, url):
+            if store is not None:
+                redis.Redis.from_url(store).flushdb()
+            runs.append(gateway_once(n, store, sessions))
+            logger.info("%s", runs[-1])
+    header = (
+        f"{len(sessions)} LoCoMo dialogues as chat sessions x {a.questions} requests, a client re-rendering its "
+        f"history, round-robin; one shared engine (cache model, 16-token blocks); {harness.machine().summary}"
+    )
+    payload = harness.envelope("benchmarks.workers_state", argv, config=vars(a), summary=[asdict(r) for r in runs])
+    harness.write_outputs(Path(a.out), "workers_state_gateway", payload, markdown=gateway_markdown(runs, header))
+    print(gateway_markdown(runs, header))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.workers_state",
@@ -338,6 +463,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-overfetch", type=int, default=20, help="ContextPilotConfig.max_overfetch")
     ap.add_argument("--max-memories", type=int, default=None, help="first N memories per user")
     ap.add_argument("--redis-url", default=None, help="a Redis to use (default: a private redis-server)")
+    ap.add_argument("--arms", default="workers,gateway", help="workers (mem0 wrapper processes), gateway, or both")
+    ap.add_argument("--gateway-replicas", type=int, default=2, help="gateway replicas behind round-robin (and 1)")
     harness.add_locomo(ap)
     harness.add_out(ap, "results")
     harness.add_verbose(ap)
@@ -347,23 +474,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     harness.setup_logging(a.verbose)
+    arms = {x.strip() for x in a.arms.split(",") if x.strip()}
+    if not arms or arms - {"workers", "gateway"}:
+        raise SystemExit(f"--arms takes workers, gateway or both, got {a.arms!r}")
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    with given_redis(a.redis_url) if a.redis_url else private_redis() as url:
+        if "gateway" in arms:
+            gateway_arm(a, argv, url)
+        if "workers" in arms:
+            workers_arm(a, argv, url)
+    return 0
+
+
+def workers_arm(a: argparse.Namespace, argv: list[str] | None, url: str) -> None:
+    """The mem0 wrapper's workers (module doc): 1 and N processes, local store and Redis, two workloads."""
     questions, answers = record_answers(a)
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     runs: list[Run] = []
+    import redis
+
     with tempfile.TemporaryDirectory(prefix="cp-workers-") as tmp:
         answers_file = Path(tmp) / "answers.json"
         answers_file.write_text(json.dumps(answers))
-        with given_redis(a.redis_url) if a.redis_url else private_redis() as url:
-            import redis
-
-            for workload in WORKLOADS:
-                for n in (1, a.workers):
-                    for store in (None, url):
-                        if store is not None:
-                            redis.Redis.from_url(store).flushdb()
-                        runs.append(run_once(n, store, workload, questions, a, answers_file))
-                        logger.info("%s", runs[-1])
+        for workload in WORKLOADS:
+            for n in (1, a.workers):
+                for store in (None, url):
+                    if store is not None:
+                        redis.Redis.from_url(store).flushdb()
+                    runs.append(run_once(n, store, workload, questions, a, answers_file))
+                    logger.info("%s", runs[-1])
     m = harness.machine()
     header = (
         f"{len(questions)} LoCoMo users x {a.questions} turns, k={a.k}, round-robin; one shared engine "
@@ -372,7 +511,6 @@ def main(argv: list[str] | None = None) -> int:
     payload = harness.envelope("benchmarks.workers_state", argv, config=vars(a), summary=[asdict(r) for r in runs])
     harness.write_outputs(out, "workers_state", payload, markdown=markdown(runs, header))
     print(markdown(runs, header))
-    return 0
 
 
 if __name__ == "__main__":

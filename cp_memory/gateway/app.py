@@ -14,8 +14,8 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import httpx
 from starlette.applications import Starlette
@@ -35,6 +35,8 @@ from .usage_tap import SSETap, body_usage
 __all__ = ["KEY_HEADER", "build_app"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KEY_HEADER = "x-cp-gateway-key"
 #: bodies up to this size are planned on the event loop; larger ones in a worker thread
@@ -109,8 +111,10 @@ class _App:
             return _error(401, "authentication_error", f"missing or wrong {KEY_HEADER} header")
         headers = {k.lower(): v for k, v in request.headers.items()}
         tenant = identify(self.gateway.secret, Api.OTHER, headers, {}).tenant
-        state = self.gateway.store.peek_tenant(tenant)
-        sessions = self.gateway.store.sessions_of(tenant, self.config.max_sessions_per_tenant_report)
+        state = await self._off_loop(self.gateway.store.peek_tenant, tenant)
+        sessions = await self._off_loop(
+            self.gateway.store.sessions_of, tenant, self.config.max_sessions_per_tenant_report
+        )
         return JSONResponse(
             {
                 "tenant": tenant,
@@ -133,7 +137,7 @@ class _App:
             return _error(408, "request_timeout", f"request body not received within {self.config.body_timeout_s} s")
         started = time.perf_counter()
         headers = {k.lower(): v for k, v in request.headers.items()}
-        if len(raw) > _INLINE_PLAN_BYTES:  # a big body's replay digests must not stall the event loop
+        if len(raw) > _INLINE_PLAN_BYTES or self.gateway.store.remote:  # nor may a big body or a shared store
             plan = await asyncio.to_thread(self.gateway.plan, api, headers, raw)
         else:
             plan = self.gateway.plan(api, headers, raw)
@@ -169,7 +173,7 @@ class _App:
             return _error(502, "upstream_unreachable", f"cannot reach the upstream: {type(exc).__name__}")
         self.metrics.upstream_status.labels(plan.api.value, f"{answer.status_code // 100}xx").inc()
         if answer.is_success:
-            self.gateway.commit(plan)
+            await self._off_loop(self.gateway.commit, plan)
         if answer.headers.get("content-type", "").startswith("text/event-stream"):
             return self._stream(plan, answer)
         return await self._whole(plan, answer)
@@ -189,7 +193,7 @@ class _App:
         headers = response_headers(answer.headers)
         if plan.api is not Api.OTHER and answer.is_success:
             usage = body_usage(data)
-            gateway = self._book(plan, usage)
+            gateway = await self._book(plan, usage)
             headers.update(_usage_headers(usage, gateway, plan))
         self.metrics.requests.labels(plan.api.value, "ok" if answer.is_success else "upstream_error").inc()
         return Response(data, status_code=answer.status_code, headers=headers)
@@ -223,7 +227,7 @@ class _App:
                 await answer.aclose()
                 tap.close()
                 if plan.api is not Api.OTHER and answer.is_success:
-                    self._book(plan, tap.usage)
+                    await self._book(plan, tap.usage)
                 self.metrics.requests.labels(plan.api.value, outcome).inc()
 
         return StreamingResponse(
@@ -233,8 +237,14 @@ class _App:
             background=BackgroundTask(answer.aclose),
         )
 
-    def _book(self, plan: Plan, usage: Any) -> int:
-        gateway = self.gateway.record(plan, usage)
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``; in a worker thread when the sessions live in a shared store (it waits on Redis)."""
+        if self.gateway.store.remote:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def _book(self, plan: Plan, usage: Any) -> int:
+        gateway = await self._off_loop(self.gateway.record, plan, usage)
         self.metrics.usage(usage, gateway)
         return gateway
 

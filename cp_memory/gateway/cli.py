@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from pydantic import SecretStr, ValidationError
 
-from .config import GatewayConfig, UpstreamKind
+from .config import STATE_STORE_ENV, GatewayConfig, UpstreamKind
 
 __all__ = ["config_from", "console", "main", "parser"]
 
@@ -39,6 +40,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sessions", type=int, default=_default("max_sessions"))
     p.add_argument("--session-ttl", type=float, default=_default("session_ttl_s"), help="seconds")
     p.add_argument("--no-replay", action="store_true", help="forward history as the client sends it")
+    p.add_argument(
+        "--state-store",
+        default=None,
+        help="redis://host:6379/0: sessions shared by gateway replicas (env CP_GATEWAY_STATE_STORE; needs "
+        "CP_GATEWAY_SECRET, the same on every replica)",
+    )
     p.add_argument("--no-marks", action="store_true", help="Anthropic: never add cache_control marks")
     p.add_argument("--log-level", default="INFO")
     return p
@@ -46,6 +53,7 @@ def parser() -> argparse.ArgumentParser:
 
 def config_from(args: argparse.Namespace) -> GatewayConfig:
     key = SecretStr(args.gateway_key) if args.gateway_key else GatewayConfig.key_from_env()
+    store = args.state_store or os.environ.get(STATE_STORE_ENV)
     return GatewayConfig(
         upstream=args.upstream,
         upstream_kind=UpstreamKind(args.upstream_kind),
@@ -60,6 +68,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         session_ttl_s=args.session_ttl,
         replay=not args.no_replay,
         add_marks=not args.no_marks,
+        state_store=SecretStr(store) if store else None,
     )
 
 

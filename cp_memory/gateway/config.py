@@ -13,12 +13,16 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-__all__ = ["GATEWAY_KEY_ENV", "GatewayConfig", "UpstreamKind", "is_loopback"]
+from ..state.store import STATE_RETRY_S, STATE_TIMEOUT_S
+
+__all__ = ["GATEWAY_KEY_ENV", "STATE_STORE_ENV", "GatewayConfig", "UpstreamKind", "is_loopback"]
 
 #: the environment variable that holds the gateway's own key (``--gateway-key`` overrides it)
 GATEWAY_KEY_ENV = "CP_GATEWAY_KEY"
 #: the environment variable that holds the secret of the gateway's keyed hashes (tenants, cache keys)
 GATEWAY_SECRET_ENV = "CP_GATEWAY_SECRET"
+#: the environment variable that may name the state store (``--state-store`` overrides it; it may hold a password)
+STATE_STORE_ENV = "CP_GATEWAY_STATE_STORE"
 
 
 class UpstreamKind(str, Enum):
@@ -79,6 +83,17 @@ class GatewayConfig(BaseModel):
     max_sse_event_bytes: int = Field(default=1024 * 1024, ge=1024, description="larger stream events: not read")
     replay: bool = Field(default=True, description="prefix replay: earlier messages forwarded as sent before")
     add_marks: bool = Field(default=True, description="Anthropic: add breakpoints within the 4 the API allows")
+    state_store: SecretStr | None = Field(
+        default=None,
+        description="redis://host:6379/0: sessions (sent logs for replay, savings) shared by gateway replicas; "
+        "needs a shared secret (the replicas' tenant and session hashes must agree)",
+    )
+    state_timeout_s: float = Field(
+        default=STATE_TIMEOUT_S, gt=0, description="bound on one state-store call; past it the local state serves"
+    )
+    state_retry_s: float = Field(
+        default=STATE_RETRY_S, ge=0, description="after a state-store failure, the local state serves this long"
+    )
 
     @field_validator("upstream")
     @classmethod
@@ -87,6 +102,23 @@ class GatewayConfig(BaseModel):
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("state_store")
+    @classmethod
+    def _state_store_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            scheme = value.get_secret_value().split(":")[0]
+            raise ValueError(f"state_store must be a redis://, rediss:// or unix:// URL, got {scheme!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _shared_secret(self) -> GatewayConfig:
+        if self.state_store is not None and self.secret is None:
+            raise ValueError(
+                "state_store needs secret (CP_GATEWAY_SECRET): replicas sharing sessions must hash tenants and "
+                "sessions with the same key"
+            )
+        return self
 
     @model_validator(mode="after")
     def _bind(self) -> GatewayConfig:

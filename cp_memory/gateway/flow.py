@@ -24,7 +24,7 @@ from .config import GatewayConfig, UpstreamKind
 from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SentLog, replay
 from .rules import RuleResult, apply_rules
-from .sessions import SessionStore
+from .sessions import SessionStore, open_session_store
 from .tenancy import Identity, identify
 
 __all__ = ["Gateway", "Plan"]
@@ -83,7 +83,7 @@ class Gateway:
         self.kind = kind
         given = config.secret.get_secret_value().encode() if config.secret is not None else b""
         self.secret = given or secrets.token_bytes(32)
-        self.store = SessionStore(config.max_sessions, config.session_ttl_s, config.max_tenants)
+        self.store: SessionStore = open_session_store(config)
         self.counting = counting or default_counting()
 
     def identify(self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any]) -> Identity:

@@ -4,14 +4,21 @@ A :class:`SessionState` holds what the gateway sent last for the session (one :c
 for prefix replay) and its savings; a :class:`TenantState` the tenant's savings. Keys are (tenant, session)
 hashes (:mod:`cp_memory.gateway.tenancy`): nothing is shared across tenants. A session idle for longer than the
 TTL is forgotten on its next lookup; the least recently used ones fall out when the map is full.
+
+Where they live is a seam (:func:`open_session_store`): this process (:class:`SessionStore`, the default) or
+a Redis shared by gateway replicas (``state_store=`` in :class:`~cp_memory.gateway.config.GatewayConfig`:
+:class:`~cp_memory.gateway.shared_sessions.RedisSessionStore`). Either way the flow asks
+``store.session(tenant, session)`` for a :class:`SessionState` and reads/writes its ``logs`` and calls its
+``record``; the Redis store loads the logs on that lookup and writes each assignment and booking through.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..core.lru import LRUMap
 from ..providers.account import Savings, SavingsAccount
@@ -19,7 +26,13 @@ from ..providers.usage import CacheUsage
 from .protocols import Api
 from .replay import SentLog
 
-__all__ = ["Attribution", "SessionState", "SessionStore", "TenantState"]
+if TYPE_CHECKING:
+    from .config import GatewayConfig
+
+__all__ = ["Attribution", "Booking", "SessionState", "SessionStore", "TenantState", "open_session_store"]
+
+#: what a ledger also books elsewhere (a shared store): usage, gateway tokens, replayed, rewritten segments
+Booking = Callable[[CacheUsage, int, int, int], None]
 
 
 @dataclass
@@ -46,11 +59,14 @@ class _Ledger:
     account: SavingsAccount = field(default_factory=SavingsAccount)
     attribution: Attribution = field(default_factory=Attribution)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    sink: Booking | None = field(default=None, repr=False, compare=False)  # a shared store's booking
 
     def record(self, usage: CacheUsage, gateway: int, replayed: int, rewritten: int) -> None:
         self.account.add(usage)
         with self.lock:
             self.attribution.add(gateway, max(0, usage.cache_read_tokens - gateway), replayed, rewritten)
+        if self.sink is not None:
+            self.sink(usage, gateway, replayed, rewritten)
 
     def report(self) -> dict[str, object]:
         s: Savings = self.account.summary()
@@ -77,7 +93,7 @@ class _Ledger:
 class SessionState(_Ledger):
     tenant: str = ""
     session: str = ""
-    logs: dict[Api, SentLog] = field(default_factory=dict)
+    logs: MutableMapping[Api, SentLog] = field(default_factory=dict)
     last_used: float = 0.0
 
 
@@ -87,7 +103,10 @@ class TenantState(_Ledger):
 
 
 class SessionStore:
-    """Sessions (LRU, idle TTL) and tenants (LRU), created on first use."""
+    """Sessions (LRU, idle TTL) and tenants (LRU), created on first use; this process only."""
+
+    #: whether lookups wait on a remote store (the app then runs the flow off the event loop)
+    remote = False
 
     def __init__(
         self, max_sessions: int, ttl_s: float, max_tenants: int, *, clock: Callable[[], float] = time.monotonic
@@ -105,12 +124,18 @@ class SessionStore:
         if found is not None and now - found.last_used > self._ttl:
             self._sessions.pop(key)
             found = None
-        state = found or self._sessions.get_or_create(key, lambda: SessionState(tenant=tenant, session=session))
+        state = found or self._sessions.get_or_create(key, lambda: self._new_session(tenant, session))
         state.last_used = now
         return state
 
+    def _new_session(self, tenant: str, session: str) -> SessionState:
+        return SessionState(tenant=tenant, session=session)
+
+    def _new_tenant(self, tenant: str) -> TenantState:
+        return TenantState(tenant=tenant)
+
     def tenant(self, tenant: str) -> TenantState:
-        return self._tenants.get_or_create(tenant, lambda: TenantState(tenant=tenant))
+        return self._tenants.get_or_create(tenant, lambda: self._new_tenant(tenant))
 
     def peek_tenant(self, tenant: str) -> TenantState | None:
         return self._tenants.peek(tenant)
@@ -123,3 +148,12 @@ class SessionStore:
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+
+def open_session_store(config: GatewayConfig) -> SessionStore:
+    """The sessions ``config.state_store`` names: this process's (None, the default) or Redis."""
+    if config.state_store is None:
+        return SessionStore(config.max_sessions, config.session_ttl_s, config.max_tenants)
+    from .shared_sessions import RedisSessionStore
+
+    return RedisSessionStore(config)

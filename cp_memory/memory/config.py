@@ -23,6 +23,7 @@ from ..core.annotations import DEFAULT_ANNOTATE_TOP, LabelStyle
 from ..core.distance import DEFAULT_ALPHA
 from ..core.index_snapshot import MAX_SNAPSHOT_BYTES
 from ..core.special_tokens import SpecialTokens
+from ..state.store import STATE_RETRY_S, STATE_TIMEOUT_S
 
 __all__ = ["CommitMode", "ContextPilotConfig", "ResultsOrder", "TailOrder"]
 
@@ -137,10 +138,14 @@ class ContextPilotConfig(BaseModel):
         7 * 86_400, ge=1, description="a shared index or dedup record unused this long expires (refreshed on use)"
     )
     state_timeout_s: float = Field(
-        0.25, gt=0, description="bound on one shared-store call; past it the search falls back (full memories)"
+        STATE_TIMEOUT_S,
+        gt=0,
+        description="bound on one shared-store call; past it the search falls back (full memories)",
     )
     state_retry_s: float = Field(
-        2.0, ge=0, description="after a shared-store failure, searches use the fallback this long before retrying"
+        STATE_RETRY_S,
+        ge=0,
+        description="after a shared-store failure, searches use the fallback this long before retrying",
     )
 
     # --- mem0 calls ---------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 :func:`search_flow` is the whole search, written once. It never calls mem0: it yields a request
 (:class:`Mem0Search`, :class:`Mem0Admit` or :class:`Mem0Get`) and receives the answer (or the exception,
-thrown back in).
-:func:`drive` runs it against a sync mem0 and :func:`adrive` against an async one — the two drivers are the
-only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMemory`` (httpx's way).
+thrown back in). With a shared state store (``state_store=``) it also yields the store's requests
+(:mod:`cp_memory.state.ops`: read, compare-and-set write, delete).
+:func:`drive` runs it against a sync mem0 and a sync store, :func:`adrive` against an async mem0 and an async
+store (redis.asyncio: the event loop runs other tasks while Redis answers or times out) — the two drivers are
+the only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMemory`` (httpx's way).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Awaitable, Callable, Generator, Hashable, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
+from ..state.ops import AsyncStateStore, StoreRequest, aanswer, answer
+from ..state.store import StateStore
 from .calls import SearchCall
 from .filters import StoredCopy
 from .pipeline import Aligned, SearchPipeline
@@ -43,7 +47,8 @@ class Mem0Admit:
     filters: Mapping[str, Any]
 
 
-Request = Mem0Search | Mem0Admit | Mem0Get
+Request = Mem0Search | Mem0Admit | Mem0Get | StoreRequest
+_STORE_REQUESTS = StoreRequest.__args__  # type: ignore[attr-defined]
 Flow = Generator[Request, Any, Any]
 Key = tuple[Hashable, str]
 
@@ -90,7 +95,14 @@ def search_flow(pipeline: SearchPipeline, call: SearchCall, conversation_id: Any
     """The search: mem0 ``search`` (errors propagate: they are the caller's), then alignment, extras
     verification (the store, then :func:`.filters.admits`), dedup and rendering (errors fall back to
     mem0's order)."""
-    plan = pipeline.plan(call, conversation_id)
+    try:
+        return (yield from _search(pipeline, call, conversation_id))
+    finally:
+        pipeline.done()
+
+
+def _search(pipeline: SearchPipeline, call: SearchCall, conversation_id: Any) -> Flow:
+    plan = yield from pipeline.plan_op(call, conversation_id)
     args, kwargs = call.with_top_k(plan.fetch_k)
     response = yield Mem0Search(args, kwargs)
     try:
@@ -107,14 +119,14 @@ def search_flow(pipeline: SearchPipeline, call: SearchCall, conversation_id: Any
             else:
                 plan = type(plan)(plan.call, plan.conversation, refetch)
                 window = pipeline.window(plan, response) or window
-        aligned = pipeline.align(window)
+        aligned = yield from pipeline.align_op(window)
         copies = yield from _current_copies(pipeline, aligned)
         extras = {}
         for key in aligned.extra_keys:
             block = pipeline.check_extra(aligned, key, copies.get(key))
             if block is not None:
                 extras[key] = block
-        return pipeline.finish(aligned, extras)
+        return (yield from pipeline.finish_op(aligned, extras))
     except Exception as exc:
         logger.exception("ContextPilot alignment/dedup failed; returning mem0's own order")
         return pipeline.fallback(plan, response, exc)
@@ -125,7 +137,9 @@ def _answer(request: Request, search: Callable[..., Any], get: Callable[[Any], A
         return search(*request.args, **request.kwargs)
     if isinstance(request, Mem0Admit):
         return None if admit is None else admit(request.memory_ids, request.filters)
-    return get(request.memory_id)
+    if isinstance(request, Mem0Get):
+        return get(request.memory_id)
+    raise TypeError(f"{type(request).__name__} is answered by the driver's store, and this flow has none")
 
 
 def drive(
@@ -133,18 +147,23 @@ def drive(
     search: Callable[..., Any],
     get: Callable[[Any], Any],
     admit: Callable[[Sequence[str], Mapping[str, Any]], Any] | None = None,
+    store: StateStore | None = None,
 ) -> Any:
     """Run ``flow`` with sync mem0 calls (already wrapped in retries by the caller); ``admit``: the store
-    check (:func:`.admission.store_admission`), None where the store cannot be asked."""
+    check (:func:`.admission.store_admission`), None where the store cannot be asked; ``store``: the shared
+    state store's sync side (None: the wrapper has none)."""
     try:
         request = next(flow)
         while True:
             try:
-                answer = _answer(request, search, get, admit)
+                if isinstance(request, _STORE_REQUESTS) and store is not None:
+                    got = answer(store, request)
+                else:
+                    got = _answer(request, search, get, admit)
             except Exception as exc:
                 request = flow.throw(exc)
             else:
-                request = flow.send(answer)
+                request = flow.send(got)
     except StopIteration as stop:
         return stop.value
 
@@ -154,17 +173,21 @@ async def adrive(
     search: Callable[..., Awaitable[Any]],
     get: Callable[[Any], Awaitable[Any]],
     admit: Callable[[Sequence[str], Mapping[str, Any]], Awaitable[Any]] | None = None,
+    store: AsyncStateStore | None = None,
 ) -> Any:
-    """Run ``flow`` with async mem0 calls: :func:`drive` with ``await``."""
+    """Run ``flow`` with async mem0 calls and the shared store's async side: :func:`drive` with ``await``."""
     try:
         request = next(flow)
         while True:
             try:
-                pending = _answer(request, search, get, admit)
-                answer = None if pending is None else await pending
+                if isinstance(request, _STORE_REQUESTS) and store is not None:
+                    got = await aanswer(store, request)
+                else:
+                    pending = _answer(request, search, get, admit)
+                    got = None if pending is None else await pending
             except Exception as exc:
                 request = flow.throw(exc)
             else:
-                request = flow.send(answer)
+                request = flow.send(got)
     except StopIteration as stop:
         return stop.value

@@ -25,7 +25,7 @@ import itertools
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.annotations import block_label, grouped_locations, owed_order_annotation
 from ..core.blocks import ContextBlock, blocks_from_mem0, estimate_tokens
@@ -33,6 +33,7 @@ from ..core.dedup import Deduplicator, DedupResult
 from ..core.index import Placement
 from ..core.prompt import RenderedContext, rendered_context
 from ..core.scope import Scope
+from ..state.ops import Op, run
 from ..state.store import StateStore
 from .calls import SearchCall
 from .config import ContextPilotConfig
@@ -46,6 +47,8 @@ from .types import ContextPilotInfo, RenderedBlock, SentMemory
 __all__ = ["Aligned", "DedupTurn", "Plan", "SearchPipeline", "Window"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,22 @@ class SearchPipeline:
         )
         self.turns = Turns(self.deduplicator, config.max_pending_turns, self.scopes, self.shared)
 
+    # ------------------------------------------------------------------ store operations
+    def run(self, op: Op[T]) -> T:
+        """Drive a step with the sync store (or none: without a shared store no step asks for one)."""
+        return run(op, None if self.shared is None else self.shared.state.store)
+
+    def done(self) -> None:
+        """The search's flow ended: its read of the conversation's shared record is not reused after it."""
+        if self.shared is not None:
+            self.shared.deduplicator.done()
+
     # ------------------------------------------------------------------ 1. plan
     def plan(self, call: SearchCall, conversation_id: Any) -> Plan:
+        return self.run(self.plan_op(call, conversation_id))
+
+    def plan_op(self, call: SearchCall, conversation_id: Any) -> Op[Plan]:
+        """The plan; with a shared store, the search's one read of the conversation's record."""
         conversation = None
         if self.config.dedup and call.scope is not None:
             conv = conversation_id
@@ -114,9 +131,14 @@ class SearchPipeline:
                     raise TypeError(f"conversation_id must be a non-empty str, got {conversation_id!r}")
                 conversation = str(conv).strip()
         fetch_k = call.top_k
-        if conversation is not None and call.top_k is not None and call.scope is not None:
-            sent = self.deduplicator.sent_count(self._conversation_key(call.scope, conversation))
-            fetch_k = call.top_k + min(sent, self.config.max_overfetch)
+        if conversation is not None and call.scope is not None:
+            key = self._conversation_key(call.scope, conversation)
+            if self.shared is not None:
+                sent = yield from self.shared.deduplicator.load(key)
+            else:
+                sent = self.deduplicator.sent_count(key)
+            if call.top_k is not None:
+                fetch_k = call.top_k + min(sent, self.config.max_overfetch)
         return Plan(call, conversation, fetch_k)
 
     @staticmethod
@@ -172,6 +194,10 @@ class SearchPipeline:
 
     # ------------------------------------------------------------------ 3. align
     def align(self, window: Window) -> Aligned:
+        return self.run(self.align_op(window))
+
+    def align_op(self, window: Window) -> Op[Aligned]:
+        """The fresh blocks into the scope's index (with a shared store: read, insert, compare-and-set)."""
         scope = window.plan.call.scope
         if scope is None or not window.fresh or not self.config.align:
             return Aligned(window, None, None, ())
@@ -179,7 +205,7 @@ class SearchPipeline:
         keys = [b.key for b in window.fresh]
         lens = [estimate_tokens(b.text) for b in window.fresh] if self.config.capacity_tokens else None
         if self.shared is not None:
-            placement = self.shared.insert(state, keys, lens)
+            placement = yield from self.shared.insert(state, keys, lens)
         else:
             placement = self._insert(state, keys, lens)
         fresh_keys = set(keys)
@@ -235,13 +261,16 @@ class SearchPipeline:
 
     # ------------------------------------------------------------------ 4. finish
     def finish(self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]) -> Any:
+        return self.run(self.finish_op(aligned, extras))
+
+    def finish_op(self, aligned: Aligned, extras: Mapping[tuple[Hashable, str], ContextBlock]) -> Op[Any]:
         """Dedup, label, annotate, render; the response in mem0's shape plus ``context_pilot``."""
         window = aligned.window
         candidates, dropped = self._candidates(aligned, extras)
         dropped_ids = {k[0] if isinstance(k, tuple) else k for k in dropped}
         extra_ids = {b.id for b in extras.values()}
         rank = {r["id"]: i for i, r in enumerate(window.results)}
-        turn = self._dedup_turn(aligned, candidates + window.pre_sent, extra_ids, rank)
+        turn = yield from self._dedup_turn(aligned, candidates + window.pre_sent, extra_ids, rank)
         style, kept = self.config.labels, turn.kept
         labels = {b.id: block_label(i, style) for i, b in enumerate(kept, start=1)}
         retrieved = [b.id for b in kept if b.id not in extra_ids]
@@ -267,7 +296,7 @@ class SearchPipeline:
 
     def _dedup_turn(
         self, aligned: Aligned, candidates: list[ContextBlock], extra_ids: set[Hashable], rank: Mapping[Hashable, int]
-    ) -> DedupTurn:
+    ) -> Op[DedupTurn]:
         """The conversation's dedup plan of ``candidates`` (all kept without a conversation), opened as a
         pending turn or committed at once (``commit="on_search"``)."""
         plan, placement = aligned.window.plan, aligned.placement
@@ -279,7 +308,10 @@ class SearchPipeline:
         result = self._dedup_plan(key, candidates, extra_ids, rank, plan.call.top_k)
         turn_id, committed = None, self.config.commit == "on_search"
         if committed:
-            result = self.deduplicator.commit(result)
+            if self.shared is not None:
+                result = yield from self.shared.deduplicator.commit_op(result)
+            else:
+                result = self.deduplicator.commit(result)
             self._track_now(aligned, result.blocks)
         else:  # pending: its section is tracked once the turn is committed (the prompt was sent)
             rid = None if placement is None else placement.request_id

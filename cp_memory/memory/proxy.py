@@ -27,6 +27,8 @@ OWN_NAMES = frozenset(
         "search",
         "commit",
         "rollback",
+        "acommit",
+        "arollback",
         "sending",
         "index_for",
         "save",

@@ -23,13 +23,14 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..core.index import ContextIndex, Placement
 from ..core.lru import LRUMap
 from ..core.scope import Scope
 from ..state.health import StoreHealth
 from ..state.keys import StateKeys
+from ..state.ops import AsyncStateStore, AsyncStoreAdapter, Delete, Op, Read, Write, arun, open_async_state_store, run
 from ..state.records import decode_index, encode_index
 from ..state.store import StateStore, StoreUnavailable, Versioned, open_state_store
 from .config import ContextPilotConfig
@@ -42,6 +43,8 @@ __all__ = ["CONFLICT", "INSERT_ATTEMPTS", "Shared", "SharedState", "open_shared"
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: compare-and-set attempts of one index insert before it stays in this process's index
 INSERT_ATTEMPTS = 5
 #: what :meth:`SharedState.write` returns when the key no longer holds the expected token
@@ -49,42 +52,64 @@ CONFLICT = ""
 
 
 class SharedState:
-    """A store, its keys (tenant), TTL and health: every call returns None when the store cannot say."""
+    """A store (its sync and async sides), its keys (tenant), TTL and health. Every operation is a generator of
+    store requests (:mod:`cp_memory.state.ops`) run by :meth:`run` or :meth:`arun`; it returns None when the
+    store cannot say."""
 
-    def __init__(self, store: StateStore, config: ContextPilotConfig, name: str = "") -> None:
+    def __init__(
+        self, store: StateStore, config: ContextPilotConfig, name: str = "", astore: AsyncStateStore | None = None
+    ) -> None:
         self.store = store
+        self.astore: AsyncStateStore = astore if astore is not None else AsyncStoreAdapter(store)
         self.keys = StateKeys(config.state_tenant)
         self.ttl_s = config.state_ttl_s
         self.health = StoreHealth(name or type(store).__name__, retry_s=config.state_retry_s)
         self._warned: LRUMap[str, bool] = LRUMap(1024)
 
-    def read(self, key: str, have: str = "") -> Versioned | None:
+    def run(self, op: Op[T]) -> T:
+        """Drive ``op`` with the sync store (blocks the calling thread up to the store's timeout)."""
+        return run(op, self.store)
+
+    async def arun(self, op: Op[T]) -> T:
+        """Drive ``op`` with the async store (the event loop keeps running while the store answers)."""
+        return await arun(op, self.astore)
+
+    def read(self, key: str, have: str = "") -> Op[Versioned | None]:
         if not self.health.usable():
             return None
         try:
-            got = self.store.read(key, have=have, ttl_s=self.ttl_s)
+            got: Versioned = yield Read(key, have, self.ttl_s)
         except StoreUnavailable as exc:
             self.health.failed(exc)
             return None
         self.health.succeeded()
         return got
 
-    def write(self, key: str, data: bytes, *, expected: str) -> str | None:
+    def write(self, key: str, data: bytes, *, expected: str) -> Op[str | None]:
         """The new token; ``CONFLICT`` ("") when the key no longer holds ``expected``; None when the store
         cannot answer."""
+        written, _ = yield from self.write_outcome(key, data, expected=expected)
+        return written
+
+    def write_outcome(
+        self, key: str, data: bytes, *, expected: str, token: str | None = None
+    ) -> Op[tuple[str | None, bool]]:
+        """:meth:`write` (the new value's token ``token`` when given) and whether a failed write was *sent*:
+        True when the store failed after the request went out (a timeout): it may have been applied, or may
+        still be (a compare-and-set on ``expected``)."""
         if not self.health.usable():
-            return None
+            return None, False
         try:
-            token = self.store.write(key, data, expected=expected, ttl_s=self.ttl_s)
+            written: str | None = yield Write(key, data, expected, self.ttl_s, token)
         except StoreUnavailable as exc:
             self.health.failed(exc)
-            return None
+            return None, True
         self.health.succeeded()
-        return CONFLICT if token is None else token
+        return (CONFLICT if written is None else written), False
 
-    def delete(self, key: str) -> bool:
+    def delete(self, key: str) -> Op[bool]:
         try:
-            self.store.delete(key)
+            yield Delete(key)
         except StoreUnavailable as exc:
             self.health.failed(exc)
             return False
@@ -100,7 +125,12 @@ class SharedState:
 
 
 class Shared:
-    """The pipeline's shared state: the store-backed deduplicator and the scopes' indexes in the store."""
+    """The pipeline's shared state: the store-backed deduplicator and the scopes' indexes in the store.
+
+    The index operations never hold a scope's lock while they wait on the store (an async search awaits
+    there, and other searches of the loop may take the same scope): they read, then apply the value and
+    insert under the lock, then write by compare-and-set; another search of this process that moved the
+    index in between makes it read again, as another process would."""
 
     def __init__(self, shared: SharedState, scopes: ScopeStore, deduplicator: SharedDeduplicator) -> None:
         self.state = shared
@@ -109,15 +139,14 @@ class Shared:
         self._tokens: weakref.WeakKeyDictionary[ContextIndex, str] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ index
-    def _sync(self, state: ScopeState, key: str) -> bool:
-        """Bring ``state`` up to the store's value (caller holds ``state.lock``); False: the store cannot say."""
-        have = self._tokens.get(state.index, "")
-        got = self.state.read(key, have)
-        if got is None:
-            return False
-        if got.absent or got.data is None:  # gone (TTL, eviction, first use): this process's index stays
+    def _token(self, state: ScopeState) -> str:
+        return self._tokens.get(state.index, "")
+
+    def _apply(self, state: ScopeState, key: str, got: Versioned) -> None:
+        """Bring ``state`` up to the value read (caller holds ``state.lock``)."""
+        if got.absent or got.data is None:  # gone (TTL, eviction, first use) or unchanged: this index stays
             self._tokens[state.index] = got.token
-            return True
+            return
         try:
             snapshot = decode_index(got.data, self.state.keys.owner(key))
             options = self.scopes.index_options()
@@ -125,12 +154,11 @@ class Shared:
         except ValueError as exc:
             self.state.bad_value(key, exc, "this process's index is used and written over it")
             self._tokens[state.index] = got.token
-            return True
+            return
         self.scopes.engine.detach(state.index)
         self.scopes.engine.attach(index)
         state.index, state.requests = index, deque(index.request_ids())
         self._tokens[index] = got.token
-        return True
 
     def _insert_local(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None, rid: str) -> Placement:
         placement = state.index.insert(keys, rid, token_lens=lens)
@@ -142,54 +170,78 @@ class Shared:
         self.scopes.note_insert(state)
         return placement
 
-    def _publish(self, state: ScopeState, key: str) -> str | None:
-        """Write ``state``'s index by compare-and-set (caller holds the lock): the new token, ``CONFLICT``,
-        or None (not written: the store cannot answer, or the index is too large)."""
+    def _snapshot(self, state: ScopeState, key: str) -> bytes | None:
+        """``state``'s index as the store keeps it (caller holds the lock); None when it is too large."""
         data = encode_index(state.index.snapshot(), self.state.keys.owner(key))
         if len(data) > self.scopes.config.max_snapshot_bytes:
             logger.warning("the index of %s is over max_snapshot_bytes: kept in this process only", state.scope)
             return None
-        result = self.state.write(key, data, expected=self._tokens.get(state.index, ""))
-        if result:
-            self._tokens[state.index] = result
-        return result
+        return data
 
-    def insert(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None) -> Placement:
+    def _written(self, state: ScopeState, index: ContextIndex, rid: Hashable, result: str | None) -> None:
+        """Book a compare-and-set's outcome for ``index`` (conflict: ``rid`` leaves it; it is read again)."""
+        with state.lock:
+            if result:
+                self._tokens[index] = result
+            elif result == CONFLICT:
+                index.evict(rid)
+                if state.index is index and rid in state.requests:
+                    state.requests.remove(rid)
+
+    def insert(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None) -> Op[Placement]:
         """Insert one request into the scope's index as the store holds it (module doc)."""
         key, rid = self.state.keys.index(state.scope), uuid.uuid4().hex
-        with state.lock:
-            for _ in range(INSERT_ATTEMPTS):
-                if not self._sync(state, key):
-                    break
+        for _ in range(INSERT_ATTEMPTS):
+            have = self._token(state)
+            got = yield from self.state.read(key, have)
+            if got is None:
+                break
+            with state.lock:
+                if self._token(state) != have:
+                    continue  # another search of this process moved the index meanwhile: read again
+                self._apply(state, key, got)
+                index, expected = state.index, self._token(state)
                 placement = self._insert_local(state, keys, lens, rid)
-                result = self._publish(state, key)
-                if result != CONFLICT:
-                    return placement  # written, or the store stopped answering: kept here
-                state.index.evict(rid)  # another process wrote first: read its index and insert again
-                state.requests.remove(rid)
-            else:
-                logger.warning(
-                    "index of %s: %d conflicting writers in a row; this insert stays in this process",
-                    state.scope,
-                    INSERT_ATTEMPTS,
-                )
+                data = self._snapshot(state, key)
+            if data is None:
+                return placement
+            result = yield from self.state.write(key, data, expected=expected)
+            self._written(state, index, rid, result)
+            if result != CONFLICT:
+                return placement  # written, or the store stopped answering: kept here
+        else:
+            logger.warning(
+                "index of %s: %d conflicting writers in a row; this insert stays in this process",
+                state.scope,
+                INSERT_ATTEMPTS,
+            )
+        with state.lock:
             return self._insert_local(state, keys, lens, rid)
 
-    def rollback(self, scope: Scope, rid: Hashable) -> bool:
+    def rollback(self, scope: Scope, rid: Hashable) -> Op[bool]:
         """Take an unsent request out of the scope's index in the store; False: the store did not take it."""
         state, key = self.scopes.get(scope), self.state.keys.index(scope)
-        with state.lock:
-            for _ in range(INSERT_ATTEMPTS):
-                if not self._sync(state, key):
-                    return False
+        for _ in range(INSERT_ATTEMPTS):
+            have = self._token(state)
+            got = yield from self.state.read(key, have)
+            if got is None:
+                return False
+            with state.lock:
+                if self._token(state) != have:
+                    continue
+                self._apply(state, key, got)
                 self.scopes.engine.untrack(state.index, rid)
                 if not state.index.evict(rid):
                     return True  # not in the store's index (evicted, or never written there)
                 if rid in state.requests:
                     state.requests.remove(rid)
-                result = self._publish(state, key)
-                if result != CONFLICT:
-                    return bool(result)
+                index, expected, data = state.index, self._token(state), self._snapshot(state, key)
+            if data is None:
+                return False
+            result = yield from self.state.write(key, data, expected=expected)
+            if result != CONFLICT:
+                self._written(state, index, rid, result)
+                return bool(result)
         return False
 
 
@@ -202,9 +254,10 @@ def open_shared(config: ContextPilotConfig, scopes: ScopeStore, store: StateStor
             return None
         url = config.state_store.get_secret_value()
         store = open_state_store(url, timeout_s=config.state_timeout_s)
+        astore = open_async_state_store(url, store, timeout_s=config.state_timeout_s)
         name = url.split("@")[-1]  # never the password
     else:
-        name = type(store).__name__
-    shared = SharedState(store, config, name)
+        name, astore = type(store).__name__, None
+    shared = SharedState(store, config, name, astore)
     dedup = SharedDeduplicator(shared, max_conversations=config.max_conversations, content=config.content_dedup)
     return Shared(shared, scopes, dedup)

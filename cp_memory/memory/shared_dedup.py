@@ -21,16 +21,21 @@ Correctness rules (a pointer names ``[Doc p]`` of turn ``t``; it must be what th
   ``forget_conversation`` starts a new *generation* of the record (an empty one, numbered from turn 1 again,
   as the local record is), which no process mistakes for a loss;
 * a foreign record (another conversation's or tenant's value under this key) is never trusted nor
-  overwritten: the conversation sends full memories until it expires or ``forget_conversation`` deletes it.
+  overwritten: the conversation sends full memories until it expires or ``forget_conversation`` deletes it;
+* a commit whose write went out but whose answer never came (a timeout) gave the caller no turn number,
+  yet may have been applied — then, or later: Redis runs a stalled compare-and-set once it resumes, if the
+  key still holds the token it expects. The process remembers it (the token it asked the write to set,
+  the turn, its blocks' places) until the key moves on; if the record then turned out to hold it (that
+  token, or its blocks at that turn), a later pointer could name a turn the caller's history lacks: the
+  process buries the record (full memories from then on, the safe direction).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import uuid
 from collections.abc import Hashable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..core.blocks import ContextBlock
@@ -39,7 +44,9 @@ from ..core.dedup_plan import plan_turn, register_send, sent_location
 from ..core.dedup_records import Conversation, DedupResult, Location, PlanTicket
 from ..core.lru import LRUMap
 from ..core.scope import Scope
+from ..state.ops import Op
 from ..state.records import LostRecord, decode_conversation, encode_conversation, encode_tombstone
+from ..state.store import new_token
 from .shared import CONFLICT, SharedState
 
 __all__ = ["SharedDeduplicator"]
@@ -51,8 +58,6 @@ logger = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 5
 #: a conversation record larger than this is not read (a planted one cannot cost more)
 MAX_RECORD_BYTES = 4 << 20
-#: how long one search's read of a conversation record is reused by its next steps on the same thread
-REUSE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,25 @@ class _Planned:
     generation: str  # of the record the plan saw
 
 
+@dataclass(frozen=True)
+class _Unsure:
+    """A commit sent to the store without an answer: what would show it was applied."""
+
+    expected: str  # the token the write replaces (while the key holds it, the write may still apply)
+    token: str  # the token the write sets
+    turn: int
+    places: frozenset[tuple[Hashable, int]]  # (block id, position) of its sends
+
+
 class _Unknown:
     """The store cannot say what the conversation sent."""
 
 
 UNKNOWN = _Unknown()
+
+#: the search in progress's one read of its conversation record: (deduplicator id, key, record). A context
+#: variable: each thread, and each asyncio task, sees only its own search's read
+_SEARCH_READ: ContextVar[tuple[int, str, Conversation | _Unknown] | None] = ContextVar("cp_dedup_read", default=None)
 
 
 class SharedDeduplicator(Deduplicator):
@@ -78,7 +97,7 @@ class SharedDeduplicator(Deduplicator):
         # key -> (generation, last turn number) this process saw
         self._seen: LRUMap[str, tuple[str, int]] = LRUMap(max_conversations)
         self._planned: LRUMap[int, _Planned] = LRUMap(self._plans.capacity)
-        self._memo = threading.local()  # (key, when, record) of this thread's search in progress
+        self._unsure: LRUMap[str, _Unsure] = LRUMap(max_conversations)
 
     def _key(self, conversation_id: Hashable) -> str:
         if not (isinstance(conversation_id, tuple) and len(conversation_id) == 2):
@@ -95,15 +114,15 @@ class SharedDeduplicator(Deduplicator):
             return 0
         return seen[1]
 
-    def _read(self, key: str) -> Conversation | _Unknown:
+    def _read(self, key: str) -> Op[Conversation | _Unknown]:
         """The committed record (an empty one when there is none), or UNKNOWN."""
-        got = self.shared.read(key)
+        got = yield from self.shared.read(key)
         if got is None:
             return UNKNOWN
         if got.absent:
             seen = self._seen_turns(key, None)
             if seen:
-                self._bury(key, "", seen)
+                yield from self._bury(key, "", seen)
                 return UNKNOWN
             return Conversation()
         decoded = self._decode(key, got.data or b"")
@@ -111,11 +130,22 @@ class SharedDeduplicator(Deduplicator):
             return UNKNOWN
         conv, generation = decoded
         seen = self._seen_turns(key, generation)
-        if conv.turns < seen:
-            self._bury(key, got.token, seen)
+        if conv.turns < seen or self._landed(key, got.token, conv):
+            yield from self._bury(key, got.token, max(seen, conv.turns))
             return UNKNOWN
         self._seen.set(key, (generation, conv.turns))
         return conv
+
+    def _landed(self, key: str, token: str, conv: Conversation) -> bool:
+        """Does the record (``token``, ``conv``) hold a commit of this process whose outcome it never learned?"""
+        unsure = self._unsure.peek(key)
+        if unsure is None or token == unsure.expected:
+            return False  # not applied (yet); a compare-and-set from this token makes sure it never is
+        self._unsure.pop(key)  # the key moved on: the write was applied, or never will be
+        if token == unsure.token:
+            return True
+        at_turn = {(b, loc.position) for b, (_, loc) in conv.by_id.items() if loc.turn == unsure.turn}
+        return bool(unsure.places) and unsure.places <= at_turn
 
     def _decode(self, key: str, data: bytes) -> tuple[Conversation, str] | None:
         try:
@@ -126,32 +156,40 @@ class SharedDeduplicator(Deduplicator):
             self.shared.bad_value(key, exc, "the conversation sends full memories until the key expires")
             return None
 
-    def _bury(self, key: str, token: str, seen: int) -> None:
+    def _bury(self, key: str, token: str, seen: int) -> Op[None]:
         """The record was lost after turn ``seen``: a tombstone in its place (module doc)."""
         self.shared.bad_value(
             key,
             LostRecord(f"this process saw turn {seen}, the store no longer has it"),
             "its turn numbering cannot be rebuilt: the conversation sends full memories from now on",
         )
-        self.shared.write(key, encode_tombstone(self.shared.keys.owner(key), seen), expected=token)
+        yield from self.shared.write(key, encode_tombstone(self.shared.keys.owner(key), seen), expected=token)
 
     # ------------------------------------------------------------------ committed state
-    def _read_once(self, key: str, *, last: bool) -> Conversation | _Unknown:
-        """One read per search: ``sent_count`` reads, ``peek`` and then ``plan`` (``last``) reuse it on this
-        thread (for at most :data:`REUSE_S`). A reused record can only lack turns committed since: fewer
-        pointers, never a wrong one (committed turns never change)."""
-        memo = getattr(self._memo, "value", None)
-        self._memo.value = None
-        if memo is not None and memo[0] == key and time.monotonic() - memo[1] <= REUSE_S:
-            conv: Conversation | _Unknown = memo[2]
-        else:
-            conv = self._read(key)
-        if not last:
-            self._memo.value = (key, time.monotonic(), conv)
-        return conv
+    def load(self, conversation_id: Hashable) -> Op[int]:
+        """The search's one read of the conversation's record (the flow runs it first); :meth:`peek` and
+        :meth:`plan` of the same search reuse it. Returns the memories the record holds (0 when the store
+        cannot say). A reused record can only lack turns committed since: fewer pointers, never a wrong one
+        (committed turns never change)."""
+        key = self._key(conversation_id)
+        conv = yield from self._read(key)
+        _SEARCH_READ.set((id(self), key, conv))
+        return 0 if isinstance(conv, _Unknown) else len(conv.by_id)
+
+    @staticmethod
+    def done() -> None:
+        """The search ended: its read is not reused by anything after it."""
+        _SEARCH_READ.set(None)
+
+    def _current(self, key: str) -> Conversation | _Unknown:
+        """The search's read (:meth:`load`), else a read now (sync: outside a search's flow)."""
+        memo = _SEARCH_READ.get()
+        if memo is not None and memo[0] == id(self) and memo[1] == key:
+            return memo[2]
+        return self.shared.run(self._read(key))
 
     def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
-        conv = self._read_once(self._key(conversation_id), last=False)
+        conv = self._current(self._key(conversation_id))
         if isinstance(conv, _Unknown):
             return tuple(None for _ in blocks)
         out = []
@@ -161,24 +199,27 @@ class SharedDeduplicator(Deduplicator):
         return tuple(out)
 
     def sent_count(self, conversation_id: Hashable) -> int:
-        key = self._key(conversation_id)
-        self._memo.value = None
-        conv = self._read_once(key, last=False)
+        """Memories the record holds (a sync read; a search's flow runs :meth:`load` instead)."""
+        conv = self.shared.run(self._read(self._key(conversation_id)))
         return 0 if isinstance(conv, _Unknown) else len(conv.by_id)
 
     def sent(self, conversation_id: Hashable) -> dict[Hashable, Location]:
-        conv = self._read(self._key(conversation_id))
+        conv = self.shared.run(self._read(self._key(conversation_id)))
         return {} if isinstance(conv, _Unknown) else {b: loc for b, (_, loc) in conv.by_id.items()}
 
     def forget(self, conversation_id: Hashable) -> bool:
         """Start the conversation's record over (a new generation, from turn 1); False: the store did not."""
+        return self.shared.run(self.forget_op(conversation_id))
+
+    def forget_op(self, conversation_id: Hashable) -> Op[bool]:
         key = self._key(conversation_id)
         self._seen.pop(key)
-        got = self.shared.read(key)
+        got = yield from self.shared.read(key)
         if got is None:
             return False
         fresh = encode_conversation(Conversation(), self.shared.keys.owner(key), uuid.uuid4().hex)
-        return bool(self.shared.write(key, fresh, expected=got.token)) and not got.absent
+        written = yield from self.shared.write(key, fresh, expected=got.token)
+        return bool(written) and not got.absent
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -191,7 +232,7 @@ class SharedDeduplicator(Deduplicator):
         """Plan against the store's committed record; when it cannot say, keep every block (no pointer)."""
         items = _check_turn(conversation_id, blocks)
         key = self._key(conversation_id)
-        conv = self._read_once(key, last=True)
+        conv = self._current(key)
         known = not isinstance(conv, _Unknown)
         base = conv.turns if isinstance(conv, Conversation) else 0
         kept, dropped, trims, sends = plan_turn(
@@ -213,6 +254,10 @@ class SharedDeduplicator(Deduplicator):
 
     def commit(self, result: DedupResult) -> DedupResult:
         """Append the turn to the store's record (compare-and-set); turn 0 when it could not be recorded."""
+        return self.shared.run(self.commit_op(result))
+
+    def commit_op(self, result: DedupResult) -> Op[DedupResult]:
+        """:meth:`commit` as a store operation (:mod:`cp_memory.state.ops`)."""
         ticket = self._ticket_of(result, "commit")
         with self._lock:
             state = self._plans.peek(ticket.seq)
@@ -220,16 +265,16 @@ class SharedDeduplicator(Deduplicator):
                 raise ValueError(f"cannot commit this plan: it is {state or 'expired (or unknown)'}")
             self._plans.set(ticket.seq, "committed")
             planned = self._planned.pop(ticket.seq)
-        turn = 0 if planned is None else self._append(planned, ticket)
+        turn = 0 if planned is None else (yield from self._append(planned, ticket))
         if turn and turn != result.turn:
             logger.debug("dedup: conversation %r committed another turn meanwhile; now turn %d", planned, turn)
         return _renumbered(result, turn)
 
-    def _append(self, planned: _Planned, ticket: PlanTicket) -> int:
+    def _append(self, planned: _Planned, ticket: PlanTicket) -> Op[int]:
         """Register the turn's sends in the store; its number, or 0 when the store did not take it."""
         shared, key = self.shared, planned.key
         for _ in range(COMMIT_ATTEMPTS):
-            got = shared.read(key)
+            got = yield from shared.read(key)
             if got is None:
                 return 0
             decoded = (Conversation(), "") if got.absent else self._decode(key, got.data or b"")
@@ -238,8 +283,8 @@ class SharedDeduplicator(Deduplicator):
             conv, generation = decoded
             base = (planned.base or 0) if got.absent or planned.generation == generation else 0
             seen = max(base, self._seen_turns(key, None if got.absent else generation))
-            if conv.turns < seen:  # lost since the plan (or since this process last saw it)
-                self._bury(key, got.token, seen)
+            if conv.turns < seen or self._landed(key, got.token, conv):  # lost, or holds an unanswered commit
+                yield from self._bury(key, got.token, max(seen, conv.turns))
                 return 0
             conv.turns += 1
             for send in ticket.sends:
@@ -249,10 +294,15 @@ class SharedDeduplicator(Deduplicator):
             except ValueError as exc:
                 logger.warning("dedup record %s cannot be stored (%s): the turn is not recorded", key, exc)
                 return 0
-            written = shared.write(key, data, expected=got.token)
+            token = new_token()
+            written, sent = yield from shared.write_outcome(key, data, expected=got.token, token=token)
             if written is None:
+                if sent:
+                    places = frozenset((s.block_id, s.position) for s in ticket.sends)
+                    self._unsure.set(key, _Unsure(got.token, token, conv.turns, places))
                 return 0
             if written != CONFLICT:
+                self._unsure.pop(key)  # written from the token it expected: that one can never apply now
                 self._seen.set(key, (generation, conv.turns))
                 return conv.turns
         logger.warning(

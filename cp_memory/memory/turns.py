@@ -25,6 +25,7 @@ from ..core.dedup import Deduplicator, DedupResult
 from ..core.lru import LRUMap
 from ..core.prompt import contract_of
 from ..core.scope import Scope
+from ..state.ops import Op, run
 from .state import ScopeState, ScopeStore
 
 if TYPE_CHECKING:
@@ -83,6 +84,10 @@ class Turns:
     def commit(self, response_or_turn: Any) -> int | None:
         """Register a turn as sent; returns its turn number (None: the search had nothing to commit, or a
         shared state store could not record it: no later pointer names it)."""
+        return run(self.commit_op(response_or_turn), None if self.shared is None else self.shared.state.store)
+
+    def commit_op(self, response_or_turn: Any) -> Op[int | None]:
+        """:meth:`commit` as a store operation (:mod:`cp_memory.state.ops`; the async wrappers' ``acommit``)."""
         turn_id = _turn_id_of(response_or_turn)
         if turn_id is None:
             return None
@@ -92,7 +97,10 @@ class Turns:
                 f"turn {turn_id} is unknown: already committed or rolled back, or expired "
                 f"(more than max_pending_turns={self.max_pending} pending)"
             )
-        turn = self.deduplicator.commit(pending.dedup).turn
+        if self.shared is not None:
+            turn = (yield from self.shared.deduplicator.commit_op(pending.dedup)).turn
+        else:
+            turn = self.deduplicator.commit(pending.dedup).turn
         if pending.section is not None and pending.scope is not None and self.scopes is not None:
             state = self.scopes.peek(pending.scope)  # evicted meanwhile: its new index never saw the request
             if state is not None:
@@ -101,6 +109,10 @@ class Turns:
 
     def rollback(self, response_or_turn: Any) -> None:
         """Forget a turn that was never sent. Idempotent."""
+        run(self.rollback_op(response_or_turn), None if self.shared is None else self.shared.state.store)
+
+    def rollback_op(self, response_or_turn: Any) -> Op[None]:
+        """:meth:`rollback` as a store operation (the async wrappers' ``arollback``)."""
         turn_id = _turn_id_of(response_or_turn)
         pending = self._pending.pop(turn_id) if turn_id is not None else None
         if pending is None:
@@ -109,7 +121,7 @@ class Turns:
         scope, rid = pending.scope, pending.request_id
         if scope is None or rid is None or self.scopes is None:
             return
-        if self.shared is not None and self.shared.rollback(scope, rid):
+        if self.shared is not None and (yield from self.shared.rollback(scope, rid)):
             return
         state = self.scopes.peek(scope)
         if state is None and self.scopes.index_dir is not None:

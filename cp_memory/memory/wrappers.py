@@ -30,6 +30,7 @@ from ..core.engine_cache import EngineCache
 from ..core.index import ContextIndex
 from ..core.scope import ENTITY_KEYS, entity_ids, scope_of
 from ..providers.account import Savings, SavingsAccount
+from ..state.ops import run
 from .admission import store_admission
 from .calls import SearchCall, hosted_call, local_call
 from .config import ContextPilotConfig
@@ -135,9 +136,15 @@ class _Wrapper(ForwardingProxy):
     def _cp_search(self, query: Any, args: tuple[Any, ...], conversation_id: Any, kwargs: dict[str, Any]) -> Any:
         flow = search_flow(self._cp_pipeline, self._cp_call(query, args, kwargs), conversation_id)
         wrapped = self._cp_wrapped
-        run = adrive if self._cp_async else drive
         admit = None if self._cp_hosted else self._cp_retrying(store_admission(wrapped, asynchronous=self._cp_async))
-        return run(flow, self._cp_retrying(wrapped.search), self._cp_retrying(wrapped.get), admit)
+        search, get, shared = (
+            self._cp_retrying(wrapped.search),
+            self._cp_retrying(wrapped.get),
+            self._cp_pipeline.shared,
+        )
+        if self._cp_async:  # the shared store's async side: the event loop never waits on it
+            return adrive(flow, search, get, admit, None if shared is None else shared.state.astore)
+        return drive(flow, search, get, admit, None if shared is None else shared.state.store)
 
     def _cp_forget_entities(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         named: dict[str, Any] = {}
@@ -276,6 +283,31 @@ def _mem0_like(cls: type, *names: str) -> None:
             setattr(cls, name, dress(getattr(_Wrapper, name), theirs))
 
 
+class _AsyncTurns:
+    """``acommit`` / ``arollback``: :meth:`_Wrapper.commit` / :meth:`_Wrapper.rollback` for async code. With a
+    shared state store (``state_store="redis://..."``) they wait on Redis with ``await`` (the sync ones
+    block the calling thread, the event loop's included, up to ``state_timeout_s``); without one they are
+    the same as the sync ones."""
+
+    _cp_pipeline: SearchPipeline
+    _cp_savings: SavingsAccount
+
+    async def acommit(self, response: Any, usage: Any = None, *, model: str | None = None) -> int | None:
+        """:meth:`commit`, awaiting the shared store."""
+        turns, shared = self._cp_pipeline.turns, self._cp_pipeline.shared
+        op = turns.commit_op(response)
+        turn = await shared.state.arun(op) if shared is not None else run(op, None)
+        if usage is not None:
+            self._cp_savings.add(usage, model=model)
+        return turn
+
+    async def arollback(self, response: Any) -> None:
+        """:meth:`rollback`, awaiting the shared store. Idempotent."""
+        turns, shared = self._cp_pipeline.turns, self._cp_pipeline.shared
+        op = turns.rollback_op(response)
+        await shared.state.arun(op) if shared is not None else run(op, None)
+
+
 class ContextPilotMemory(_Wrapper, Memory):
     """A mem0 ``Memory`` whose ``search`` aligns, annotates and de-duplicates memories. Thread-safe.
 
@@ -309,7 +341,7 @@ class ContextPilotMemory(_Wrapper, Memory):
         self.close()
 
 
-class AsyncContextPilotMemory(_Wrapper, AsyncMemory):
+class AsyncContextPilotMemory(_AsyncTurns, _Wrapper, AsyncMemory):
     """The same for mem0's ``AsyncMemory``: ``await memory.search(...)``; ``close()`` is sync, like mem0's."""
 
     _cp_async = True
@@ -355,7 +387,7 @@ class ContextPilotMemoryClient(_Wrapper, MemoryClient):
         return self._cp_search(query, args, conversation_id, kwargs)
 
 
-class AsyncContextPilotMemoryClient(_Wrapper, AsyncMemoryClient):
+class AsyncContextPilotMemoryClient(_AsyncTurns, _Wrapper, AsyncMemoryClient):
     """mem0's hosted ``AsyncMemoryClient``, wrapped (see :class:`ContextPilotMemoryClient`)."""
 
     _cp_async = True

@@ -2,6 +2,9 @@
 
     cpm:v1:<tenant>:idx:<user>.<agent>.<run>.<conditions>          a scope's context index
     cpm:v1:<tenant>:conv:<user>.<agent>.<run>:<conversation>       a conversation's committed dedup turns
+    cpm:v1:<tenant>:gw:<gateway tenant>:s:<session>                 a gateway session (sent logs, savings)
+    cpm:v1:<tenant>:gw:<gateway tenant>:t                           a gateway tenant's savings
+    cpm:v1:<tenant>:gw:<gateway tenant>:z                           its sessions by last use (a sorted set)
 
 Each field is the first 20 hex digits of SHA-256 over ``key NUL value`` (``_`` when absent), as the snapshot
 file names are (:mod:`cp_memory.memory.snapshots`): no id can make two scopes, two tenants or two
@@ -52,6 +55,16 @@ class StateKeys:
     def conversation(self, scope: Scope, conversation: str) -> str:
         """The key of a conversation's dedup record (entity ids + conversation id, as the local record)."""
         return f"{self.prefix}:conv:{_entities(scope.entities)}:{_field('conversation', conversation)}"
+
+    def gateway_session(self, tenant: str, session: str) -> str:
+        """The key of a gateway session (``tenant``, ``session``: the gateway's own hashes)."""
+        return f"{self.prefix}:gw:{_field('gw-tenant', tenant)}:s:{_field('gw-session', session)}"
+
+    def gateway_tenant(self, tenant: str) -> str:
+        return f"{self.prefix}:gw:{_field('gw-tenant', tenant)}:t"
+
+    def gateway_sessions(self, tenant: str) -> str:
+        return f"{self.prefix}:gw:{_field('gw-tenant', tenant)}:z"
 
     @staticmethod
     def owner(key: str) -> str:

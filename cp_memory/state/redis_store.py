@@ -1,14 +1,19 @@
-"""The Redis :class:`~cp_memory.state.store.StateStore`: one hash per key (``t``: token, ``d``: bytes), read and
+"""The Redis stores, sync (:class:`RedisStateStore`) and async (:class:`AsyncRedisStateStore`, redis.asyncio):
+one hash per key (``t``: token, ``d``: bytes), read and
 written by two Lua scripts, so a read-if-changed and a compare-and-set are one round trip each and atomic.
 
 Every call is bounded: ``socket_timeout`` / ``socket_connect_timeout`` = ``timeout_s``, one retry on a
-connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.store.StoreUnavailable`. A key of
+connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.store.StoreUnavailable`. The two
+share the scripts and the decoding of their answers; the async one keeps one client per event loop (a
+redis.asyncio connection belongs to the loop that opened it). A key of
 another type, or a hash without a token (anything this store did not write), reads as
 :data:`~cp_memory.state.store.MALFORMED`; a write expecting that token replaces it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any
 
 from ..extras import requires
@@ -16,10 +21,12 @@ from .store import MALFORMED, StoreUnavailable, Versioned, new_token
 
 with requires("redis", "cp_memory.state.redis_store"):
     import redis
+    import redis.asyncio
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-__all__ = ["RedisStateStore"]
+__all__ = ["AsyncRedisStateStore", "RedisStateStore", "redis_client"]
 
 _READ = """
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -45,18 +52,47 @@ return 1
 """
 
 
+def _options(timeout_s: float) -> dict[str, Any]:
+    return dict(
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry_on_timeout=False,
+        health_check_interval=0,
+    )
+
+
+def redis_client(url: str, *, timeout_s: float) -> redis.Redis:
+    """A sync client with the store's bounds (timeouts, one retry on a connection error, no health checks)."""
+    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **_options(timeout_s))
+
+
+def _versioned(got: Any) -> Versioned:
+    token = got[0].decode() if isinstance(got[0], bytes) else str(got[0])
+    if token == "":
+        return Versioned("", None)
+    if token == MALFORMED:
+        return Versioned(MALFORMED, b"")
+    return Versioned(token, bytes(got[1]) if len(got) > 1 else None)
+
+
+def _read_args(have: str, ttl_s: int) -> list[Any]:
+    return [have, int(ttl_s * 1000), MALFORMED]
+
+
+def _write_args(data: bytes, expected: str, ttl_s: int, token: str | None) -> tuple[str, list[Any]]:
+    token = token or new_token()
+    return token, [expected, token, data, int(ttl_s * 1000), MALFORMED]
+
+
+def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"redis {what}: {type(exc).__name__}: {exc}")
+
+
 class RedisStateStore:
     """Keys in one Redis database (``redis://host:port/db``); thread-safe (redis-py's connection pool)."""
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
-        self.client = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1),
-            retry_on_timeout=False,
-            health_check_interval=0,
-        )
+        self.client = redis_client(url, timeout_s=timeout_s)
         self._read = self.client.register_script(_READ)
         self._write = self.client.register_script(_WRITE)
 
@@ -64,20 +100,13 @@ class RedisStateStore:
         try:
             return fn(*args, **kwargs)
         except redis.RedisError as exc:  # connection, timeout, OOM, script errors: the store cannot say
-            raise StoreUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
+            raise _unavailable(what, exc) from exc
 
     def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
-        got = self._call("read", self._read, keys=[key], args=[have, int(ttl_s * 1000), MALFORMED])
-        token = got[0].decode() if isinstance(got[0], bytes) else str(got[0])
-        if token == "":
-            return Versioned("", None)
-        if token == MALFORMED:
-            return Versioned(MALFORMED, b"")
-        return Versioned(token, bytes(got[1]) if len(got) > 1 else None)
+        return _versioned(self._call("read", self._read, keys=[key], args=_read_args(have, ttl_s)))
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        token = new_token()
-        args = [expected, token, data, int(ttl_s * 1000), MALFORMED]
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        token, args = _write_args(data, expected, ttl_s, token)
         done = self._call("write", self._write, keys=[key], args=args)
         return token if int(done) == 1 else None
 
@@ -89,3 +118,53 @@ class RedisStateStore:
             self.client.close()
         except redis.RedisError:
             pass
+
+
+class _LoopClient:
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.client = redis.asyncio.Redis.from_url(url, retry=AsyncRetry(NoBackoff(), 1), **_options(timeout_s))
+        self.read = self.client.register_script(_READ)
+        self.write = self.client.register_script(_WRITE)
+
+
+class AsyncRedisStateStore:
+    """The same keys and scripts through redis.asyncio; one client per running event loop."""
+
+    def __init__(self, url: str, *, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = weakref.WeakKeyDictionary()
+
+    def _client(self) -> _LoopClient:
+        loop = asyncio.get_running_loop()
+        found = self._clients.get(loop)
+        if found is None:
+            found = self._clients[loop] = _LoopClient(self.url, self.timeout_s)
+        return found
+
+    async def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise _unavailable(what, exc) from exc
+
+    async def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
+        c = self._client()
+        return _versioned(await self._call("read", c.read, keys=[key], args=_read_args(have, ttl_s)))
+
+    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        token, args = _write_args(data, expected, ttl_s, token)
+        done = await self._call("write", self._client().write, keys=[key], args=args)
+        return token if int(done) == 1 else None
+
+    async def delete(self, key: str) -> None:
+        await self._call("delete", self._client().client.delete, key)
+
+    async def aclose(self) -> None:
+        """Close this loop's client (others close with their loops)."""
+        found = self._clients.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            try:
+                await found.client.aclose()
+            except redis.RedisError:
+                pass

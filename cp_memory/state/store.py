@@ -17,6 +17,8 @@ from typing import Protocol, runtime_checkable
 
 __all__ = [
     "MALFORMED",
+    "STATE_RETRY_S",
+    "STATE_TIMEOUT_S",
     "MemoryStateStore",
     "StateStore",
     "StoreUnavailable",
@@ -24,6 +26,11 @@ __all__ = [
     "new_token",
     "open_state_store",
 ]
+
+#: the default bound on one store call (seconds); past it the caller falls back to its local state
+STATE_TIMEOUT_S = 0.25
+#: after a failed call, how long callers use their fallback before asking the store again (seconds)
+STATE_RETRY_S = 2.0
 
 #: the token a reader sees for a key that holds something this store did not write (another type, no token):
 #: a write passing it as ``expected`` replaces that value
@@ -59,8 +66,9 @@ class StateStore(Protocol):
         """The key's token and bytes (bytes None if the token equals ``have``); refreshes the key's TTL."""
         ...
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
-        """Store ``data`` if the key holds token ``expected`` ("" = absent); the new token, or None on conflict."""
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        """Store ``data`` if the key holds token ``expected`` ("" = absent); the new token (``token`` when given:
+        a writer that may not learn the outcome knows what to look for), or None on conflict."""
         ...
 
     def delete(self, key: str) -> None: ...
@@ -98,12 +106,12 @@ class MemoryStateStore:
             entry.expires = time.monotonic() + ttl_s
             return Versioned(entry.token, None if have and entry.token == have else entry.data)
 
-    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int) -> str | None:
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
         with self._lock:
             entry = self._live(key)
             if (entry.token if entry is not None else "") != expected:
                 return None
-            token = new_token()
+            token = token or new_token()
             self._items[key] = _Entry(token, bytes(data), time.monotonic() + ttl_s)
             return token
 

@@ -22,6 +22,7 @@ require_mem0()
 from cp_memory.core.scope import Scope  # noqa: E402
 from cp_memory.memory import ContextPilotMemory  # noqa: E402
 from cp_memory.state.keys import StateKeys  # noqa: E402
+from cp_memory.state.store import StateStore, StoreUnavailable, Versioned  # noqa: E402
 
 pytestmark = pytest.mark.mem0
 
@@ -134,3 +135,49 @@ def test_values_of_another_scope_under_this_scopes_keys_are_not_trusted(mem, red
     # B's index was written over the planted one and serves B
     again = b.search(qs[0], filters={"user_id": B}, top_k=6)
     assert in_scope(mem, again, B)
+
+
+class LostAnswer:
+    """Failure injection: the next conversation commit's write is sent and then its answer is lost (a
+    timeout), after Redis applied it (``applied``) or without it reaching Redis."""
+
+    def __init__(self, inner: StateStore, *, applied: bool) -> None:
+        self.inner, self.applied, self.armed = inner, applied, False
+
+    def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
+        return self.inner.read(key, have=have, ttl_s=ttl_s)
+
+    def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        if self.armed and ":conv:" in key:
+            self.armed = False
+            if self.applied:
+                self.inner.write(key, data, expected=expected, ttl_s=ttl_s, token=token)
+            raise StoreUnavailable("injected: the answer was lost")
+        return self.inner.write(key, data, expected=expected, ttl_s=ttl_s, token=token)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_commit_whose_answer_is_lost_never_leads_to_a_wrong_pointer(mem, redis_url, applied):
+    qs, history = questions(0), History()
+    cps = workers(mem, redis_url)
+    state = cps[0]._cp_pipeline.shared.state
+    lossy = LostAnswer(state.store, applied=applied)
+    state.store = lossy
+    for i in range(4):
+        turn(cps[i % 2], history, qs[i], F, "lost")
+    lossy.armed = True
+    assert turn(cps[0], history, qs[4], F, "lost") is not None and history.unrecorded == 1
+    # the worker that lost the answer serves the next turn (it alone knows; docs/scale.md: the window left)
+    later = [turn(cps[(i + 1) % 2], history, qs[i], F, "lost") for i in range(5, 10)]
+    assert history.wrong == []  # the unrecorded turn is never named
+    pointers = sum(len(r["context_pilot"]["sent"]) for r in later)
+    if applied:
+        assert pointers == 0  # the record holds a turn the caller does not have: buried, full memories
+    else:
+        assert pointers > 0  # not applied: de-duplication goes on

@@ -1,0 +1,298 @@
+"""Gateway sessions in Redis (``state_store="redis://..."``): replicas behind any load balancer replay the same
+prefix and book into the same savings.
+
+Keys (:class:`~cp_memory.state.keys.StateKeys` with the namespace ``gateway``; tenant and session are the
+gateway's keyed hashes, hashed again into the key):
+
+* ``...:gw:<tenant>:s:<session>`` — a hash: ``log:<api>`` the session's :class:`~.replay.SentLog` per protocol
+  (JSON with its owner tag), ``id`` the session, and the session's savings counters;
+* ``...:gw:<tenant>:t`` — a hash: the tenant's savings counters;
+* ``...:gw:<tenant>:z`` — a sorted set: the tenant's sessions by last use (``/cp/savings`` lists them).
+
+Every key's TTL is the session idle TTL (``session_ttl_s``), refreshed on each read and write. Each update is
+one Lua script (atomic): a log is set (last writer wins, as in one process: the log of the request that went
+out last), counters are incremented (``HINCRBY`` / ``HINCRBYFLOAT``: concurrent bookings never lose one).
+
+Failure behaviour: a call that fails or passes ``state_timeout_s`` falls back to this process's state — the
+session's logs as this replica last saw them, its own savings — with one warning per outage
+(:class:`~cp_memory.state.health.StoreHealth`); a log under a key that is not its own, or malformed, is not
+used (no replay: the client's bytes go out). What stays in this process either way: anything else a
+:class:`~.sessions.SessionState` holds (content state), and the LRU/idle-TTL copy used as the fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..extras import requires
+from ..providers.account import SavingsAccount
+from ..providers.usage import CacheUsage
+from ..state.health import StoreHealth
+from ..state.keys import StateKeys
+from ..state.redis_store import redis_client
+from ..state.store import StoreUnavailable
+from .config import GatewayConfig
+from .protocols import Api
+from .replay import SentLog
+from .sessions import SessionState, SessionStore, TenantState
+
+with requires("redis", "cp_memory.gateway.shared_sessions"):
+    import redis
+
+__all__ = ["RedisSessionStore"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_HASH = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
+"""
+
+_GET_LOG = """
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return {} end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {redis.call('HGET', KEYS[1], ARGV[2])}
+"""
+
+_USED = """
+local z = redis.call('TYPE', KEYS[2]).ok
+if z ~= 'zset' and z ~= 'none' then redis.call('DEL', KEYS[2]) end
+redis.call('HSET', KEYS[1], 'id', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[1]) / 1000)
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+"""
+
+# KEYS[1] session hash, KEYS[2] the tenant's sessions; ARGV: ttl ms, now, session id, field, data
+_SET_LOG = (
+    _HASH
+    + """
+redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+"""
+    + _USED
+    + "return 1"
+)
+
+# KEYS[1] a ledger hash [, KEYS[2] the tenant's sessions]; ARGV: ttl ms, now, session id, then name/delta pairs
+_BOOK = (
+    _HASH
+    + """
+for i = 4, #ARGV, 2 do
+  if string.sub(ARGV[i], 1, 2) == 'f:' then redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+  else redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if #KEYS > 1 then
+"""
+    + _USED
+    + """
+end
+return 1
+"""
+)
+
+_INTS = (
+    "calls",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "uncached_tokens",
+    "output_tokens",
+)
+_ATTRIBUTION = ("cached_by_gateway_tokens", "cached_by_client_tokens", "replayed_segments", "rewritten_segments")
+_FLOATS = ("cost", "without_cache")
+
+
+def _deltas(usage: CacheUsage, gateway: int, replayed: int, rewritten: int) -> list[Any]:
+    """One booking as counter increments (the account's own rules price it: one source for the cost)."""
+    account = SavingsAccount()
+    account.add(usage)
+    s = account.summary()
+    ints = [getattr(s, name) for name in _INTS]
+    ints += [gateway, max(0, usage.cache_read_tokens - gateway), replayed, rewritten]
+    pairs: list[Any] = []
+    for name, value in zip(_INTS + _ATTRIBUTION, ints):
+        pairs += [name, int(value)]
+    for name in _FLOATS:
+        pairs += [f"f:{name}", repr(float(getattr(s, name)))]
+    return pairs
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _report(stored: dict[Any, Any]) -> dict[str, object]:
+    """The same report as :meth:`~.sessions._Ledger.report`, from a hash of counters."""
+    get = {_text(k): _text(v) for k, v in stored.items()}
+    out: dict[str, object] = {name: int(get.get(name, 0)) for name in _INTS}
+    cost, without = float(get.get("f:cost", 0.0)), float(get.get("f:without_cache", 0.0))
+    out.update(cost=cost, without_cache=without, saved_share=(without - cost) / without if without else 0.0)
+    out.update({name: int(get.get(name, 0)) for name in _ATTRIBUTION})
+    return out
+
+
+@dataclass
+class _StoredTenant(TenantState):
+    stored: dict[Any, Any] = field(default_factory=dict)
+
+    def report(self) -> dict[str, object]:
+        return _report(self.stored)
+
+
+@dataclass
+class _StoredSession(SessionState):
+    stored: dict[Any, Any] = field(default_factory=dict)
+
+    def report(self) -> dict[str, object]:
+        return _report(self.stored)
+
+
+class _StoredLogs(MutableMapping[Api, SentLog]):
+    """A session's sent logs: read from Redis on each lookup, written through on each assignment; this
+    process's copy answers when Redis cannot."""
+
+    def __init__(self, store: RedisSessionStore, tenant: str, session: str) -> None:
+        self.store, self.tenant, self.session = store, tenant, session
+        self.local: dict[Api, SentLog] = {}
+
+    def __getitem__(self, api: Api) -> SentLog:
+        found = self.store.get_log(self.tenant, self.session, api, self.local)
+        if found is None:
+            raise KeyError(api)
+        return found
+
+    def __setitem__(self, api: Api, log: SentLog) -> None:
+        self.local[api] = log
+        self.store.set_log(self.tenant, self.session, api, log)
+
+    def __delitem__(self, api: Api) -> None:
+        del self.local[api]
+
+    def __iter__(self) -> Iterator[Api]:
+        return iter(self.local)
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+
+class RedisSessionStore(SessionStore):
+    """Sessions and savings in Redis; this process's LRU copy is the fallback (module doc)."""
+
+    remote = True
+
+    def __init__(self, config: GatewayConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(config.max_sessions, config.session_ttl_s, config.max_tenants, clock=clock)
+        assert config.state_store is not None
+        url = config.state_store.get_secret_value()
+        self.client = redis_client(url, timeout_s=config.state_timeout_s)
+        self.keys = StateKeys("gateway")
+        self.ttl_ms = max(1, int(config.session_ttl_s * 1000))
+        self.max_log_bytes = config.max_body_bytes * 2
+        self.health = StoreHealth(url.split("@")[-1], retry_s=config.state_retry_s)
+        self._get_log = self.client.register_script(_GET_LOG)
+        self._set_log = self.client.register_script(_SET_LOG)
+        self._book = self.client.register_script(_BOOK)
+
+    def _call(self, fn: Callable[[], T]) -> T | None:
+        """``fn()``; None when the store cannot answer (one warning per outage)."""
+        if not self.health.usable():
+            return None
+        try:
+            result = fn()
+        except redis.RedisError as exc:
+            self.health.failed(StoreUnavailable(f"{type(exc).__name__}: {exc}"))
+            return None
+        self.health.succeeded()
+        return result
+
+    # ------------------------------------------------------------------ the flow's side
+    def _new_session(self, tenant: str, session: str) -> SessionState:
+        state = SessionState(tenant=tenant, session=session, logs=_StoredLogs(self, tenant, session))
+        state.sink = functools.partial(self._booking, tenant, session)
+        return state
+
+    def _new_tenant(self, tenant: str) -> TenantState:
+        state = TenantState(tenant=tenant)
+        state.sink = functools.partial(self._booking, tenant, None)
+        return state
+
+    def get_log(self, tenant: str, session: str, api: Api, local: dict[Api, SentLog]) -> SentLog | None:
+        key = self.keys.gateway_session(tenant, session)
+        got = self._call(lambda: self._get_log(keys=[key], args=[self.ttl_ms, f"log:{api.value}"]))
+        if got is None:  # the store cannot say: what this replica sent last
+            return local.get(api)
+        return self._decode(key, bytes(got[0])) if got and got[0] else None
+
+    def set_log(self, tenant: str, session: str, api: Api, log: SentLog) -> None:
+        key = self.keys.gateway_session(tenant, session)
+        data = json.dumps(
+            {"owner": self.keys.owner(key), "segments": list(log.segments), "digests": list(log.digests)},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        args: list[Any] = [self.ttl_ms, time.time(), session, f"log:{api.value}", data]
+        self._call(lambda: self._set_log(keys=[key, self.keys.gateway_sessions(tenant)], args=args))
+
+    def _booking(self, tenant: str, session: str | None, usage: CacheUsage, *counts: int) -> None:
+        gateway, replayed, rewritten = counts
+        pairs = _deltas(usage, gateway, replayed, rewritten)
+        args: list[Any]
+        if session is None:
+            keys, args = [self.keys.gateway_tenant(tenant)], [self.ttl_ms, time.time(), ""]
+        else:
+            keys = [self.keys.gateway_session(tenant, session), self.keys.gateway_sessions(tenant)]
+            args = [self.ttl_ms, time.time(), session]
+        self._call(lambda: self._book(keys=keys, args=args + pairs))
+
+    def _decode(self, key: str, data: bytes) -> SentLog | None:
+        """The stored log, or None (logged) for one that is too large, malformed or another key's."""
+        try:
+            if len(data) > self.max_log_bytes:
+                raise ValueError(f"{len(data)} bytes, over {self.max_log_bytes}")
+            doc = json.loads(data)
+            if not isinstance(doc, dict) or doc.get("owner") != self.keys.owner(key):
+                raise ValueError("not a sent log of this key")
+            segments, digests = doc.get("segments"), doc.get("digests")
+            if not isinstance(segments, list) or not isinstance(digests, list) or len(segments) != len(digests):
+                raise ValueError("segments and digests do not pair up")
+            if not all(isinstance(d, str) for d in digests):
+                raise ValueError("a digest is not a str")
+        except ValueError as exc:
+            logger.warning("gateway: unusable sent log under %s (%s): no replay for it", key, exc)
+            return None
+        return SentLog(tuple(segments), tuple(digests))
+
+    # ------------------------------------------------------------------ /cp/savings
+    def peek_tenant(self, tenant: str) -> TenantState | None:
+        stored = self._call(lambda: self.client.hgetall(self.keys.gateway_tenant(tenant)))
+        if stored is None:
+            return super().peek_tenant(tenant)
+        return _StoredTenant(tenant=tenant, stored=dict(stored)) if stored else None
+
+    def sessions_of(self, tenant: str, limit: int) -> list[SessionState]:
+        since = time.time() - self.ttl_ms / 1000
+        zkey = self.keys.gateway_sessions(tenant)
+        ids = self._call(lambda: self.client.zrevrangebyscore(zkey, "+inf", since, start=0, num=limit))
+        if ids is None:
+            return super().sessions_of(tenant, limit)
+        pipe = self.client.pipeline(transaction=False)
+        names = [_text(i) for i in ids]
+        for name in names:
+            pipe.hgetall(self.keys.gateway_session(tenant, name))
+        rows = self._call(pipe.execute) if names else []
+        if rows is None:
+            return super().sessions_of(tenant, limit)
+        return [_StoredSession(tenant=tenant, session=n, stored=dict(r)) for n, r in zip(names, rows) if r]
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,161 @@
+"""Store operations as generators: the I/O-free logic yields the store calls it needs, two thin drivers answer.
+
+Everything that reads or writes a shared store (:mod:`cp_memory.memory.shared`,
+:mod:`cp_memory.memory.shared_dedup`) is written once as a generator of :data:`StoreRequest` values
+(:class:`Read`, :class:`Write`, :class:`Delete`) that receives each answer, or has
+:class:`~cp_memory.state.store.StoreUnavailable` thrown in at the point of the call. :func:`run` answers them
+with a sync :class:`~cp_memory.state.store.StateStore`; :func:`arun` with an :class:`AsyncStateStore` (the
+event loop is never blocked on the store: ``AsyncContextPilotMemory`` uses this one). The search flow of the
+mem0 wrappers yields the same requests to its own drivers (:mod:`cp_memory.memory.flow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from .store import StateStore, StoreUnavailable, Versioned
+
+__all__ = [
+    "AsyncStateStore",
+    "AsyncStoreAdapter",
+    "Delete",
+    "Op",
+    "Read",
+    "StoreRequest",
+    "Write",
+    "aanswer",
+    "answer",
+    "arun",
+    "open_async_state_store",
+    "run",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Read:
+    key: str
+    have: str
+    ttl_s: int
+
+
+@dataclass(frozen=True)
+class Write:
+    key: str
+    data: bytes
+    expected: str
+    ttl_s: int
+    token: str | None = None  # the new value's token, chosen by the writer (None: the store picks one)
+
+
+@dataclass(frozen=True)
+class Delete:
+    key: str
+
+
+StoreRequest = Read | Write | Delete
+#: a store operation: yields requests, receives their answers, returns its result
+Op = Generator[StoreRequest, Any, T]
+
+
+@runtime_checkable
+class AsyncStateStore(Protocol):
+    """:class:`~cp_memory.state.store.StateStore` with ``await``: same tokens, compare-and-set and TTLs."""
+
+    async def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned: ...
+
+    async def write(
+        self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None
+    ) -> str | None: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class AsyncStoreAdapter:
+    """An in-process store (never waits on I/O) seen through the async protocol; the same instance serves the
+    sync side, so sync and async wrappers of one process share it."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    async def read(self, key: str, *, have: str = "", ttl_s: int) -> Versioned:
+        return self.store.read(key, have=have, ttl_s=ttl_s)
+
+    async def write(self, key: str, data: bytes, *, expected: str, ttl_s: int, token: str | None = None) -> str | None:
+        return self.store.write(key, data, expected=expected, ttl_s=ttl_s, token=token)
+
+    async def delete(self, key: str) -> None:
+        self.store.delete(key)
+
+    async def aclose(self) -> None:
+        self.store.close()
+
+
+def answer(store: StateStore, request: StoreRequest) -> Any:
+    """One request against a sync store (raises :class:`StoreUnavailable` as the store does)."""
+    if isinstance(request, Read):
+        return store.read(request.key, have=request.have, ttl_s=request.ttl_s)
+    if isinstance(request, Write):
+        r = request
+        return store.write(r.key, r.data, expected=r.expected, ttl_s=r.ttl_s, token=r.token)
+    return store.delete(request.key)
+
+
+async def aanswer(store: AsyncStateStore, request: StoreRequest) -> Any:
+    """One request against an async store; a timeout or cancellation of the call itself is re-raised."""
+    if isinstance(request, Read):
+        return await store.read(request.key, have=request.have, ttl_s=request.ttl_s)
+    if isinstance(request, Write):
+        r = request
+        return await store.write(r.key, r.data, expected=r.expected, ttl_s=r.ttl_s, token=r.token)
+    return await store.delete(request.key)
+
+
+def run(op: Op[T], store: StateStore | None) -> T:
+    """Drive ``op`` with a sync store; :class:`StoreUnavailable` goes back into the op where it asked."""
+    try:
+        request = next(op)
+        while True:
+            if store is None:
+                raise TypeError(f"a store operation asked for {type(request).__name__} but no store is set")
+            try:
+                got = answer(store, request)
+            except StoreUnavailable as exc:
+                request = op.throw(exc)
+            else:
+                request = op.send(got)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun(op: Op[T], store: AsyncStateStore | None) -> T:
+    """:func:`run` with ``await``: other tasks run while the store answers (or times out)."""
+    try:
+        request = next(op)
+        while True:
+            if store is None:
+                raise TypeError(f"a store operation asked for {type(request).__name__} but no store is set")
+            try:
+                got = await aanswer(store, request)
+            except (StoreUnavailable, asyncio.TimeoutError) as exc:
+                request = op.throw(exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(str(exc)))
+            else:
+                request = op.send(got)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def open_async_state_store(url: str, store: StateStore, *, timeout_s: float) -> AsyncStateStore:
+    """The async side of the store ``url`` names: redis.asyncio for Redis; for the in-process store, ``store``
+    itself (it never waits)."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from .redis_store import AsyncRedisStateStore
+
+        return AsyncRedisStateStore(url, timeout_s=timeout_s)
+    return AsyncStoreAdapter(store)

@@ -1,0 +1,178 @@
+"""Gateway sessions in a real Redis: two replicas behind round-robin replay the same prefix as one gateway
+does, and book into the same savings; without the store each replica knows only its own half of a session.
+Redis killed mid-session: every request still goes out (the replica's own state serves, one warning).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the gateway extra is not installed")
+
+from cp_memory.gateway import GatewayConfig, UpstreamKind  # noqa: E402
+from cp_memory.gateway.flow import Gateway  # noqa: E402
+from cp_memory.gateway.protocols import Api, segments  # noqa: E402
+from cp_memory.gateway.replay import strip_marks  # noqa: E402
+from cp_memory.gateway.shared_sessions import RedisSessionStore  # noqa: E402
+from cp_memory.providers.usage import CacheUsage  # noqa: E402
+from cp_memory.state.keys import StateKeys  # noqa: E402
+from tests.gateway.recordings import anthropic_session, chat_session, responses_session  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+
+SESSIONS = {Api.MESSAGES: anthropic_session, Api.CHAT: chat_session, Api.RESPONSES: responses_session}
+HEADERS = {"authorization": "Bearer sk-client-key"}
+SECRET = "one secret for every replica"
+
+
+def replicas(n: int, url: str | None) -> list[Gateway]:
+    settings: dict[str, Any] = {"secret": SECRET, "state_retry_s": 0.0}
+    if url is not None:
+        settings["state_store"] = url
+    config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=UpstreamKind.COMPATIBLE, **settings)
+    return [Gateway(config, UpstreamKind.COMPATIBLE) for _ in range(n)]
+
+
+def round_robin(gws: list[Gateway], api: Api, bodies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Each body through the next replica, as a load balancer sends them (plan, commit on a 2xx)."""
+    sent, replayed = [], 0
+    for i, body in enumerate(bodies):
+        gw = gws[i % len(gws)]
+        plan = gw.plan(api, HEADERS, json.dumps(body).encode())
+        assert not plan.failed_open
+        gw.commit(plan)
+        sent.append(json.loads(plan.content))
+        replayed += plan.replayed
+    return sent, replayed
+
+
+def stable_prefixes(api: Api, sent: list[dict[str, Any]]) -> bool:
+    """Every segment request n-1 had goes out in request n with n-1's bytes (marks aside)."""
+    for before, after in zip(sent, sent[1:]):
+        n = len(segments(api, before)[0])
+        old = [json.dumps(strip_marks(s)) for s in segments(api, before)[0][:n]]
+        new = [json.dumps(strip_marks(s)) for s in segments(api, after)[0][:n]]
+        if old != new:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("api", list(SESSIONS))
+def test_two_replicas_with_redis_replay_as_one_gateway(api: Api, redis_url: str) -> None:
+    bodies = SESSIONS[api](rerender=True)
+    one, one_replayed = round_robin(replicas(1, None), api, bodies)
+    two, two_replayed = round_robin(replicas(2, redis_url), api, bodies)
+    assert two == one and two_replayed == one_replayed  # the same bytes as one gateway sends
+    assert stable_prefixes(api, two)
+    # without the store, each replica replays only what it sent itself: a re-rendering client breaks the prefix
+    local, local_replayed = round_robin(replicas(2, None), api, bodies)
+    assert not stable_prefixes(api, local) and local_replayed < one_replayed
+
+
+def test_savings_of_every_replica_add_up(redis_url: str) -> None:
+    gws = replicas(2, redis_url)
+    bodies = chat_session(rerender=False)
+    plans = [gws[i % 2].plan(Api.CHAT, HEADERS, json.dumps(b).encode()) for i, b in enumerate(bodies[:4])]
+    usage = CacheUsage(provider="openai", model="gpt-4o", input_tokens=1000, cache_read_tokens=600, output_tokens=5)
+
+    def book(i: int) -> None:
+        for _ in range(25):
+            gws[i % 2].record(plans[i], usage)
+
+    threads = [threading.Thread(target=book, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert plans[0].identity is not None
+    tenant = plans[0].identity.tenant
+    for gw in gws:  # either replica reports the whole tenant: 4 x 25 bookings, none lost
+        totals = gw.store.peek_tenant(tenant)
+        assert totals is not None
+        report = totals.report()
+        assert report["calls"] == 100 and report["cache_read_tokens"] == 60_000 and report["input_tokens"] == 100_000
+        sessions = gw.store.sessions_of(tenant, 10)
+        assert sum(int(s.report()["calls"]) for s in sessions) == 100  # type: ignore[call-overload]
+
+
+def test_keys_are_namespaced_and_expire_with_the_session(redis_url: str) -> None:
+    (gw,) = replicas(1, redis_url)
+    plan = gw.plan(Api.CHAT, HEADERS, json.dumps(chat_session(rerender=False)[0]).encode())
+    gw.commit(plan)
+    assert isinstance(gw.store, RedisSessionStore) and plan.identity is not None
+    key = StateKeys("gateway").gateway_session(plan.identity.tenant, plan.identity.session)
+    client = gw.store.client
+    assert key.startswith("cpm:v1:") and plan.identity.session not in key
+    assert 0 < client.pttl(key) <= gw.config.session_ttl_s * 1000
+    assert all(k.decode().startswith("cpm:v1:") for k in client.keys("*"))
+
+
+def test_a_log_of_another_session_is_never_replayed(redis_url: str) -> None:
+    (gw,) = replicas(1, redis_url)
+    bodies = chat_session(rerender=True)
+    first = gw.plan(Api.CHAT, HEADERS, json.dumps(bodies[0]).encode())
+    gw.commit(first)
+    other = {"authorization": "Bearer another-tenant"}
+    second = gw.plan(Api.CHAT, other, json.dumps(bodies[0]).encode())
+    assert first.identity is not None and second.identity is not None
+    keys, client = StateKeys("gateway"), gw.store.client  # type: ignore[attr-defined]
+    src = keys.gateway_session(first.identity.tenant, first.identity.session)
+    dst = keys.gateway_session(second.identity.tenant, second.identity.session)
+    client.hset(dst, mapping=client.hgetall(src))  # the first tenant's log, byte for byte, under the other's key
+    again = gw.plan(Api.CHAT, other, json.dumps(bodies[1]).encode())
+    assert again.replayed == 0 and not again.failed_open
+
+
+def test_redis_killed_mid_session_every_request_still_goes_out(tmp_path: Any, caplog: Any) -> None:
+    caplog.set_level(logging.WARNING, logger="cp_memory")
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        gws = replicas(2, server.url)
+        bodies = anthropic_session(rerender=True)
+        sent, _ = round_robin(gws, Api.MESSAGES, bodies[:3])
+        server.kill()
+        down, _ = round_robin(gws, Api.MESSAGES, bodies[3:6])  # each replica's own logs serve: nothing fails
+        server.start()  # empty (no persistence): replay starts again from what each replica sends next
+        after, replayed = round_robin(gws, Api.MESSAGES, bodies[6:])
+    finally:
+        server.kill()
+    assert len(sent + down + after) == len(bodies) and replayed > 0
+    assert stable_prefixes(Api.MESSAGES, after[1:])
+    unavailable = [r for r in caplog.records if "cannot answer" in r.getMessage()]
+    assert 1 <= len(unavailable) <= 2  # one per replica and outage
+
+
+def test_two_served_replicas_round_robin_send_the_upstream_one_stable_prefix(redis_url: str) -> None:
+    """The apps themselves (uvicorn, httpx) in front of the local provider rules server (modelled)."""
+    import httpx
+
+    from benchmarks.hosted.server import ProviderServer
+    from tests.gateway.conftest import running_gateway
+
+    seen: list[dict[str, Any]] = []
+    bodies = anthropic_session(rerender=True)
+    settings = {"secret": SECRET, "state_store": redis_url}
+    with ProviderServer() as upstream:
+        original = upstream.messages
+
+        def spy(body: dict[str, Any], run: str) -> Any:
+            seen.append(body)
+            return original(body, run)
+
+        upstream.messages = spy
+        with (
+            running_gateway(upstream.url, "anthropic", **settings) as a,
+            running_gateway(upstream.url, "anthropic", **settings) as b,
+        ):
+            for i, body in enumerate(bodies):
+                url = (a, b)[i % 2].url
+                answer = httpx.post(url + "/v1/messages", json=body, headers={"x-api-key": "sk-rr"}, timeout=30)
+                assert answer.status_code == 200, answer.text
+            totals = httpx.get(a.url + "/cp/savings", headers={"x-api-key": "sk-rr"}).json()["totals"]
+    assert stable_prefixes(Api.MESSAGES, seen)
+    assert totals["calls"] == len(bodies) and totals["replayed_segments"] > 0
