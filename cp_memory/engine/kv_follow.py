@@ -57,6 +57,7 @@ class _Job:
     index: weakref.ref[ContextIndex]
     request_id: Hashable
     text: str | None  # None: untrack
+    preamble: str | None = None  # the prompt's text before ``text``: bind to that exact chain
 
 
 class EngineCacheFeed:
@@ -147,11 +148,17 @@ class EngineCacheFeed:
     def detach(self, index: ContextIndex) -> None:
         self.sync.detach(index)
 
-    def track_text(self, index: ContextIndex, request_id: Hashable, text: str) -> None:
-        """Queue ``text`` (a prompt's block section) for tokenising; the request is tracked after."""
+    def track_text(self, index: ContextIndex, request_id: Hashable, text: str, *, preamble: str | None = None) -> None:
+        """Queue ``text`` (a prompt's block section) for tokenising; the request is tracked after. With
+        ``preamble`` (the prompt's text before the section, as sent) ``preamble + text`` is tokenised in one
+        piece and watched from the prompt's first block: the request binds to its own chain, whatever other
+        prompt holds the same section after another preamble."""
         if not isinstance(text, str) or not text.strip():
             return
-        if self._put(_Job(weakref.ref(index), request_id, text)):
+        if preamble is not None and not isinstance(preamble, str):
+            logger.warning("request %r not tracked: preamble must be a str or None", request_id)
+            return
+        if self._put(_Job(weakref.ref(index), request_id, text, preamble or None)):
             self.stats.queued += 1
 
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
@@ -193,11 +200,18 @@ class EngineCacheFeed:
         if job.text is None:
             self.sync.untrack(index, job.request_id)
             return
-        tokens = self._tokens(job.text)
-        if tokens is not None and self.sync.track_section(index, job.request_id, tokens):
+        if job.preamble is not None:  # one piece, as the prompt shows it: its chain from the first block
+            tokens = self._tokens(job.preamble + job.text, head=False)
+            ok = tokens is not None and self.sync.track(index, job.request_id, tokens)
+        else:
+            tokens = self._tokens(job.text)
+            ok = tokens is not None and self.sync.track_section(index, job.request_id, tokens)
+        if ok:
             self.stats.tracked += 1
 
-    def _tokens(self, text: str) -> list[int] | None:
+    def _tokens(self, text: str, *, head: bool = True) -> list[int] | None:
+        """``text``'s token ids less ``edge_tokens`` at its end (and at its head unless ``head`` is False:
+        a prompt's first token merges with nothing before it)."""
         try:
             tokens = self.tokenize(text)
             if tokens is None:
@@ -217,4 +231,4 @@ class EngineCacheFeed:
             return None
         self._failing = False
         edge = self.edge_tokens
-        return out[edge : len(out) - edge] if edge else out
+        return out[edge if head else 0 : len(out) - edge] if edge else out

@@ -67,8 +67,10 @@ class EngineFollow:
     def detach(self, index: ContextIndex) -> None:
         self._guard.detach(index)
 
-    def track(self, index: ContextIndex, request_id: Hashable | None, section: str | None) -> None:
-        self._guard.track(index, request_id, section)
+    def track(
+        self, index: ContextIndex, request_id: Hashable | None, section: str | None, preamble: str | None = None
+    ) -> None:
+        self._guard.track(index, request_id, section, preamble)
 
     def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
         self._guard.untrack(index, request_id)
