@@ -73,6 +73,8 @@ class EngineCacheFeed:
             most twice that many (default bound: :data:`~.kv_mirror.DEFAULT_MAX_BLOCKS`).
         edge_tokens: tokens left out at each end of a tracked section.
         max_queue: sections waiting for ``tokenize`` at most (more are dropped, counted).
+        replay_endpoint: the engine's KV-event replay socket (``VLLMServer.kv_replay_endpoint``): a gap in the
+            event sequence is asked of it before the feed is reported lost (:class:`KVEventFeed`).
         topic, bind: passed to :class:`KVEventFeed`.
     """
 
@@ -87,6 +89,7 @@ class EngineCacheFeed:
         topic: str = "",
         bind: bool | None = None,
         engine_blocks: int | None = None,
+        replay_endpoint: str | None = None,
     ) -> None:
         if not callable(tokenize):
             raise TypeError(f"tokenize must be callable (text -> token ids), got {type(tokenize).__name__}")
@@ -97,7 +100,9 @@ class EngineCacheFeed:
         if sync is not None and engine_blocks is not None:
             raise ValueError("give engine_blocks to the KVCacheSync passed as sync, not to the feed")
         self.sync = sync if sync is not None else KVCacheSync(engine_blocks=engine_blocks)
-        self.feed = KVEventFeed(endpoint, self.sync.apply, on_lost=self.sync.lost, topic=topic, bind=bind)
+        self.feed = KVEventFeed(
+            endpoint, self.sync.apply, on_lost=self.sync.lost, topic=topic, bind=bind, replay_endpoint=replay_endpoint
+        )
         self.tokenize = tokenize
         self.edge_tokens = edge_tokens
         self.stats = FeedStats()

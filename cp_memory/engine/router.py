@@ -87,6 +87,12 @@ def sglang_router_available(python: str | None = None) -> bool:
     return importlib.util.find_spec("sglang_router") is not None
 
 
+def _check_key(api_key: str) -> str:
+    if not isinstance(api_key, str) or not api_key or not api_key.isprintable():
+        raise ValueError("api_key must be a non-empty printable str (the workers' key) or None")
+    return api_key
+
+
 def _check_url(url: str) -> str:
     if not isinstance(url, str):
         raise TypeError(f"worker URL must be a str, got {type(url).__name__}")
@@ -137,15 +143,13 @@ class SGLangRouter(ManagedServer):
         extra_args: Sequence[str] = (),
         api_key: str | None = None,
     ) -> None:
-        if api_key is not None and (not isinstance(api_key, str) or not api_key or not api_key.isprintable()):
-            raise ValueError("api_key must be a non-empty printable str (the workers' key) or None")
         super().__init__(
             host=host,
             port=port,
             startup_timeout=startup_timeout,
             stop_timeout=stop_timeout,
             log_path=log_path,
-            env=None if api_key is None else {KEY_ENV: api_key},
+            env=None if api_key is None else {KEY_ENV: _check_key(api_key)},
         )
         self.api_key = api_key
         if isinstance(worker_urls, str) or not isinstance(worker_urls, Sequence):

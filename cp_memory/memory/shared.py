@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
@@ -128,17 +127,13 @@ class Shared:
             return True
         self.scopes.engine.detach(state.index)
         self.scopes.engine.attach(index)
-        state.index, state.requests = index, deque(index.request_ids())
+        state.index = index
         self._tokens[index] = got.token
         return True
 
     def _insert_local(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None, rid: str) -> Placement:
         placement = state.index.insert(keys, rid, token_lens=lens)
-        state.requests.append(placement.request_id)
-        while len(state.requests) > self.scopes.config.max_requests_per_scope:
-            oldest = state.requests.popleft()
-            state.index.evict(oldest)
-            self.scopes.engine.untrack(state.index, oldest)
+        state.index.trim(self.scopes.config.max_requests_per_scope)  # the feed hears of it (ScopeStore.get)
         self.scopes.note_insert(state)
         return placement
 
@@ -166,7 +161,6 @@ class Shared:
                 if result != CONFLICT:
                     return placement  # written, or the store stopped answering: kept here
                 state.index.evict(rid)  # another process wrote first: read its index and insert again
-                state.requests.remove(rid)
             else:
                 logger.warning(
                     "index of %s: %d conflicting writers in a row; this insert stays in this process",
@@ -185,8 +179,6 @@ class Shared:
                 self.scopes.engine.untrack(state.index, rid)
                 if not state.index.evict(rid):
                     return True  # not in the store's index (evicted, or never written there)
-                if rid in state.requests:
-                    state.requests.remove(rid)
                 result = self._publish(state, key)
                 if result != CONFLICT:
                     return bool(result)

@@ -120,8 +120,4 @@ class Turns:
         self.scopes.engine.untrack(state.index, rid)
         with state.lock:
             if state.index.evict(rid):
-                try:
-                    state.requests.remove(rid)
-                except ValueError:
-                    pass
                 self.scopes.note_insert(state)  # the index changed: count it towards the next snapshot

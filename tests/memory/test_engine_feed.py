@@ -141,6 +141,20 @@ def test_a_turn_committed_with_its_preamble_binds_to_its_own_prompts_chain(
     eventually(lambda: rids[0] not in index, "the first turn to leave")
 
 
+def test_a_request_the_index_drops_for_its_bound_is_untracked(dana: Any, engine: BlockEngine, feed) -> None:
+    """One way out: the index owns its bound (``max_requests_per_scope``, :meth:`ContextIndex.trim`) and
+    tells its subscribers, so the feed stops watching the request it dropped — no shadow list in between."""
+    cp = ContextPilotMemory(dana, capacity_tokens=10**6, max_requests_per_scope=1)
+    cp.follow_engine(feed)
+    for n, q in enumerate(QUESTIONS[:2]):
+        found = cp.search(q, filters=F, top_k=4)  # no conversation: tracked now
+        engine.serve(build_prompt(q, found))
+        watched(feed, n + 1)
+    index = cp.index_for(F)
+    assert len(index) == 1
+    eventually(lambda: feed.sync.tracked == 1, "the dropped request to be untracked")
+
+
 def test_a_rolled_back_turn_is_never_tracked(dana: Any, feed) -> None:
     cp = ContextPilotMemory(dana)
     cp.follow_engine(feed)
