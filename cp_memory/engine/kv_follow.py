@@ -175,6 +175,16 @@ class EngineCacheFeed:
         """We flushed the engine and it confirmed: see :meth:`KVCacheSync.flushed`."""
         self.sync.flushed()
 
+    def flush(self, flush_cache: Callable[[], bool]) -> bool:
+        """One call: flush the engine (``flush_cache``, e.g. ``EngineClient.flush_cache``) and, once it
+        confirmed, empty every index following this feed — tracked or not, their subscribers (the mem0
+        wrapper's scopes) hear of each request — and expect the engine's own report of the clear. False:
+        the engine did not confirm; nothing changed here."""
+        if not flush_cache():
+            return False
+        self.sync.flushed(clear_indexes=True)
+        return True
+
     # -- internals ---------------------------------------------------------------------------
     def _put(self, job: _Job | None, *, block: bool = False) -> bool:
         if job is not None and not self.running:
