@@ -58,6 +58,7 @@ class _Job:
     request_id: Hashable
     text: str | None  # None: untrack
     preamble: str | None = None  # the prompt's text before ``text``: bind to that exact chain
+    index_id: int = 0  # id() of the index when queued (the feed's count of queued sections)
 
 
 class EngineCacheFeed:
@@ -109,6 +110,8 @@ class EngineCacheFeed:
         self._jobs: queue.Queue[_Job | None] = queue.Queue(max_queue)
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._queued: dict[tuple[int, Hashable], int] = {}  # sections queued per (index, request), not yet run
+        self._queued_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -163,12 +166,20 @@ class EngineCacheFeed:
         if preamble is not None and not isinstance(preamble, str):
             logger.warning("request %r not tracked: preamble must be a str or None", request_id)
             return
-        if self._put(_Job(weakref.ref(index), request_id, text, preamble or None)):
+        key = (id(index), request_id)
+        with self._queued_lock:  # counted before the job can run
+            self._queued[key] = self._queued.get(key, 0) + 1
+        if self._put(_Job(weakref.ref(index), request_id, text, preamble or None, id(index))):
             self.stats.queued += 1
+        else:
+            self._done(key)
 
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
-        """Stop watching the request (in order with the sections queued before it)."""
-        if not self._put(_Job(weakref.ref(index), request_id, None)):
+        """Stop watching the request: in order with its sections still queued, else at once (an index's
+        evictions come here, many at a time: they never crowd the tokenizer queue)."""
+        with self._queued_lock:
+            queued = (id(index), request_id) in self._queued
+        if not (queued and self._put(_Job(weakref.ref(index), request_id, None))):
             self.sync.untrack(index, request_id)
 
     def flushed(self) -> None:
@@ -208,7 +219,20 @@ class EngineCacheFeed:
             except Exception:  # the thread must outlive any one request
                 logger.exception("KV-event feed %s: tracking request %r failed", self.feed.endpoint, job.request_id)
 
+    def _done(self, key: tuple[int, Hashable]) -> None:
+        with self._queued_lock:
+            left = self._queued.pop(key, 0) - 1
+            if left > 0:
+                self._queued[key] = left
+
     def _run(self, job: _Job) -> None:
+        try:
+            self._apply(job)
+        finally:  # after the track landed: a later untrack goes straight to the sync, in order
+            if job.text is not None:
+                self._done((job.index_id, job.request_id))
+
+    def _apply(self, job: _Job) -> None:
         index = job.index()
         if index is None:
             return

@@ -194,3 +194,14 @@ def test_one_flush_empties_the_engine_and_every_index_following_it(engine: Block
     batches = feed.sync.stats.batches
     eventually(lambda: feed.sync.stats.batches > batches, "the engine's clear report")
     assert feed.live and feed.sync.stats.lost == 0
+
+
+def test_untracking_what_was_never_queued_never_crowds_the_tokenizer_queue(engine: BlockEngine) -> None:
+    """An index tells the feed of every request that leaves it (``ContextIndex.subscribe``), many at a time
+    (a clear, a trimmed scope): untracking a request with no section queued goes straight to the sync, so a
+    burst of them never fills the queue that sections to track wait in."""
+    with EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize, max_queue=1) as f:
+        index = ContextIndex()
+        for i in range(100):
+            f.untrack(index, f"r{i}")
+        assert f.stats.dropped == 0
