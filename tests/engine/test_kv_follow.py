@@ -189,11 +189,12 @@ def test_one_flush_empties_the_engine_and_every_index_following_it(engine: Block
     index.insert(["m-untracked"], "r2")
     other.insert(["m-other"], "r3")
     assert not feed.flush(lambda: False) and len(index) == 2  # the engine refused: nothing changes
-    assert feed.flush(lambda: (engine.flush(), True)[1])
+    assert feed.flush(lambda: (engine.blocks.clear(), True)[1])  # vLLM reports the clear with its next step
     assert len(index) == 0 and len(other) == 0 and sorted(map(str, heard)) == ["r1", "r2"]
     batches = feed.sync.stats.batches
+    engine.publish([{"type": "AllBlocksCleared"}])  # the next step: the engine's report of that clear
     eventually(lambda: feed.sync.stats.batches > batches, "the engine's clear report")
-    assert feed.live and feed.sync.stats.lost == 0
+    assert feed.live and feed.sync.stats.lost == 0 and feed.sync.stats.evicted == 1
 
 
 def test_untracking_what_was_never_queued_never_crowds_the_tokenizer_queue(engine: BlockEngine) -> None:
