@@ -7,6 +7,11 @@ ZMQ socket in vLLM's wire format — ``[topic, 8-byte sequence, msgpack([ts, [ev
 ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` maps. Its tokenizer splits words and punctuation
 (one token each), so the text of a section tokenises the same alone and inside a prompt.
 
+With ``replay=True`` it also answers replay requests as vLLM's ``ZmqEventPublisher`` does (a ``ROUTER`` on
+``ipc://<folder>/replay``, served by its own thread: ``[b"", start sequence]`` -> every buffered message from
+there, then an end marker of sequence -1), and ``publish(..., lose=True)`` buffers a message without sending
+it: a message the subscriber never got (``losing = n``: the next ``n`` messages, whatever publishes them).
+
 A mock only in the sense that no model runs: the events and the socket are the real ones, and a test can
 send garbage or close the socket (a dead engine) at will. The real vLLM runs in
 ``tests/engine/test_vllm_server.py``.
@@ -16,9 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,8 +49,15 @@ def eventually(condition: Callable[[], bool], what: str, timeout: float = 20.0) 
 class BlockEngine:
     """A prefix cache of ``num_blocks`` blocks publishing its KV events on ``ipc://<folder>/kv``."""
 
-    def __init__(self, folder: Path, *, block_size: int = 4, num_blocks: int = 64) -> None:
+    def __init__(self, folder: Path, *, block_size: int = 4, num_blocks: int = 64, replay: bool = False) -> None:
         self.endpoint = f"ipc://{folder}/kv"
+        self.replay_endpoint: str | None = f"ipc://{folder}/replay" if replay else None
+        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=10_000)  # vLLM's buffer_steps default
+        self._buffer_lock = threading.Lock()
+        self._replaying = threading.Event()
+        self._replayer: threading.Thread | None = None
+        self.losing = 0  # the next messages published are buffered, never sent
+        self.replay_requests = 0
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.seq = 0
@@ -54,6 +67,12 @@ class BlockEngine:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, a feed's reconnection's too
         self.sock.bind(self.endpoint)
+        if self.replay_endpoint is not None:
+            bound = threading.Event()
+            self._replayer = threading.Thread(target=self._serve_replay, args=(bound,), daemon=True)
+            self._replaying.set()
+            self._replayer.start()
+            assert bound.wait(10), "the replay socket did not bind"
 
     # -- the engine ----------------------------------------------------------------------------------
     @staticmethod
@@ -118,9 +137,15 @@ class BlockEngine:
         assert self.sock.poll(10_000), "the feed never subscribed"
         assert self.sock.recv()[:1] == b"\x01"
 
-    def publish(self, events: list[Any]) -> None:
+    def publish(self, events: list[Any], *, lose: bool = False) -> None:
+        """Publish ``events`` as the next message (buffered for replay); ``lose``: never sent (a dropped one)."""
         body = msgspec.msgpack.encode([time.time(), events, 0])
-        self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"), body])
+        with self._buffer_lock:
+            self.buffer.append((self.seq, body))
+        if self.losing > 0:
+            self.losing, lose = self.losing - 1, True
+        if not lose:
+            self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"), body])
         self.seq += 1
 
     def garbage(self) -> None:
@@ -142,8 +167,34 @@ class BlockEngine:
 
     def close(self) -> None:
         """The engine dies: its socket goes away (the subscriber sees the disconnection)."""
+        if self._replayer is not None:
+            self._replaying.clear()
+            self._replayer.join(10)
         self.sock.close(0)
         self.ctx.term()
+
+    def _serve_replay(self, bound: threading.Event) -> None:
+        """vLLM's ``ZmqEventPublisher._service_replay``, on this engine's buffer (its own thread and socket)."""
+        router = self.ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(self.replay_endpoint)
+        bound.set()
+        try:
+            while self._replaying.is_set():
+                if not router.poll(50):
+                    continue
+                frames = router.recv_multipart()
+                if len(frames) != 3:
+                    continue
+                client, _, start = frames
+                self.replay_requests += 1
+                with self._buffer_lock:
+                    held = [(s, b) for s, b in self.buffer if s >= int.from_bytes(start, "big")]
+                for s, b in held:
+                    router.send_multipart([client, b"", b"", s.to_bytes(8, "big"), b])
+                router.send_multipart([client, b"", b"", (-1).to_bytes(8, "big", signed=True), b""])
+        finally:
+            router.close(0)
 
     # -- internals -----------------------------------------------------------------------------------
     @staticmethod

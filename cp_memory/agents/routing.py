@@ -185,6 +185,7 @@ class AgentRouter(Generic[ClientT]):
         tail_key: Hashable | None = None,
         home_key: Hashable | None = None,
         text: str | None = None,
+        preamble: str | None = None,
     ) -> Route:
         """Pick a worker for a request whose reusable prefix is the blocks ``keys`` (in prompt order).
 
@@ -202,7 +203,8 @@ class AgentRouter(Generic[ClientT]):
         the worker that holds the old one, whose engine still reuses their common prefix.
 
         ``text``: the segment's text as the prompt shows it; on a worker with a feed it is tracked when
-        the request is released ok (module doc).
+        the request is released ok (module doc); ``preamble``, the prompt's text before it, binds the request to
+        exactly that prompt's cached chain (else: the chain a prompt holding ``text`` used last).
         """
         tagged, lens = self._checked(keys, token_lens, tail_tokens)
         rid = request_id if request_id is not None else uuid.uuid4().hex
@@ -212,7 +214,7 @@ class AgentRouter(Generic[ClientT]):
             worker, reason = self._choose(tagged, lens, head, seg_tokens + tail_tokens)
             matched = self._record(worker, tagged, lens, rid, tail_tokens, tail_key)
             self._account(worker, reason, rid, head, seg_tokens - sum(lens[:matched]) + tail_tokens)
-            self._feeds.routed(worker, self._indexes[worker], rid, text)
+            self._feeds.routed(worker, self._indexes[worker], rid, text, preamble)
         route = Route(
             worker=worker,
             worker_name=self.names[worker],

@@ -38,22 +38,24 @@ class WorkerFeeds:
         self.feeds: tuple[EngineCache | None, ...] = out
         self._guards = tuple(GuardedFeed(f, logger, f"the cache model of {n}") for f, n in zip(out, names))
         self._following = [False] * len(out)  # attached to its feed (from its first route with text)
-        self._texts: dict[str, str] = {}  # request id -> its segment's text, while in flight
+        self._texts: dict[str, tuple[str, str | None]] = {}  # request id -> (its text, preamble), in flight
 
-    def routed(self, worker: int, index: ContextIndex, request_id: str, text: str | None) -> None:
-        """A request was routed to ``worker`` (cache model ``index``): keep ``text`` to track at release;
-        the worker follows its feed from its first text on."""
+    def routed(
+        self, worker: int, index: ContextIndex, request_id: str, text: str | None, preamble: str | None = None
+    ) -> None:
+        """A request was routed to ``worker`` (cache model ``index``): keep ``text`` (and the prompt's
+        ``preamble`` before it) to track at release; the worker follows its feed from its first text on."""
         if self.feeds[worker] is None or text is None:
             return
-        self._texts[request_id] = text
+        self._texts[request_id] = (text, preamble)
         if not self._following[worker]:
             self._following[worker] = True
             self._guards[worker].attach(index)
 
     def released(self, worker: int, index: ContextIndex, request_id: str, ok: bool) -> None:
         """The request finished (``ok``: track its text, the engine has its blocks now) or failed (untrack)."""
-        text = self._texts.pop(request_id, None)
+        text, preamble = self._texts.pop(request_id, (None, None))
         if ok:
-            self._guards[worker].track(index, request_id, text)
+            self._guards[worker].track(index, request_id, text, preamble)
         else:
             self._guards[worker].untrack(index, request_id)

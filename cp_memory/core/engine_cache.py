@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 from .index import ContextIndex
@@ -39,9 +40,12 @@ class EngineCache(Protocol):
         """Stop following: ``index`` keeps its capacity model from now on, and its requests are untracked."""
         ...
 
-    def track_text(self, index: ContextIndex, request_id: Hashable, text: str) -> None:
+    def track_text(self, index: ContextIndex, request_id: Hashable, text: str, *, preamble: str | None = None) -> None:
         """``request_id`` (live in ``index``) counts on the engine caching ``text``: the block section of a
-        prompt that was (or is about to be) sent, wherever it sits in that prompt. Never blocks on I/O."""
+        prompt that was (or is about to be) sent. With ``preamble`` (the prompt's text before the section,
+        as sent: system prompt, chat-template head, history) the request binds to exactly the chain that
+        preamble starts; without it, to the cached chain a prompt holding ``text`` used last. Never blocks
+        on I/O."""
         ...
 
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
@@ -69,9 +73,15 @@ class GuardedFeed:
         if self.feed is not None:
             self._call("detach", self.feed.detach, index)
 
-    def track(self, index: ContextIndex, request_id: Hashable | None, text: str | None) -> None:
-        if self.feed is not None and request_id is not None and text:
+    def track(
+        self, index: ContextIndex, request_id: Hashable | None, text: str | None, preamble: str | None = None
+    ) -> None:
+        if self.feed is None or request_id is None or not text:
+            return
+        if preamble is None:  # a feed written before ``preamble`` existed still works
             self._call("track_text", self.feed.track_text, index, request_id, text)
+        else:
+            self._call("track_text", partial(self.feed.track_text, preamble=preamble), index, request_id, text)
 
     def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
         if self.feed is not None and request_id is not None:

@@ -15,11 +15,13 @@ SGLang's RadixCache does — so it never aligns a request to a prefix the engine
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,6 +148,7 @@ class ContextIndex:
         self.linkage: Linkage = linkage
         self._lock = threading.RLock()
         self._live = LiveTrie(capacity_tokens)
+        self._subscribers: tuple[Callable[[Hashable], None], ...] = ()
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -213,7 +216,7 @@ class ContextIndex:
             if bad:
                 raise ValueError(f"token_lens must be non-negative ints, got {bad[0]!r}")
         ids_kept, dups = _dedup_ids(ids)
-        with self._lock:
+        with self._changing():
             rid = self._check_request_id(request_id)
             if not ids_kept:
                 return Placement((), (), 0, rid, (), dups)
@@ -275,22 +278,68 @@ class ContextIndex:
             hash(request_id)
         except TypeError:
             return False
-        with self._lock:
+        with self._changing():
             return self._live.evict(request_id)
 
     def clear(self) -> None:
-        """Forget everything (the engine flushed its cache)."""
-        with self._lock:
-            paused = self._live.capacity_paused
+        """Forget everything (the engine flushed its cache); subscribers hear of every live request."""
+        with self._changing():
+            old = self._live
             self._live = LiveTrie(self.capacity_tokens)
-            self._live.capacity_paused = paused
+            self._live.capacity_paused = old.capacity_paused
+            self._live.gone = [*old.gone, *old.requests]
+
+    def trim(self, max_requests: int) -> list[Hashable]:
+        """Evict the earliest inserted live requests until at most ``max_requests`` are left (the owner's bound
+        on live requests, e.g. the mem0 wrapper's ``max_requests_per_scope``); returns them, oldest first."""
+        if not isinstance(max_requests, int) or isinstance(max_requests, bool) or max_requests < 0:
+            raise ValueError(f"max_requests must be a non-negative int, got {max_requests!r}")
+        with self._changing():
+            over = len(self._live.requests) - max_requests
+            oldest = list(itertools.islice(self._live.requests, over)) if over > 0 else []
+            for rid in oldest:
+                self._live.evict(rid)
+        return oldest
+
+    def subscribe(self, on_evict: Callable[[Hashable], None]) -> Callable[[], None]:
+        """Call ``on_evict(request_id)`` for every request that leaves this index from now on, whatever the
+        cause: the capacity model, the engine's events (:meth:`evict`), :meth:`trim`, :meth:`clear`. Called in
+        order, after the index's lock is released (a subscriber may call back into the index or wait on a
+        thread that does); one that raises is logged, never the caller's error. Returns the unsubscribe call."""
+        if not callable(on_evict):
+            raise TypeError(f"on_evict must be callable (request id -> None), got {type(on_evict).__name__}")
+        with self._lock:
+            self._subscribers = (*self._subscribers, on_evict)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = tuple(s for s in self._subscribers if s is not on_evict)
+
+        return unsubscribe
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The index's lock, for a change that may evict; the requests it evicted go to the subscribers after
+        the lock is released."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                gone, self._live.gone = self._live.gone, []
+                subscribers = self._subscribers
+        for rid in gone if subscribers else ():
+            for on_evict in subscribers:
+                try:
+                    on_evict(rid)
+                except Exception:
+                    logger.exception("a subscriber of this index's evictions failed on request %r", rid)
 
     def use_capacity_model(self, on: bool) -> None:
         """``False``: the engine reports its own evictions (a KV-event feed calling :meth:`evict`,
         :class:`~cp_memory.engine.kv_sync.KVCacheSync`), so the ``capacity_tokens`` model stops evicting;
         it still counts tokens and keeps the LRU order. ``True`` (the initial state): it evicts again, at
         once down to capacity — the fallback when the feed is lost. No-op without ``capacity_tokens``."""
-        with self._lock:
+        with self._changing():
             self._live.capacity_paused = not on
             if on and self._live.capacity_tokens is not None:
                 self._live.enforce_capacity(None)
@@ -320,7 +369,7 @@ class ContextIndex:
         orders = cluster_orders(
             [k for k, _ in deduped], alpha=self.alpha, method=self.linkage, tail_order=self.tail_order
         )
-        with self._lock:
+        with self._changing():
             rids = []
             nodes: list[Node | None] = []
             for i, order in enumerate(orders):
@@ -394,6 +443,7 @@ class ContextIndex:
             with index._lock:
                 sized = None if index.token_len is None else (lambda b: index._block_tokens(b, {}))
                 index._live.adopt(snap.root, snap.requests, snap.tick, sized)
+                index._live.gone.clear()  # fitted to capacity before anyone could subscribe
         except (TypeError, ValueError) as exc:  # token_len rejected a stored block, ...
             raise ValueError(f"corrupt ContextIndex snapshot: {exc}") from exc
         return index

@@ -92,6 +92,7 @@ class LiveTrie:
         self.lru = LeafLRU()
         self.evicted_by_capacity = 0
         self.capacity_paused = False  # the engine reports its own evictions: count, order, but do not evict
+        self.gone: list[Hashable] = []  # requests that left since the owner last took them (its subscribers')
 
     def attach(self, order: Sequence[Hashable], toks: Sequence[int] | None, rid: Hashable) -> Node:
         """Insert ``order`` as request ``rid``; touch its path, count it, evict over capacity."""
@@ -178,6 +179,7 @@ class LiveTrie:
 
     def _forget(self, rid: Hashable, node: Node) -> None:
         del self.requests[rid]
+        self.gone.append(rid)
         if node.requests is not None:
             node.requests.discard(rid)
         freq = self.freq

@@ -31,7 +31,12 @@ after the publisher went away is a new publisher, i.e. a restarted engine with a
 puts an :class:`AllBlocksCleared` in front of that batch. A sequence that repeats or goes back while the
 same publisher is connected is a replayed or forged message: dropped (counted), up to
 :data:`STALE_SEQUENCES` in a row — then the feed's own last sequence was the forged one and it follows
-the publisher again (reported lost). Warnings are rate-limited: one per kind of fault, then at most one
+the publisher again (reported lost). A gap, with the publisher's replay endpoint given (vLLM's
+``replay_endpoint``: a ZMQ ``ROUTER`` that answers ``[b"", start sequence]`` with every buffered message from
+there, then an end marker of sequence -1), is first asked of it: when every missing message comes back in
+order (at most :data:`MAX_REPLAY_MESSAGES` messages, :data:`MAX_REPLAY_BYTES` bytes, ``replay_timeout_s``
+seconds) they are delivered before the batch that showed the gap and nothing is lost; otherwise the gap is
+reported as before. Warnings are rate-limited: one per kind of fault, then at most one
 a minute with the count of those left out. Needs ``pyzmq`` and ``msgspec`` (the ``kv-events`` extra),
 imported when a feed starts.
 """
@@ -56,6 +61,8 @@ __all__ = [
     "MAX_EVENTS_PER_BATCH",
     "MAX_HASH_BYTES",
     "MAX_MESSAGE_BYTES",
+    "MAX_REPLAY_BYTES",
+    "MAX_REPLAY_MESSAGES",
     "RCV_HWM",
     "STALE_SEQUENCES",
     "AllBlocksCleared",
@@ -84,6 +91,13 @@ RCV_HWM = 64
 STALE_SEQUENCES = 16
 #: seconds between two warnings of the same kind (the first always goes out)
 WARN_EVERY_S = 60.0
+#: the most messages one gap asks the replay endpoint for (vLLM keeps 10,000 steps by default); a bigger
+#: gap (or a forged jump ahead) is reported lost at once
+MAX_REPLAY_MESSAGES = 10_000
+#: the most payload bytes one replay holds before it is delivered (a bigger replay gives up: reported lost)
+MAX_REPLAY_BYTES = 64 * 2**20
+#: the end marker's sequence in a replay answer
+REPLAY_END = -1
 
 #: a block hash as published: an int (vLLM >= 0.10 with the default hash), bytes (sha256) or a str
 BlockHash = Hashable
@@ -329,6 +343,24 @@ def _check_endpoint(endpoint: str) -> None:
             )
 
 
+def _check_feed_args(
+    endpoint: str, replay_endpoint: str | None, replay_timeout_s: float, max_message_bytes: int, max_events: int
+) -> None:
+    """:class:`KVEventFeed`'s arguments: ``ValueError`` naming the bad one; a warning for an open endpoint."""
+    for name, address in (("endpoint", endpoint), ("replay_endpoint", replay_endpoint)):
+        if (address is not None or name == "endpoint") and (not isinstance(address, str) or "://" not in address):
+            raise ValueError(f"{name} must be a ZMQ address like ipc:///path or tcp://127.0.0.1:5557, got {address!r}")
+    timeout_ok = isinstance(replay_timeout_s, (int, float)) and not isinstance(replay_timeout_s, bool)
+    if not timeout_ok or not replay_timeout_s > 0:
+        raise ValueError(f"replay_timeout_s must be a positive number, got {replay_timeout_s!r}")
+    for name, value in (("max_message_bytes", max_message_bytes), ("max_events", max_events)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_endpoint(endpoint)
+    if replay_endpoint is not None:
+        _check_endpoint(replay_endpoint)
+
+
 class _Warnings:
     """Rate-limited warnings: the first of each kind, then at most one per ``every`` seconds with the
     count of those left out (logged at debug meanwhile)."""
@@ -364,9 +396,11 @@ class KVEventFeed:
     sequence gap, ``on_batch`` raising, the publisher disconnecting, the feed stopping); the feed
     goes on reading, and is trustworthy again from the next batch that clears the cache (the listener
     decides what resynchronises it). Use as a context manager or call :meth:`start` / :meth:`stop`.
-    ``max_message_bytes`` and ``max_events`` bound one message (module docstring); counters:
-    ``batches`` delivered, ``malformed``, ``replayed`` (stale sequences), ``dropped`` (every message not
-    delivered), ``gaps``, ``disconnects``.
+    ``max_message_bytes`` and ``max_events`` bound one message (module docstring). ``replay_endpoint``: the
+    publisher's replay socket (vLLM's ``replay_endpoint``), asked for the messages of a gap before it is
+    reported lost, waiting at most ``replay_timeout_s``. Counters: ``batches`` delivered (recovered ones
+    included), ``malformed``, ``replayed`` (stale sequences), ``dropped`` (every message not delivered),
+    ``gaps`` (reported lost), ``recovered`` (messages a replay brought back), ``disconnects``.
     """
 
     def __init__(
@@ -380,15 +414,10 @@ class KVEventFeed:
         poll_ms: int = 100,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_events: int = MAX_EVENTS_PER_BATCH,
+        replay_endpoint: str | None = None,
+        replay_timeout_s: float = 2.0,
     ) -> None:
-        if not isinstance(endpoint, str) or "://" not in endpoint:
-            raise ValueError(
-                f"endpoint must be a ZMQ address like ipc:///path or tcp://127.0.0.1:5557, got {endpoint!r}"
-            )
-        for name, value in (("max_message_bytes", max_message_bytes), ("max_events", max_events)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_endpoint(endpoint)
+        _check_feed_args(endpoint, replay_endpoint, replay_timeout_s, max_message_bytes, max_events)
         self.endpoint = endpoint
         self.on_batch = on_batch
         self.on_lost = on_lost
@@ -397,6 +426,10 @@ class KVEventFeed:
         self.poll_ms = poll_ms
         self.max_message_bytes = max_message_bytes
         self.max_events = max_events
+        self.replay_endpoint = replay_endpoint
+        self.replay_timeout_s = float(replay_timeout_s)
+        self.recovered = 0
+        self._ctx: Any = None  # the feed thread's ZMQ context while it runs (its replay requests use it)
         self.batches = 0
         self.malformed = 0
         self.replayed = 0
@@ -485,6 +518,7 @@ class KVEventFeed:
         if opened is None:
             return
         ctx, sock = opened
+        self._ctx = ctx
         monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -544,18 +578,18 @@ class KVEventFeed:
             return
         if batch.seq < 0:  # the replay end marker
             return
-        sequenced = self._sequenced(batch)
-        if sequenced is None:
-            return
-        self.batches += 1
-        try:
-            self.on_batch(sequenced)
-        except Exception as exc:
-            logger.exception("KV-event feed %s: the listener failed on batch %d", self.endpoint, batch.seq)
-            self._lost(f"listener failed ({type(exc).__name__})", kind="listener")
+        for sequenced in self._sequenced(batch):
+            self.batches += 1
+            try:
+                self.on_batch(sequenced)
+            except Exception as exc:
+                logger.exception("KV-event feed %s: the listener failed on batch %d", self.endpoint, sequenced.seq)
+                self._lost(f"listener failed ({type(exc).__name__})", kind="listener")
 
-    def _sequenced(self, batch: EventBatch) -> EventBatch | None:
-        """``batch`` in order (a restarted publisher's first one after a clear), or None: dropped."""
+    def _sequenced(self, batch: EventBatch) -> list[EventBatch]:
+        """``batch`` in order — after the missing ones a replay brought back, or a restarted publisher's
+        first one after a clear — or nothing: dropped."""
+        recovered: list[EventBatch] = []
         last = self.last_seq
         if last is not None and batch.seq <= last:
             if self._publisher_left:  # the publisher went away and one starts again: a new engine process
@@ -576,11 +610,58 @@ class KVEventFeed:
                         batch.seq,
                         last,
                     )
-                    return None
+                    return []
                 self._lost(f"{self._stale} stale sequences in a row; following the publisher from {batch.seq}")
         elif last is not None and batch.seq > last + 1:
-            self.gaps += 1
-            self._lost(f"{batch.seq - last - 1} message(s) lost before sequence {batch.seq}", kind="gap")
+            recovered = self._replayed(last + 1, batch.seq)
+            if recovered:
+                self.recovered += len(recovered)
+                logger.info("KV-event feed %s: %d lost message(s) recovered by replay", self.endpoint, len(recovered))
+            else:
+                self.gaps += 1
+                self._lost(f"{batch.seq - last - 1} message(s) lost before sequence {batch.seq}", kind="gap")
         self._stale = 0
         self.last_seq = batch.seq
-        return batch
+        return [*recovered, batch]
+
+    def _replayed(self, start: int, stop: int) -> list[EventBatch]:
+        """Messages ``start`` .. ``stop - 1`` from the publisher's replay endpoint, all of them in order, or
+        none (no endpoint, a gap over :data:`MAX_REPLAY_MESSAGES`, a missing or malformed one, a timeout)."""
+        if self.replay_endpoint is None or self._ctx is None or stop - start > MAX_REPLAY_MESSAGES:
+            return []
+        import zmq
+
+        sock = self._ctx.socket(zmq.DEALER)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+            sock.connect(self.replay_endpoint)
+            sock.send_multipart([b"", start.to_bytes(8, "big")])
+            return self._read_replay(sock, start, stop)
+        except Exception as exc:  # zmq errors, a hostile answer: that replay only
+            logger.warning("KV-event feed %s: replay from %s failed: %s", self.endpoint, self.replay_endpoint, exc)
+            return []
+        finally:
+            sock.close(0)
+
+    def _read_replay(self, sock: Any, start: int, stop: int) -> list[EventBatch]:
+        """Read a replay answer until ``stop - start`` messages in order, the end marker, or the timeout."""
+        out: list[EventBatch] = []
+        size = 0
+        deadline = time.monotonic() + self.replay_timeout_s
+        while len(out) < stop - start and size <= MAX_REPLAY_BYTES:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not sock.poll(left_ms):
+                return []
+            frames = sock.recv_multipart()
+            frames = frames[1:] if frames and frames[0] == b"" else frames  # the ROUTER's empty delimiter
+            if len(frames) == 3 and len(frames[1]) == 8 and int.from_bytes(frames[1], "big", signed=True) < 0:
+                return []  # the end marker before every missing message came back
+            batch = decode_batch(frames, max_bytes=self.max_message_bytes, max_events=self.max_events)
+            if batch.seq < start + len(out):
+                continue  # one we already have (an answer from an older request)
+            if batch.seq != start + len(out):
+                return []  # the publisher's buffer no longer holds the first missing one
+            out.append(batch)
+            size += len(frames[2])
+        return out if len(out) == stop - start else []

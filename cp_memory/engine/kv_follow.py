@@ -57,6 +57,8 @@ class _Job:
     index: weakref.ref[ContextIndex]
     request_id: Hashable
     text: str | None  # None: untrack
+    preamble: str | None = None  # the prompt's text before ``text``: bind to that exact chain
+    index_id: int = 0  # id() of the index when queued (the feed's count of queued sections)
 
 
 class EngineCacheFeed:
@@ -72,6 +74,8 @@ class EngineCacheFeed:
             most twice that many (default bound: :data:`~.kv_mirror.DEFAULT_MAX_BLOCKS`).
         edge_tokens: tokens left out at each end of a tracked section.
         max_queue: sections waiting for ``tokenize`` at most (more are dropped, counted).
+        replay_endpoint: the engine's KV-event replay socket (``VLLMServer.kv_replay_endpoint``): a gap in the
+            event sequence is asked of it before the feed is reported lost (:class:`KVEventFeed`).
         topic, bind: passed to :class:`KVEventFeed`.
     """
 
@@ -86,6 +90,7 @@ class EngineCacheFeed:
         topic: str = "",
         bind: bool | None = None,
         engine_blocks: int | None = None,
+        replay_endpoint: str | None = None,
     ) -> None:
         if not callable(tokenize):
             raise TypeError(f"tokenize must be callable (text -> token ids), got {type(tokenize).__name__}")
@@ -96,13 +101,17 @@ class EngineCacheFeed:
         if sync is not None and engine_blocks is not None:
             raise ValueError("give engine_blocks to the KVCacheSync passed as sync, not to the feed")
         self.sync = sync if sync is not None else KVCacheSync(engine_blocks=engine_blocks)
-        self.feed = KVEventFeed(endpoint, self.sync.apply, on_lost=self.sync.lost, topic=topic, bind=bind)
+        self.feed = KVEventFeed(
+            endpoint, self.sync.apply, on_lost=self.sync.lost, topic=topic, bind=bind, replay_endpoint=replay_endpoint
+        )
         self.tokenize = tokenize
         self.edge_tokens = edge_tokens
         self.stats = FeedStats()
         self._jobs: queue.Queue[_Job | None] = queue.Queue(max_queue)
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._queued: dict[tuple[int, Hashable], int] = {}  # sections queued per (index, request), not yet run
+        self._queued_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -147,21 +156,45 @@ class EngineCacheFeed:
     def detach(self, index: ContextIndex) -> None:
         self.sync.detach(index)
 
-    def track_text(self, index: ContextIndex, request_id: Hashable, text: str) -> None:
-        """Queue ``text`` (a prompt's block section) for tokenising; the request is tracked after."""
+    def track_text(self, index: ContextIndex, request_id: Hashable, text: str, *, preamble: str | None = None) -> None:
+        """Queue ``text`` (a prompt's block section) for tokenising; the request is tracked after. With
+        ``preamble`` (the prompt's text before the section, as sent) ``preamble + text`` is tokenised in one
+        piece and watched from the prompt's first block: the request binds to its own chain, whatever other
+        prompt holds the same section after another preamble."""
         if not isinstance(text, str) or not text.strip():
             return
-        if self._put(_Job(weakref.ref(index), request_id, text)):
+        if preamble is not None and not isinstance(preamble, str):
+            logger.warning("request %r not tracked: preamble must be a str or None", request_id)
+            return
+        key = (id(index), request_id)
+        with self._queued_lock:  # counted before the job can run
+            self._queued[key] = self._queued.get(key, 0) + 1
+        if self._put(_Job(weakref.ref(index), request_id, text, preamble or None, id(index))):
             self.stats.queued += 1
+        else:
+            self._done(key)
 
     def untrack(self, index: ContextIndex, request_id: Hashable) -> None:
-        """Stop watching the request (in order with the sections queued before it)."""
-        if not self._put(_Job(weakref.ref(index), request_id, None)):
+        """Stop watching the request: in order with its sections still queued, else at once (an index's
+        evictions come here, many at a time: they never crowd the tokenizer queue)."""
+        with self._queued_lock:
+            queued = (id(index), request_id) in self._queued
+        if not (queued and self._put(_Job(weakref.ref(index), request_id, None))):
             self.sync.untrack(index, request_id)
 
     def flushed(self) -> None:
         """We flushed the engine and it confirmed: see :meth:`KVCacheSync.flushed`."""
         self.sync.flushed()
+
+    def flush(self, flush_cache: Callable[[], bool]) -> bool:
+        """One call: flush the engine (``flush_cache``, e.g. ``EngineClient.flush_cache``) and, once it
+        confirmed, empty every index following this feed — tracked or not, their subscribers (the mem0
+        wrapper's scopes) hear of each request — and expect the engine's own report of the clear. False:
+        the engine did not confirm; nothing changed here."""
+        if not flush_cache():
+            return False
+        self.sync.flushed(clear_indexes=True)
+        return True
 
     # -- internals ---------------------------------------------------------------------------
     def _put(self, job: _Job | None, *, block: bool = False) -> bool:
@@ -186,18 +219,38 @@ class EngineCacheFeed:
             except Exception:  # the thread must outlive any one request
                 logger.exception("KV-event feed %s: tracking request %r failed", self.feed.endpoint, job.request_id)
 
+    def _done(self, key: tuple[int, Hashable]) -> None:
+        with self._queued_lock:
+            left = self._queued.pop(key, 0) - 1
+            if left > 0:
+                self._queued[key] = left
+
     def _run(self, job: _Job) -> None:
+        try:
+            self._apply(job)
+        finally:  # after the track landed: a later untrack goes straight to the sync, in order
+            if job.text is not None:
+                self._done((job.index_id, job.request_id))
+
+    def _apply(self, job: _Job) -> None:
         index = job.index()
         if index is None:
             return
         if job.text is None:
             self.sync.untrack(index, job.request_id)
             return
-        tokens = self._tokens(job.text)
-        if tokens is not None and self.sync.track_section(index, job.request_id, tokens):
+        if job.preamble is not None:  # one piece, as the prompt shows it: its chain from the first block
+            tokens = self._tokens(job.preamble + job.text, head=False)
+            ok = tokens is not None and self.sync.track(index, job.request_id, tokens)
+        else:
+            tokens = self._tokens(job.text)
+            ok = tokens is not None and self.sync.track_section(index, job.request_id, tokens)
+        if ok:
             self.stats.tracked += 1
 
-    def _tokens(self, text: str) -> list[int] | None:
+    def _tokens(self, text: str, *, head: bool = True) -> list[int] | None:
+        """``text``'s token ids less ``edge_tokens`` at its end (and at its head unless ``head`` is False:
+        a prompt's first token merges with nothing before it)."""
         try:
             tokens = self.tokenize(text)
             if tokens is None:
@@ -217,4 +270,4 @@ class EngineCacheFeed:
             return None
         self._failing = False
         edge = self.edge_tokens
-        return out[edge : len(out) - edge] if edge else out
+        return out[edge if head else 0 : len(out) - edge] if edge else out

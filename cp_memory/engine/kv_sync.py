@@ -198,14 +198,19 @@ class KVCacheSync:
         with self._locked():
             self._forget((id(index), request_id))
 
-    def flushed(self) -> None:
+    def flushed(self, *, clear_indexes: bool = False) -> None:
         """We flushed the engine (it confirmed): every tracked request is gone; the engine's own
-        ``AllBlocksCleared`` for this flush, reported with its next step, is then expected."""
+        ``AllBlocksCleared`` for this flush, reported with its next step, is then expected.
+        ``clear_indexes``: every attached index is emptied too (its untracked requests as well: the engine
+        holds nothing any more); their subscribers hear of each request."""
         with self._locked():
             self._evict_all()
             self.mirror.clear()
             self._expect_clear += 1
             self._set_live(True)
+            indexes = list(self._indexes) if clear_indexes else []
+        for index in indexes:  # outside the sync's lock: an index's subscribers may call back into the feed
+            index.clear()
 
     def apply(self, batch: EventBatch) -> None:
         """The feed's ``on_batch``: apply a batch of events, evict what the engine dropped

@@ -15,6 +15,18 @@ Requests through it must carry a ``model`` field (``EngineClient(url, model=...)
     with SGLangRouter([w.base_url for w in workers]) as router:          # cache_aware, its defaults
         EngineClient(router.base_url, model="m").complete(prompt)
 
+Workers behind an API key — a managed :class:`~cp_memory.engine.vllm.VLLMServer` requires its key on every
+route but ``/health`` — need ``api_key=`` (one key for all the workers: start each ``VLLMServer`` with the same
+``api_key=``). The router is started with it (its own calls to the workers) and forwards each request's
+``Authorization`` header to the worker it picks, so clients send the key too: :meth:`SGLangRouter.client` and
+:attr:`SGLangRouter.headers` carry it. The key reaches the launcher through its environment, never its argv
+(which every local user can read). A router started without the key its workers require fails to start with
+an error that says so, rather than answering 401 to every request.
+
+    vllms = [VLLMServer(model, api_key=key) for _ in range(2)]
+    with running(vllms) as ws, SGLangRouter([w.base_url for w in ws], api_key=key) as router:
+        router.client(model=ws[0].served_model_name).complete(prompt)
+
 Needs the ``router`` extra (``pip install 'cp-memory[router]'``). The launcher runs
 ``python -m sglang_router.launch_router`` on a free loopback port (its Prometheus exporter on another
 one) and has :class:`~cp_memory.engine._server.ManagedServer`'s lifecycle: health wait, stop by PID,
@@ -28,18 +40,40 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
+
+import httpx
 
 from ._server import ManagedServer, ServerStartError, free_port
 
+if TYPE_CHECKING:
+    from .client import EngineClient
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["ROUTER_POLICIES", "RouterPolicy", "SGLangRouter", "SGLangRouterUnavailable", "sglang_router_available"]
+__all__ = [
+    "KEY_ENV",
+    "ROUTER_POLICIES",
+    "RouterPolicy",
+    "SGLangRouter",
+    "SGLangRouterUnavailable",
+    "sglang_router_available",
+]
 
 RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
 #: the router's policies that need no extra setup
 ROUTER_POLICIES: tuple[RouterPolicy, ...] = ("cache_aware", "round_robin", "random", "power_of_two")
+
+
+#: the environment variable that carries the workers' API key to the launcher (kept off its argv)
+KEY_ENV = "CP_SGLANG_ROUTER_WORKER_KEY"
+#: runs ``sglang_router.launch_router`` with ``--api-key`` from :data:`KEY_ENV` added to its own ``sys.argv``
+_KEYED_LAUNCH = (
+    "import os, runpy, sys; "
+    f"sys.argv = ['launch_router', *sys.argv[1:], '--api-key', os.environ.pop({KEY_ENV!r})]; "
+    "runpy.run_module('sglang_router.launch_router', run_name='__main__', alter_sys=True)"
+)
 
 
 class SGLangRouterUnavailable(ServerStartError):
@@ -51,6 +85,12 @@ def sglang_router_available(python: str | None = None) -> bool:
     if python is not None and os.path.realpath(python) != os.path.realpath(sys.executable):
         return True
     return importlib.util.find_spec("sglang_router") is not None
+
+
+def _check_key(api_key: str) -> str:
+    if not isinstance(api_key, str) or not api_key or not api_key.isprintable():
+        raise ValueError("api_key must be a non-empty printable str (the workers' key) or None")
+    return api_key
 
 
 def _check_url(url: str) -> str:
@@ -73,6 +113,8 @@ class SGLangRouter(ManagedServer):
         balance_abs_threshold, balance_rel_threshold: the load safeguard (router defaults 64 and 1.5).
         eviction_interval_s, max_tree_size: tree pruning period (s) and size (characters per worker;
             router defaults 60 and 2**26).
+        api_key: the workers' API key (a managed ``VLLMServer``'s ``api_key``; module doc), None when they
+            need none. Clients of the router send it too (:meth:`client`, :attr:`headers`).
         None leaves a setting at the router's default. ``extra_args`` go to the launcher verbatim.
     """
 
@@ -99,10 +141,17 @@ class SGLangRouter(ManagedServer):
         stop_timeout: float = 10.0,
         log_path: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
+        api_key: str | None = None,
     ) -> None:
         super().__init__(
-            host=host, port=port, startup_timeout=startup_timeout, stop_timeout=stop_timeout, log_path=log_path
+            host=host,
+            port=port,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+            log_path=log_path,
+            env=None if api_key is None else {KEY_ENV: _check_key(api_key)},
         )
+        self.api_key = api_key
         if isinstance(worker_urls, str) or not isinstance(worker_urls, Sequence):
             raise TypeError("worker_urls must be a list of URLs")
         if not worker_urls:
@@ -143,10 +192,10 @@ class SGLangRouter(ManagedServer):
 
     def command(self, port: int) -> list[str]:
         self.prometheus_port = free_port(self.host)
+        launcher = ["-c", _KEYED_LAUNCH] if self.api_key is not None else ["-m", "sglang_router.launch_router"]
         cmd = [
             self.python,
-            "-m",
-            "sglang_router.launch_router",
+            *launcher,
             "--worker-urls",
             *self.worker_urls,
             "--policy",
@@ -201,13 +250,45 @@ class SGLangRouter(ManagedServer):
         except Exception:  # noqa: BLE001 - any metadata failure means "unknown"
             return "unknown"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What each request to the router carries for its workers: ``{"Authorization": "Bearer <api_key>"}``
+        (empty without ``api_key``)."""
+        return {} if self.api_key is None else {"Authorization": f"Bearer {self.api_key}"}
+
+    def client(self, **options: Any) -> EngineClient:
+        """An :class:`~cp_memory.engine.client.EngineClient` for this running router, sending the workers' key
+        (``options`` go to the client: ``model=`` — the router needs it —, ``timeout=``, ...)."""
+        from .client import EngineClient
+
+        return EngineClient(self.base_url, api_key=self.api_key, **options)
+
     def start(self) -> SGLangRouter:
+        """Launch the router; raises :class:`ServerStartError` when a worker refuses the router's key (or
+        its lack of one: a managed ``VLLMServer`` requires its own)."""
         if not sglang_router_available(self.python):
             raise SGLangRouterUnavailable(
                 "sglang-router is not installed in this environment: pip install 'cp-memory[router]'"
             )
         super().start()
+        refused = [url for url in self.worker_urls if self._refuses_key(url)]
+        if refused:
+            self.stop()
+            need = "requires an API key: pass api_key= (a managed VLLMServer's api_key)"
+            wrong = "refuses the api_key given: every worker must share that one key"
+            raise ServerStartError(
+                f"sglang-router: worker(s) {', '.join(refused)} {need if self.api_key is None else wrong}"
+            )
         return self
+
+    def _refuses_key(self, url: str) -> bool:
+        """Whether ``url`` answers 401/403 to a (deliberately empty) completion carrying :attr:`headers`: an
+        auth check runs before the body is read, so nothing is generated."""
+        try:
+            answer = httpx.post(f"{url}/v1/completions", json={}, headers=self.headers, timeout=10.0)
+        except httpx.HTTPError:
+            return False  # unreachable now: the router reports it on the requests that reach it
+        return answer.status_code in (401, 403)
 
     def __enter__(self) -> SGLangRouter:  # noqa: PYI034 - as the other engine launchers
         return self.start()

@@ -22,7 +22,9 @@
 * with ``kv_events=True``, vLLM publishes its KV-cache events (``BlockStored`` / ``BlockRemoved`` /
   ``AllBlocksCleared``) on a ZMQ ``ipc://`` socket inside the server's private (0700) work
   directory: no TCP port, no other user can connect. :attr:`VLLMServer.kv_events_endpoint` is what
-  :class:`~cp_memory.engine.kv_events.KVEventFeed` subscribes to;
+  :class:`~cp_memory.engine.kv_events.KVEventFeed` subscribes to, and its replay socket (a gap in the
+  sequence is asked of it before the feed gives up) is :attr:`VLLMServer.kv_replay_endpoint`, in the same
+  directory;
 * the process gets ``TMPDIR`` = its work directory (vLLM's own ``ipc://`` sockets land there and go
   with it), ``HF_HUB_OFFLINE=1`` for a local model directory and usage statistics off.
 
@@ -227,6 +229,7 @@ class VLLMServer(ManagedServer):
     engine_name = "vllm"
     health_path = "/health"
     kill_stragglers = True  # the API server forks an engine-core process and a worker
+    _replay_endpoint: str | None = None  # vLLM's KV-event replay socket while a kv_events server runs
 
     def __init__(
         self,
@@ -302,11 +305,31 @@ class VLLMServer(ManagedServer):
         """``ipc://<workdir>/kv-events`` while a server started with ``kv_events=True`` runs, else None."""
         return self._events_endpoint if self.is_running else None
 
-    def _events_socket(self) -> str:
-        path = self.workdir() / "kv-events"
+    @property
+    def kv_replay_endpoint(self) -> str | None:
+        """``ipc://<workdir>/kv-replay``, vLLM's KV-event replay socket, while such a server runs, else None."""
+        return self._replay_endpoint if self.is_running else None
+
+    def _events_socket(self, name: str = "kv-events") -> str:
+        path = self.workdir() / name
         if len(str(path)) > 100:  # sun_path holds 108 bytes
             raise ServerStartError(f"work directory path too long for an ipc:// socket: {path}")
         return f"ipc://{path}"
+
+    def _kv_events_args(self) -> list[str]:
+        """``--kv-events-config``: the event socket and its replay socket in the private work directory."""
+        self._events_endpoint = self._replay_endpoint = None
+        if not self.kv_events:
+            return []
+        self._events_endpoint = self._events_socket()
+        self._replay_endpoint = self._events_socket("kv-replay")
+        config = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": self._events_endpoint,
+            "replay_endpoint": self._replay_endpoint,
+        }
+        return ["--kv-events-config", json.dumps(config)]
 
     def command(self, port: int) -> list[str]:
         check_model_dir(self.model, self.tokenizer)
@@ -352,11 +375,7 @@ class VLLMServer(ManagedServer):
             cmd += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.enforce_eager:
             cmd.append("--enforce-eager")
-        self._events_endpoint = None
-        if self.kv_events:
-            self._events_endpoint = self._events_socket()
-            config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": self._events_endpoint}
-            cmd += ["--kv-events-config", json.dumps(config)]
+        cmd += self._kv_events_args()
         cmd += ["--middleware", f"{GUARD_MODULE}.KeyGuard"]
         return cmd + list(self.extra_args)
 

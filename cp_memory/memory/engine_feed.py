@@ -18,6 +18,7 @@ goes on with the capacity model, never failing. Nothing here imports the engine 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 
 from ..core.blocks import ContextBlock
@@ -37,6 +38,7 @@ class EngineFollow:
     def __init__(self, config: ContextPilotConfig) -> None:
         self.config = config
         self._guard = GuardedFeed(None, logger, "this index")
+        self._subscribed: weakref.WeakSet[ContextIndex] = weakref.WeakSet()
 
     @property
     def engine(self) -> EngineCache | None:
@@ -62,13 +64,26 @@ class EngineFollow:
             self._guard.attach(index)
 
     def attach(self, index: ContextIndex) -> None:
+        """Attach ``index`` to the feed followed now; the first time, subscribe to its evictions: a request
+        that leaves the index (its capacity model, its ``trim`` bound, the engine) is untracked."""
+        if index not in self._subscribed:
+            self._subscribed.add(index)
+            ref = weakref.ref(index)
+            index.subscribe(lambda rid: self._untrack_evicted(ref, rid))
         self._guard.attach(index)
+
+    def _untrack_evicted(self, ref: weakref.ref[ContextIndex], request_id: Hashable) -> None:
+        index = ref()
+        if index is not None:
+            self._guard.untrack(index, request_id)
 
     def detach(self, index: ContextIndex) -> None:
         self._guard.detach(index)
 
-    def track(self, index: ContextIndex, request_id: Hashable | None, section: str | None) -> None:
-        self._guard.track(index, request_id, section)
+    def track(
+        self, index: ContextIndex, request_id: Hashable | None, section: str | None, preamble: str | None = None
+    ) -> None:
+        self._guard.track(index, request_id, section, preamble)
 
     def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
         self._guard.untrack(index, request_id)

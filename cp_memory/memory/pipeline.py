@@ -224,11 +224,7 @@ class SearchPipeline:
         """One request into this process's index of the scope (the in-process store)."""
         with state.lock:
             placement = state.index.insert(keys, token_lens=lens)
-            state.requests.append(placement.request_id)
-            while len(state.requests) > self.config.max_requests_per_scope:
-                oldest = state.requests.popleft()
-                state.index.evict(oldest)
-                self.scopes.engine.untrack(state.index, oldest)
+            state.index.trim(self.config.max_requests_per_scope)  # the feed hears of it (ScopeStore.get)
             self.scopes.note_insert(state)
         return placement
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -157,16 +156,12 @@ class Shared:
             return
         self.scopes.engine.detach(state.index)
         self.scopes.engine.attach(index)
-        state.index, state.requests = index, deque(index.request_ids())
+        state.index = index
         self._tokens[index] = got.token
 
     def _insert_local(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None, rid: str) -> Placement:
         placement = state.index.insert(keys, rid, token_lens=lens)
-        state.requests.append(placement.request_id)
-        while len(state.requests) > self.scopes.config.max_requests_per_scope:
-            oldest = state.requests.popleft()
-            state.index.evict(oldest)
-            self.scopes.engine.untrack(state.index, oldest)
+        state.index.trim(self.scopes.config.max_requests_per_scope)  # the feed hears of it (ScopeStore.get)
         self.scopes.note_insert(state)
         return placement
 
@@ -185,8 +180,6 @@ class Shared:
                 self._tokens[index] = result
             elif result == CONFLICT:
                 index.evict(rid)
-                if state.index is index and rid in state.requests:
-                    state.requests.remove(rid)
 
     def insert(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None) -> Op[Placement]:
         """Insert one request into the scope's index as the store holds it (module doc)."""
@@ -233,8 +226,6 @@ class Shared:
                 self.scopes.engine.untrack(state.index, rid)
                 if not state.index.evict(rid):
                     return True  # not in the store's index (evicted, or never written there)
-                if rid in state.requests:
-                    state.requests.remove(rid)
                 index, expected, data = state.index, self._token(state), self._snapshot(state, key)
             if data is None:
                 return False

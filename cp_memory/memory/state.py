@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,11 +41,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ScopeState:
-    """One scope's index and the live request ids it holds (oldest first)."""
+    """One scope's index (which owns its live requests and their bound: :meth:`ContextIndex.trim`)."""
 
     scope: Scope
     index: ContextIndex
-    requests: deque[Any] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
     unsaved: int = 0
     disk: FileId | None = None  # the snapshot file as this store last read or wrote it
@@ -139,7 +137,7 @@ class ScopeStore:
             restored, disk = self._restore(scope)
             index = restored or self.new_index()
             self.engine.attach(index)
-            return ScopeState(scope=scope, index=index, requests=deque(index.request_ids()), disk=disk)
+            return ScopeState(scope=scope, index=index, disk=disk)
 
         return self.states.get_or_create(scope, create)
 

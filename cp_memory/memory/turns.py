@@ -81,12 +81,14 @@ class Turns:
         self._pending.set(turn_id, PendingTurn(plan, None if state is None else state.scope, request_id, section))
         return turn_id
 
-    def commit(self, response_or_turn: Any) -> int | None:
+    def commit(self, response_or_turn: Any, *, preamble: str | None = None) -> int | None:
         """Register a turn as sent; returns its turn number (None: the search had nothing to commit, or a
-        shared state store could not record it: no later pointer names it)."""
-        return run(self.commit_op(response_or_turn), None if self.shared is None else self.shared.state.store)
+        shared state store could not record it: no later pointer names it). ``preamble``: the prompt's text
+        before the turn's section, for the engine feed (:meth:`~cp_memory.core.engine_cache.EngineCache.track_text`)."""
+        store = None if self.shared is None else self.shared.state.store
+        return run(self.commit_op(response_or_turn, preamble=preamble), store)
 
-    def commit_op(self, response_or_turn: Any) -> Op[int | None]:
+    def commit_op(self, response_or_turn: Any, *, preamble: str | None = None) -> Op[int | None]:
         """:meth:`commit` as a store operation (:mod:`cp_memory.state.ops`; the async wrappers' ``acommit``)."""
         turn_id = _turn_id_of(response_or_turn)
         if turn_id is None:
@@ -104,7 +106,7 @@ class Turns:
         if pending.section is not None and pending.scope is not None and self.scopes is not None:
             state = self.scopes.peek(pending.scope)  # evicted meanwhile: its new index never saw the request
             if state is not None:
-                self.scopes.engine.track(state.index, pending.request_id, pending.section)
+                self.scopes.engine.track(state.index, pending.request_id, pending.section, preamble)
         return turn or None
 
     def rollback(self, response_or_turn: Any) -> None:
@@ -131,8 +133,4 @@ class Turns:
         self.scopes.engine.untrack(state.index, rid)
         with state.lock:
             if state.index.evict(rid):
-                try:
-                    state.requests.remove(rid)
-                except ValueError:
-                    pass
                 self.scopes.note_insert(state)  # the index changed: count it towards the next snapshot

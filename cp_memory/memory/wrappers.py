@@ -184,15 +184,19 @@ class _Wrapper(ForwardingProxy):
             raise ValueError("filters must contain at least one of user_id, agent_id, run_id")
         return self._cp_pipeline.scopes.get(scope).index
 
-    def commit(self, response: Any, usage: Any = None, *, model: str | None = None) -> int | None:
+    def commit(
+        self, response: Any, usage: Any = None, *, model: str | None = None, preamble: str | None = None
+    ) -> int | None:
         """The turn of ``response`` was sent to the model: register its memories as sent.
 
         Returns the committed turn number (None when the search had no conversation). Raises
         ``ValueError`` for a turn committed or rolled back before. ``usage``: the model's reply (or its
         ``usage``, a stream's :class:`~cp_memory.providers.CacheUsage`): added to :meth:`savings`; odd usage
-        counts as zeros, never raises.
+        counts as zeros, never raises. ``preamble``: with a followed engine feed, the prompt's text before the
+        memory lines as sent (system prompt, template head): the turn's request binds to exactly that
+        prompt's cached chain (else to the chain a prompt holding its lines used last).
         """
-        turn = self._cp_pipeline.turns.commit(response)
+        turn = self._cp_pipeline.turns.commit(response, preamble=preamble)
         if usage is not None:
             self._cp_savings.add(usage, model=model)
         return turn
@@ -292,10 +296,12 @@ class _AsyncTurns:
     _cp_pipeline: SearchPipeline
     _cp_savings: SavingsAccount
 
-    async def acommit(self, response: Any, usage: Any = None, *, model: str | None = None) -> int | None:
+    async def acommit(
+        self, response: Any, usage: Any = None, *, model: str | None = None, preamble: str | None = None
+    ) -> int | None:
         """:meth:`commit`, awaiting the shared store."""
         turns, shared = self._cp_pipeline.turns, self._cp_pipeline.shared
-        op = turns.commit_op(response)
+        op = turns.commit_op(response, preamble=preamble)
         turn = await shared.state.arun(op) if shared is not None else run(op, None)
         if usage is not None:
             self._cp_savings.add(usage, model=model)

@@ -186,3 +186,26 @@ def test_a_chain_of_agents_gives_each_worker_feed_the_segment_it_sent() -> None:
     assert tracked == sorted(s.text for s in res.segments)  # every segment, on the worker that served it
     for call, seg in zip(res.worker_calls, res.segments):
         assert seg.text in feeds[call.worker].texts
+
+
+def test_a_route_given_its_preamble_hands_it_to_the_feed_at_release() -> None:
+    """``route(..., text=, preamble=)``: the worker's feed tracks the text after that preamble (its own chain)."""
+
+    class Recording(Broken):
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str | None]] = []
+
+        def attach(self, index: ContextIndex) -> None:
+            pass
+
+        def track_text(
+            self, index: ContextIndex, request_id: Hashable, text: str, *, preamble: str | None = None
+        ) -> None:
+            self.calls.append((text, preamble))
+
+    feed = Recording()
+    r = AgentRouter([object()], feeds=[feed])
+    keys, lens, text = segment("a")
+    r.release(r.route(keys, lens, text=text, preamble="You are agent 1.\n"))
+    r.release(r.route(keys, lens, text=text))
+    assert feed.calls == [(text, "You are agent 1.\n"), (text, None)]

@@ -45,6 +45,7 @@ def main() -> None:
         "base_url": server.base_url,
         "model": server.served_model_name,
         "kv_events": server.kv_events_endpoint,
+        "kv_replay": server.kv_replay_endpoint,
         "pid": server.pid,
         "pids": group_pids(os.getpgid(server.pid)),
         "workdir": str(server.workdir()),

@@ -173,3 +173,36 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize="not callable")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="edge_tokens"):
         EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize=len, edge_tokens=-1)  # type: ignore[arg-type]
+
+
+def test_one_flush_empties_the_engine_and_every_index_following_it(engine: BlockEngine, feed) -> None:
+    """``feed.flush(client.flush_cache)``: the engine is flushed and every attached index emptied — a tracked
+    request and one never tracked alike — with their subscribers told; the engine's own clear report that
+    follows evicts nothing more."""
+    index, other = ContextIndex(capacity_tokens=10**6), ContextIndex()
+    feed.attach(index)
+    feed.attach(other)
+    heard: list[object] = []
+    index.subscribe(heard.append)
+    index.insert(["m-tracked"], "r1")
+    sent(engine, feed, index, "r1")
+    index.insert(["m-untracked"], "r2")
+    other.insert(["m-other"], "r3")
+    assert not feed.flush(lambda: False) and len(index) == 2  # the engine refused: nothing changes
+    assert feed.flush(lambda: (engine.blocks.clear(), True)[1])  # vLLM reports the clear with its next step
+    assert len(index) == 0 and len(other) == 0 and sorted(map(str, heard)) == ["r1", "r2"]
+    batches = feed.sync.stats.batches
+    engine.publish([{"type": "AllBlocksCleared"}])  # the next step: the engine's report of that clear
+    eventually(lambda: feed.sync.stats.batches > batches, "the engine's clear report")
+    assert feed.live and feed.sync.stats.lost == 0 and feed.sync.stats.evicted == 1
+
+
+def test_untracking_what_was_never_queued_never_crowds_the_tokenizer_queue(engine: BlockEngine) -> None:
+    """An index tells the feed of every request that leaves it (``ContextIndex.subscribe``), many at a time
+    (a clear, a trimmed scope): untracking a request with no section queued goes straight to the sync, so a
+    burst of them never fills the queue that sections to track wait in."""
+    with EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize, max_queue=1) as f:
+        index = ContextIndex()
+        for i in range(100):
+            f.untrack(index, f"r{i}")
+        assert f.stats.dropped == 0

@@ -73,12 +73,20 @@ def feed(engine: BlockEngine) -> Iterator[EngineCacheFeed]:
     f.stop()
 
 
-def tracked(engine: BlockEngine, feed: EngineCacheFeed, index: ContextIndex, rid: str, prompt: str = PROMPT) -> None:
-    """``prompt`` is prefilled, then its block section tracked (as the wrapper does at commit)."""
+def tracked(
+    engine: BlockEngine,
+    feed: EngineCacheFeed,
+    index: ContextIndex,
+    rid: str,
+    prompt: str = PROMPT,
+    preamble: str | None = None,
+) -> None:
+    """``prompt`` is prefilled, then its block section tracked (as the wrapper does at commit), after
+    ``preamble`` when given (the prompt's text before the section)."""
     before = feed.stats.tracked
     index.insert([f"m-{rid}"], rid)
     engine.serve(prompt)
-    feed.track_text(index, rid, SECTION)
+    feed.track_text(index, rid, SECTION, preamble=preamble)
     eventually(lambda: feed.stats.tracked > before and feed.sync.pending == 0, "the section to be watched")
 
 
@@ -299,23 +307,20 @@ def test_a_200k_event_batch_lets_a_new_scope_in_between_chunks(engine, feed) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="passes run alone (twice), times out in full-suite order (twice): the binding is by timing; "
-    "open in issue 28 item 9",
-    strict=False,
-)
 def test_a_section_after_two_preambles_follows_its_own_prompts_chain(engine, feed) -> None:
-    """Alice's scope and Bob's send the same memory lines after different system prompts. Alice's second
-    turn hits her cached chain (only its question is stored): tracked after Bob's turn, it follows her
-    chain — Bob's blocks going does not evict it, her own going does."""
-    alice = f"Alice : you assist her .\nContext:\n{SECTION}\n\nQuestion: Where does Alice live ?\nAnswer:"
-    bob = f"Bob : you assist him .\nContext:\n{SECTION}\n\nQuestion: What is Alice's job ?\nAnswer:"
-    alice2 = f"Alice : you assist her .\nContext:\n{SECTION}\n\nQuestion: Where does she work ?\nAnswer:"
+    """Alice's scope and Bob's send the same memory lines after different system prompts. Each request is
+    tracked with its preamble (the prompt's text before the section), so it binds to its own chain by
+    identity, whatever arrived last: Alice's second turn, tracked after Bob's, follows her chain — Bob's
+    blocks going does not evict it, her own going does."""
+    head_a, head_b = "Alice : you assist her .\nContext:\n", "Bob : you assist him .\nContext:\n"
+    alice = f"{head_a}{SECTION}\n\nQuestion: Where does Alice live ?\nAnswer:"
+    bob = f"{head_b}{SECTION}\n\nQuestion: What is Alice's job ?\nAnswer:"
+    alice2 = f"{head_a}{SECTION}\n\nQuestion: Where does she work ?\nAnswer:"
     index = ContextIndex(capacity_tokens=10**6)
     feed.attach(index)
-    tracked(engine, feed, index, "alice-1", alice)
-    tracked(engine, feed, index, "bob-1", bob)
-    tracked(engine, feed, index, "alice-2", alice2)
+    tracked(engine, feed, index, "alice-1", alice, preamble=head_a)
+    tracked(engine, feed, index, "bob-1", bob, preamble=head_b)
+    tracked(engine, feed, index, "alice-2", alice2, preamble=head_a)
     engine.drop(bob, *range(engine.blocks_of(bob)))  # every block of Bob's chain
     eventually(lambda: "bob-1" not in index, "Bob's request to leave")
     assert {"alice-1", "alice-2"} <= set(index.request_ids())

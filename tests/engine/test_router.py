@@ -22,7 +22,7 @@ import pytest
 
 from cp_memory.engine import EngineClient, LlamaServer, running
 from cp_memory.engine._server import ServerStartError
-from cp_memory.engine.router import SGLangRouter, sglang_router_available
+from cp_memory.engine.router import KEY_ENV, SGLangRouter, sglang_router_available
 
 from ..support import missing as _missing
 from ..support import random_text
@@ -97,6 +97,34 @@ def test_a_failed_start_quotes_the_log_tail(router_available: None) -> None:
     with pytest.raises(ServerStartError, match="no-such-flag"):
         router.start()
     assert not router.is_running
+
+
+# ---------------------------------------------------------------------------------------------- workers' key
+def test_the_workers_key_reaches_the_launcher_through_its_environment_never_its_argv() -> None:
+    key = "worker-key-" + "x" * 16
+    r = SGLangRouter(["http://127.0.0.1:9001"], api_key=key)
+    cmd = r.command(4321)
+    assert key not in " ".join(cmd) and cmd[1] == "-c" and KEY_ENV in cmd[2]
+    assert r.headers == {"Authorization": f"Bearer {key}"} and SGLangRouter(["http://127.0.0.1:1"]).headers == {}
+    with pytest.raises(ValueError, match="api_key"):
+        SGLangRouter(["http://127.0.0.1:1"], api_key="")
+
+
+@pytest.mark.engine
+def test_workers_behind_a_key_need_it_and_get_it_through_the_router(random_model: Path, router_available) -> None:
+    """A managed VLLMServer requires its key on every route but /health; here llama-server's ``--api-key`` plays
+    that worker. Without ``api_key=`` the router refuses to start, saying why; with it, its client's requests
+    carry the key through the router (which forwards ``Authorization``) and are served."""
+    key = "worker-key-" + "y" * 16
+    with LlamaServer(random_model, slots=1, ctx_size=1024, threads=1, extra_args=["--api-key", key]) as worker:
+        bare = SGLangRouter([worker.base_url], startup_timeout=30)
+        with pytest.raises(ServerStartError, match="requires an API key: pass api_key="):
+            bare.start()
+        assert not bare.is_running
+        with SGLangRouter([worker.base_url], api_key=key) as router:
+            assert key not in Path(f"/proc/{router.pid}/cmdline").read_text()
+            with router.client(model="m", timeout=120, max_retries=1) as client:
+                assert client.complete("Hello there", max_tokens=2).completion_tokens == 2
 
 
 # ---------------------------------------------------------------------------------------------- routing

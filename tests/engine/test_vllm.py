@@ -71,6 +71,7 @@ def test_command_line(model_dir: Path) -> None:
     assert len(server.api_key) >= 32 and server.api_key not in joined  # never on the world-readable argv
     events = json.loads(cmd[cmd.index("--kv-events-config") + 1])
     assert events["endpoint"] == f"ipc://{server.workdir()}/kv-events"  # a socket in the private 0700 dir
+    assert events["replay_endpoint"] == f"ipc://{server.workdir()}/kv-replay"  # a gap is asked of it first
     assert events["publisher"] == "zmq" and events["enable_kv_cache_events"]
     assert oct(server.workdir().stat().st_mode & 0o777) == "0o700"
     assert server.kv_events_endpoint is None  # not running

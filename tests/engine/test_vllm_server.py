@@ -187,6 +187,45 @@ def test_the_eviction_feed_keeps_the_index_in_step(vllm: OwnedServer, client: An
         assert sync.stats.lost == 0
 
 
+def test_a_dropped_event_is_recovered_by_vllms_replay(vllm: OwnedServer, client: Any) -> None:
+    """vLLM's publisher keeps what it sent; a message the subscriber lost (dropped on receipt here, as a
+    full high-water mark drops it) is asked of vLLM's replay socket when the next one shows the gap, and
+    applied in order: the lost prompt's blocks are in the mirror, no gap is reported, the sync never lost."""
+    from cp_memory.engine import KVCacheSync
+    from cp_memory.engine.kv_events import KVEventFeed
+    from cp_memory.engine.kv_mirror import Presence
+
+    class Lossy(KVEventFeed):
+        lose = 0
+
+        def _handle(self, frames: list[bytes]) -> None:
+            if self.lose and self.last_seq is not None:
+                self.lose -= 1  # failure injection: this message never reaches the feed
+                return
+            super()._handle(frames)
+
+    info = vllm.ensure()
+    sync = KVCacheSync()
+    with Lossy(info["kv_events"], sync.apply, on_lost=sync.lost, replay_endpoint=info["kv_replay"]) as feed:
+        deadline = time.monotonic() + 60
+        for i in itertools.count():  # vLLM's publisher connects on its own schedule: until a batch arrives
+            if feed.batches > 0:
+                break
+            assert time.monotonic() < deadline, "vLLM published no KV-cache event in 60 s"
+            client.complete(random_text(950 + i, 80), max_tokens=1)
+            time.sleep(0.2)
+        lost, after = random_text(31, 200), random_text(32, 200)
+        feed.lose = 1
+        client.complete(lost, max_tokens=1)  # its BlockStored is the message lost
+        client.complete(after, max_tokens=1)  # the next message shows the gap
+        deadline = time.monotonic() + 30
+        while feed.recovered == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert feed.recovered == 1 and feed.gaps == 0, repr(feed)
+        assert sync.mirror.lookup(client.tokenize(lost)).presence is Presence.HELD
+        assert sync.stats.lost == 0
+
+
 FACTS = [
     "Dana moved to Porto in 2021 and lives in a small flat near the river with a view of the bridges.",
     "Dana works as a marine biologist at the aquarium and studies how octopuses solve puzzles.",

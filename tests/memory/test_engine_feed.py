@@ -116,6 +116,45 @@ def test_a_turn_is_tracked_once_committed_and_a_clear_evicts_it(dana: Any, engin
     eventually(lambda: rid not in index, "the clear to evict the request")
 
 
+def test_a_turn_committed_with_its_preamble_binds_to_its_own_prompts_chain(
+    dana: Any, engine: BlockEngine, feed
+) -> None:
+    """Two assistants send the same memory lines after different system prompts; each turn is committed
+    with its preamble (the prompt's text before the lines), so each follows its own chain: the other
+    prompt's blocks going evicts nothing, its own system prompt's first block going evicts it."""
+    cp = ContextPilotMemory(dana, capacity_tokens=10**6)
+    cp.follow_engine(feed)
+    index, rids, prompts = cp.index_for(F), [], []
+    for n, head in enumerate(["Nurse bot : be kind .\n", "Coach bot : be brief .\n"]):
+        found = cp.search(QUESTIONS[0], filters=F, top_k=4, conversation_id=f"kv-pre-{n}")
+        prompt = head + build_prompt(QUESTIONS[0], found)
+        preamble = prompt[: prompt.index(found["context_pilot"]["context"])]
+        engine.serve(prompt)
+        cp.commit(found, preamble=preamble)
+        watched(feed, n + 1)
+        rids.append(newest(index))
+        prompts.append(prompt)
+    engine.drop(prompts[1], 0)  # the second system prompt's first block
+    eventually(lambda: rids[1] not in index, "the second turn to leave")
+    assert rids[0] in index
+    engine.drop(prompts[0], 0)
+    eventually(lambda: rids[0] not in index, "the first turn to leave")
+
+
+def test_a_request_the_index_drops_for_its_bound_is_untracked(dana: Any, engine: BlockEngine, feed) -> None:
+    """One way out: the index owns its bound (``max_requests_per_scope``, :meth:`ContextIndex.trim`) and
+    tells its subscribers, so the feed stops watching the request it dropped — no shadow list in between."""
+    cp = ContextPilotMemory(dana, capacity_tokens=10**6, max_requests_per_scope=1)
+    cp.follow_engine(feed)
+    for n, q in enumerate(QUESTIONS[:2]):
+        found = cp.search(q, filters=F, top_k=4)  # no conversation: tracked now
+        engine.serve(build_prompt(q, found))
+        watched(feed, n + 1)
+    index = cp.index_for(F)
+    assert len(index) == 1
+    eventually(lambda: feed.sync.tracked == 1, "the dropped request to be untracked")
+
+
 def test_a_rolled_back_turn_is_never_tracked(dana: Any, feed) -> None:
     cp = ContextPilotMemory(dana)
     cp.follow_engine(feed)

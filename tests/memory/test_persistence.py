@@ -87,10 +87,10 @@ def test_restored_requests_keep_their_age_order(keep_open, tmp_path):
     first = ContextPilotMemory(keep_open, index_dir=tmp_path)
     for q in (Q1, QB.replace("Melanie", "Caroline"), "Caroline's family"):
         first.search(q, filters=FA, top_k=3)
-    order = list(first._cp_pipeline.scopes.get(scope_of(FA)).requests)
+    order = first._cp_pipeline.scopes.get(scope_of(FA)).index.request_ids()
     first.save()
     second = ContextPilotMemory(keep_open, index_dir=tmp_path, max_requests_per_scope=3)
-    assert list(second._cp_pipeline.scopes.get(scope_of(FA)).requests) == order
+    assert second._cp_pipeline.scopes.get(scope_of(FA)).index.request_ids() == order
     second.search("adoption", filters=FA, top_k=3)  # one over the bound: the oldest goes
     assert order[0] not in second.index_for(FA) and order[1] in second.index_for(FA)
 

@@ -126,7 +126,7 @@ def test_a_deep_snapshot_over_max_requests_is_trimmed_on_restore_in_one_pass(tmp
     s = store(tmp_path, max_requests_per_scope=8)
     s.path(ALICE).write_bytes(zlib.compress(json.dumps(doc).encode()))
     state = s.get(ALICE)
-    assert list(state.requests) == [f"r{i}" for i in range(2993, 3001)] == state.index.request_ids()
+    assert state.index.request_ids() == [f"r{i}" for i in range(2993, 3001)]
     assert state.index.order_of("r3000")[-1] == ("m3000", "d")  # the kept requests are whole
 
 
