@@ -81,7 +81,7 @@ def summarise_arm(
         "cache_write_tokens": _stats([r.cache_write_tokens for r in rows]),
         "byte_stability": {
             "breaks": breaks,
-            "added": [s for s in breaks if s not in base_breaks],
+            "added": [s for s in breaks if s not in base_breaks] if base is not None else [],
             "stable": len(rows) - len(breaks),
         },
     }
@@ -116,6 +116,8 @@ def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any]) -> str:
         cells.append(f"{ttft['mean_ms']:,.0f}{extra}")
     stab = arm["byte_stability"]
     added = f", added by the arm: {stab['added']}" if stab["added"] else ""
+    if name == "passthrough" and stab["breaks"]:
+        added = f", the client's own re-rendering: {stab['breaks']}"
     cells.append(f"{stab['stable']}/{arm['requests']}{added}" + (f"; {arm['errors']} errors" if arm["errors"] else ""))
     return f"| {name} | " + " | ".join(cells) + " |"
 
