@@ -60,7 +60,8 @@ def _contextpilot(upstream: str, workdir: Path) -> ServerProcess:
     args = [str(python), "-m", "contextpilot.server.http_server", "--host", "127.0.0.1", "--port", str(port)]
     args += ["--infer-api-url", upstream]
     workdir.mkdir(parents=True, exist_ok=True)
-    return ServerProcess(args, port=port, ready_path="/health", timeout=180, cwd=workdir)
+    # its /health answers 503 until a /reorder built an index: "/" says it runs
+    return ServerProcess(args, port=port, ready_path="/", timeout=180, cwd=workdir)
 
 
 def litellm_injecting_config(upstream: str, anthropic: bool) -> str:
@@ -94,9 +95,9 @@ def _headroom(upstream: str, workdir: Path, anthropic: bool) -> ServerProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["HOME"] = str(workdir)  # its own state and logs, not the user's
-    env["ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL"] = upstream if anthropic else upstream + "/v1"
-    args = [str(binary), "proxy", "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--anthropic-api-url" if anthropic else "--openai-api-url", upstream if anthropic else upstream + "/v1"]
+    env["HEADROOM_ALLOWED_BASE_URLS"] = upstream
+    args = [str(binary), "proxy", "--host", "127.0.0.1", "--port", str(port), "--no-rate-limit"]
+    args += ["--anthropic-api-url" if anthropic else "--openai-api-url", upstream]  # it adds /v1/...
     return ServerProcess(args, env=env, port=port, ready_path="/health", timeout=240, cwd=workdir)
 
 

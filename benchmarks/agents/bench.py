@@ -86,7 +86,8 @@ def run_trace(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Na
                     continue
                 log.info("%s on %s: %s, round %d", path.name, engine.name, name, k + 1)
                 try:
-                    rounds.setdefault(name, []).append(_one_arm(name, engine, tap, records, f"{name}-{k}", opts))
+                    rows = _one_arm(name, engine, tap, records, f"{name}-{k}", opts)
+                    rounds.setdefault(name, []).append(rows)
                 except ArmUnavailable as exc:
                     log.warning("%s", exc)
                     unavailable[name] = str(exc)
