@@ -5,7 +5,8 @@ Per arm (:func:`summarise_arm`): prompt tokens sent, prefilled (uncached) tokens
 5-minute write 1.25; in input-token units), the time to first byte (per request the median over the rounds;
 the arm's mean, and the paired difference to passthrough: median over requests, with the min-max of the
 rounds' means), and the byte-stability verdicts (requests whose upstream bytes changed a prefix the arm had sent
-before; ``added``: those beyond what passthrough shows, i.e. the client's own re-rendering).
+before; ``added``: those where passthrough, i.e. the client's own re-rendering, kept the bytes or broke them
+elsewhere).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def summarise_arm(
     """The figures of one arm from its rounds (the token counts of round 1; TTFT over every round)."""
     rows = rounds[0]
     breaks = [r.seq for r in rows if r.breaks_at is not None]
-    base_breaks = {r.seq for r in base[0] if r.breaks_at is not None} if base is not None else set()
+    base_breaks = {r.seq: r.breaks_at for r in base[0]} if base is not None else {}
     out: dict[str, Any] = {
         "requests": len(rows),
         "errors": sum(1 for r in rows if r.status >= 400),
@@ -81,7 +82,7 @@ def summarise_arm(
         "cache_write_tokens": _stats([r.cache_write_tokens for r in rows]),
         "byte_stability": {
             "breaks": breaks,
-            "added": [s for s in breaks if s not in base_breaks] if base is not None else [],
+            "added": [r.seq for r in rows if r.breaks_at not in (None, base_breaks.get(r.seq))] if base else [],
             "stable": len(rows) - len(breaks),
         },
     }
