@@ -3,8 +3,11 @@
 # project's .venv (their pins would break it):
 #   - Claude Code and Codex with npm into ~/.cache/cp_memory/npm (bin: ~/.cache/cp_memory/npm/bin/claude, codex)
 #   - LiteLLM's proxy (litellm[proxy]) into its own virtualenv ~/.cache/cp_memory/litellm-venv
+#   - upstream ContextPilot's proxy (contextpilot) into ~/.cache/cp_memory/contextpilot-venv and Headroom's proxy
+#     (headroom-ai[proxy]) into ~/.cache/cp_memory/headroom-venv: the peer arms of `python -m benchmarks.agents replay`
 # Idempotent: a second run only checks the versions. Skips a part with a clear message where its tool (node/npm,
-# python3 venv) is missing. CP_MEMORY_SETUP_NPM=0 / CP_MEMORY_SETUP_LITELLM=0 skip a part on purpose.
+# python3 venv) is missing. CP_MEMORY_SETUP_NPM=0 / CP_MEMORY_SETUP_LITELLM=0 / CP_MEMORY_SETUP_PEERS=0 skip a
+# part on purpose.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${CP_MEMORY_CACHE:-$HOME/.cache/cp_memory}"
@@ -12,6 +15,8 @@ PY="${PYTHON:-python3}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.328}"
 CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
 LITELLM_VERSION="${LITELLM_VERSION:-1.108.7}"  # the version docs/results/gateway_latency.json measured
+CONTEXTPILOT_VERSION="${CONTEXTPILOT_VERSION:-0.5.0}"  # the versions docs/results/agents_replay.json measured
+HEADROOM_VERSION="${HEADROOM_VERSION:-0.42.0}"
 log() { echo "[setup_harnesses] $*" >&2; }
 status=0
 
@@ -70,6 +75,35 @@ else
         log "LiteLLM install FAILED (benchmarks/gateway_latency.py runs without its arm)"
         status=1
     fi
+fi
+
+peer_venv() {  # venv-name distribution version requirement: its own virtualenv, reused when the version is there
+    local venv="$CACHE/$1" dist="$2" version="$3" req="$4"
+    if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" - "$dist" "$version" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
+PY
+    then
+        log "$dist $version already in $venv"
+        return 0
+    fi
+    log "installing $req into $venv"
+    rm -rf "$venv"
+    if "$PY" -m venv "$venv" && "$venv/bin/python" -m pip install -q --upgrade pip \
+        && "$venv/bin/python" -m pip install -q "$req"; then
+        log "$dist $("$venv/bin/python" -m pip show "$dist" | grep ^Version)"
+    else
+        log "$dist install FAILED (the replay records its arm as not installed)"
+        return 1
+    fi
+}
+
+if [[ "${CP_MEMORY_SETUP_PEERS:-1}" == "0" ]]; then
+    log "CP_MEMORY_SETUP_PEERS=0: ContextPilot / Headroom not installed"
+else
+    peer_venv contextpilot-venv contextpilot "$CONTEXTPILOT_VERSION" "contextpilot==$CONTEXTPILOT_VERSION" || true
+    peer_venv headroom-venv headroom-ai "$HEADROOM_VERSION" "headroom-ai[proxy]==$HEADROOM_VERSION" || true
 fi
 log "done"
 exit $status

@@ -6,5 +6,9 @@ gateway's added latency.
   Completions, streamed and not) that answers with tool calls and records every request to a trace;
 - :mod:`benchmarks.agents.trace`: trace files (JSONL, keys scrubbed) and the byte-stability checks;
 - :mod:`benchmarks.agents.harnesses`: running ``claude -p`` and ``codex exec`` against a base URL;
-- ``python -m benchmarks.agents record``: record traces of the real harnesses.
+- :mod:`benchmarks.agents.tap`, :mod:`benchmarks.agents.arms`, :mod:`benchmarks.agents.engines`,
+  :mod:`benchmarks.agents.replay`, :mod:`benchmarks.agents.report`: the replay of a trace through each arm
+  (passthrough, the gateway, ContextPilot, LiteLLM, Headroom) on a real or modelled prefix cache;
+- ``python -m benchmarks.agents record``: record traces of the real harnesses;
+- ``python -m benchmarks.agents replay`` (:mod:`benchmarks.agents.bench`): replay them (docs/agents.md).
 """

@@ -188,14 +188,15 @@ def litellm_config(upstream: str) -> str:
     )
 
 
-def litellm_process(upstream: str, port: int, workdir: Path) -> ServerProcess:
-    """LiteLLM's proxy on ``port`` passing through to ``upstream`` (offline: the local model-cost map)."""
+def litellm_process(upstream: str, port: int, workdir: Path, *, config: str | None = None) -> ServerProcess:
+    """LiteLLM's proxy on ``port`` passing through to ``upstream`` (offline: the local model-cost map);
+    ``config``: its YAML config (default :func:`litellm_config`)."""
     binary = litellm_binary()
     if binary is None:
         raise FileNotFoundError("LiteLLM's proxy not installed: run scripts/setup_harnesses.sh")
     workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "litellm.yaml"
-    config.write_text(litellm_config(upstream), encoding="utf-8")
+    path = workdir / "litellm.yaml"
+    path.write_text(config or litellm_config(upstream), encoding="utf-8")
     key = "sk-" + secrets.token_hex(16)  # LiteLLM refuses to start without a master key
     env = dict(os.environ)
     env.update(
@@ -206,7 +207,7 @@ def litellm_process(upstream: str, port: int, workdir: Path) -> ServerProcess:
             "LITELLM_MASTER_KEY": key,
         }
     )
-    args = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    args = [str(binary), "--config", str(path), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
     proc = ServerProcess(args, env=env, port=port, ready_path="/health/liveliness", timeout=180, cwd=workdir)
     proc.headers = {"authorization": f"Bearer {key}"}
     return proc

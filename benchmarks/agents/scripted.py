@@ -41,6 +41,7 @@ from typing import Any
 
 from benchmarks.agents.tasks import Intent, Step, find_task
 from benchmarks.agents.trace import TraceWriter, scrub_headers
+from cp_memory.gateway.protocols import Api, api_of
 
 __all__ = ["CREATED", "Protocol", "ScriptedServer", "ToolCall", "Turn", "plan", "reply", "sse"]
 
@@ -61,14 +62,8 @@ class Protocol(Enum):
 
     @classmethod
     def of(cls, path: str) -> Protocol | None:
-        path = path.split("?", 1)[0].rstrip("/")
-        if path.endswith("/messages"):
-            return cls.ANTHROPIC
-        if path.endswith("/responses"):
-            return cls.RESPONSES
-        if path.endswith("/chat/completions"):
-            return cls.CHAT
-        return None
+        api = api_of(path.split("?", 1)[0])
+        return {Api.MESSAGES: cls.ANTHROPIC, Api.RESPONSES: cls.RESPONSES, Api.CHAT: cls.CHAT}.get(api)
 
 
 @dataclass(frozen=True)

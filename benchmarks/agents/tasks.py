@@ -81,6 +81,11 @@ def _document(seed: int, title: str, facts: list[str], paragraphs: int = 6) -> s
     return "\n".join(lines)
 
 
+def _script(*moves: tuple[Intent, str, str], answer: str) -> tuple[Step, ...]:
+    """A task's steps: each ``(intent, arg, say)`` move, then the answer."""
+    return (*(Step(intent, arg, say) for intent, arg, say in moves), Step(Intent.ANSWER, answer))
+
+
 def _docs_task() -> Task:
     files = (
         (
@@ -99,15 +104,12 @@ def _docs_task() -> Task:
         ),
         ("notes/letter_council.md", _document(3, "Letter to the council", ["The festival moves to the orchard."])),
     )
-    steps = (
-        Step(Intent.READ, "notes/minutes_march.md", "I will read the March minutes first."),
-        Step(Intent.GREP, "DECISION", "Now every decision recorded in the notes."),
-        Step(Intent.READ, "notes/minutes_april.md", "The April minutes change the budget; reading them."),
-        Step(Intent.READ, "notes/minutes_march.md", "Re-reading March to compare the two budgets."),
-        Step(
-            Intent.ANSWER,
-            "The harbour budget fell from 41,000 (March) to 38,500 (April); the ledger moved from Priya to Tomas.",
-        ),
+    steps = _script(
+        (Intent.READ, "notes/minutes_march.md", "I will read the March minutes first."),
+        (Intent.GREP, "DECISION", "Now every decision recorded in the notes."),
+        (Intent.READ, "notes/minutes_april.md", "The April minutes change the budget; reading them."),
+        (Intent.READ, "notes/minutes_march.md", "Re-reading March to compare the two budgets."),
+        answer="The harbour budget fell from 41,000 (March) to 38,500 (April); the ledger moved from Priya to Tomas.",
     )
     instruction = (
         "Compare the harbour budget decisions across the meeting notes in this folder and say who "
@@ -151,16 +153,13 @@ def _code_task() -> Task:
         ]
     )
     files = (("calc.py", source), ("test_calc.py", test))
-    steps = (
-        Step(Intent.READ, "calc.py", "Reading the module."),
-        Step(Intent.GREP, "def test_", "Which behaviours are tested?"),
-        Step(Intent.BASH, "python3 -c 'import calc; print(calc.median([1, 2, 3, 4]))'", "Checking the median."),
-        Step(Intent.READ, "calc.py", "Back to the module to locate the bug."),
-        Step(
-            Intent.ANSWER,
-            "median() returns the upper middle element for an even-length list (3 for "
-            "[1, 2, 3, 4]); it should average the two middle values (2.5).",
-        ),
+    steps = _script(
+        (Intent.READ, "calc.py", "Reading the module."),
+        (Intent.GREP, "def test_", "Which behaviours are tested?"),
+        (Intent.BASH, "python3 -c 'import calc; print(calc.median([1, 2, 3, 4]))'", "Checking the median."),
+        (Intent.READ, "calc.py", "Back to the module to locate the bug."),
+        answer="median() returns the upper middle element for an even-length list (3 for "
+        "[1, 2, 3, 4]); it should average the two middle values (2.5).",
     )
     instruction = "Find the bug in calc.py that test_calc.py exposes, without editing files. Use the tools."
     return Task("code", instruction, steps, files)

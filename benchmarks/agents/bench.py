@@ -1,0 +1,129 @@
+"""``python -m benchmarks.agents replay``: recorded agent traces replayed through every arm, on a real prefix
+cache and on the modelled provider rules.
+
+    python -m benchmarks.agents replay --engine vllm,modelled --requests 20 --rounds 2 --out docs/results
+    python -m benchmarks.agents replay --engine llama --arms passthrough,gateway --requests 5 --out /tmp/x
+
+For each trace (default: the committed Claude Code and Codex traces in tests/gateway/traces) and engine
+(:mod:`benchmarks.agents.engines`), every arm (:mod:`benchmarks.agents.arms`) replays the trace's first
+``--requests`` requests on an emptied cache (:mod:`benchmarks.agents.replay`), ``--rounds`` times on a real
+engine with the arms' order rotated each round (TTFT pairs: the median of the rounds). The modelled engine
+serves Anthropic Messages only: an OpenAI Responses trace (Codex) is replayed on the real engines alone. Writes
+``agents_replay.json`` / ``.md`` / ``.png`` into ``--out`` (:mod:`benchmarks.agents.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks.agents.arms import ARMS, ArmUnavailable, start_arm
+from benchmarks.agents.engines import ENGINES, Engine, start_engine
+from benchmarks.agents.replay import Sent, edit_body, replay_arm, stability
+from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
+from benchmarks.agents.tap import Tap
+from benchmarks.agents.trace import load_trace
+from benchmarks.common.harness import add_out, add_verbose, envelope, setup_logging, write_outputs
+
+__all__ = ["TRACES", "main", "run_trace"]
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = (
+    ROOT / "tests" / "gateway" / "traces" / "claude_code_2.1.328_docs_code.jsonl.xz",
+    ROOT / "tests" / "gateway" / "traces" / "codex_0.169.0_docs_code.jsonl.xz",
+)
+METHOD = (
+    "each arm replays the trace's requests in recorded order, one at a time, on an emptied engine cache; body = "
+    "the client's recorded body with the engine's model and a small output cap (the same for every arm); token "
+    "counts are the engine's own usage, read on a recording tap between the arm and the engine; prefilled = "
+    "prompt - cache read; byte-stable = the JSON the arm sent upstream keeps (marks aside) the head and items it "
+    "sent for the previous request of the same conversation"
+)
+
+
+def _generation_records(path: Path, requests: int) -> list[dict[str, Any]]:
+    out = [
+        r
+        for r in load_trace(path)
+        if r.get("method", "POST") == "POST" and r.get("protocol") and isinstance(r.get("body"), dict)
+    ]
+    return out[:requests]
+
+
+def _one_arm(
+    name: str, engine: Engine, tap: Tap, records: Sequence[Mapping[str, Any]], run: str, opts: argparse.Namespace
+) -> list[Sent]:
+    anthropic = records[0].get("protocol") == "anthropic"
+    workdir = Path(opts.workdir) / run
+    with start_arm(name, tap.url, kind=engine.kind, workdir=workdir, anthropic=anthropic) as arm:
+        engine.flush(run)
+        tap.headers = dict(engine.headers)
+        edit = partial(edit_body, model=engine.model, max_tokens=opts.max_tokens)
+        rows, sent = replay_arm(arm, records, tap, edit=edit)
+    verdicts = stability(records, sent)
+    return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)]
+
+
+def run_trace(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace) -> dict[str, Any]:
+    """Replay one trace through every arm on ``engine``; the run's figures (see the module docstring)."""
+    records = _generation_records(path, opts.requests)
+    head = {"trace": path.name, "engine": engine.name, "engine_label": engine.label, "requests": len(records)}
+    if engine.modelled and records and records[0].get("protocol") != "anthropic":
+        return head | {"skipped": "the modelled rules server serves Anthropic Messages (and Chat), not Responses"}
+    rounds: dict[str, list[list[Sent]]] = {}
+    unavailable: dict[str, str] = {}
+    with Tap(engine.url, headers=engine.headers) as tap:
+        for k in range(1 if engine.modelled else opts.rounds):
+            for name in [*arms[k % len(arms) :], *arms[: k % len(arms)]]:
+                if name in unavailable:
+                    continue
+                log.info("%s on %s: %s, round %d", path.name, engine.name, name, k + 1)
+                try:
+                    rows = _one_arm(name, engine, tap, records, f"{name}-{k}", opts)
+                    rounds.setdefault(name, []).append(rows)
+                except ArmUnavailable as exc:
+                    log.warning("%s", exc)
+                    unavailable[name] = str(exc)
+    base = rounds.get("passthrough")
+    summary: dict[str, Any] = {}
+    for name in arms:
+        if name in unavailable:
+            summary[name] = {"unavailable": unavailable[name]}
+        elif name in rounds:
+            summary[name] = summarise_arm(rounds[name], None if name == "passthrough" else base, engine.modelled)
+    per_request = {n: [asdict(s) for s in r[0]] for n, r in rounds.items()}
+    return head | {"modelled": engine.modelled, "arms": summary, "per_request": per_request}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.agents replay", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", action="append", default=None, help="a trace file (repeatable; default: both)")
+    ap.add_argument("--engine", default="vllm,modelled", help="comma-separated of " + ", ".join(ENGINES))
+    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated of " + ", ".join(ARMS))
+    ap.add_argument("--requests", type=int, default=20, help="the first N requests of each trace (20)")
+    ap.add_argument("--rounds", type=int, default=2, help="replays per arm on a real engine, order rotated (2)")
+    ap.add_argument("--max-tokens", type=int, default=4, help="output cap of every replayed request (4)")
+    ap.add_argument("--block-size", type=int, default=32, help="vLLM's prefix-cache block (32)")
+    ap.add_argument("--workdir", default="/tmp/cp_memory_replay", help="scratch folders of the peer proxies")
+    add_out(ap, "results/agents")
+    add_verbose(ap)
+    opts = ap.parse_args(argv)
+    setup_logging(opts.verbose)
+    arms = [a for a in opts.arms.split(",") if a]
+    traces = [Path(t) for t in (opts.trace or TRACES)]
+    runs = []
+    for name in [e for e in opts.engine.split(",") if e]:
+        with start_engine(name, block_size=opts.block_size) as engine:
+            runs += [run_trace(engine, path, arms, opts) for path in traces]
+    done = [r for r in runs if "arms" in r]
+    payload = envelope("benchmarks.agents", ["replay", *(argv or [])], method=METHOD, paper=PAPER, runs=done)
+    payload["skipped"] = [{k: r[k] for k in ("trace", "engine", "skipped")} for r in runs if "skipped" in r]
+    write_outputs(opts.out, "agents_replay", payload, markdown=markdown(payload), plot=partial(plot, payload))
+    return payload

@@ -1,0 +1,99 @@
+"""The engines a trace is replayed on: a real prefix cache (vLLM CPU, llama-server) or the local modelled
+provider rules (:class:`benchmarks.hosted.server.ProviderServer`: Anthropic's documented cache rules, labelled
+"modelled").
+
+:func:`start_engine` yields an :class:`Engine`: its URL, the headers it needs (vLLM's key), the gateway's
+``--upstream-kind`` for it, the model name bodies get, and ``flush`` (an empty cache before each arm: vLLM's
+``/reset_prefix_cache``, llama-server's slot erase; on the modelled server a fresh cache per run name, sent as
+its ``x-bench-run`` header).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ENGINES", "Engine", "start_engine"]
+
+ENGINES = ("vllm", "llama", "modelled")
+#: ChatML that renders tool calls' arguments, as real models' templates do (the gateway tests' template)
+TEMPLATE = Path(__file__).resolve().parents[2] / "tests" / "gateway" / "chatml_tools.jinja"
+#: a Claude Code request is ~12-16 K tokens with SmolLM2's tokenizer; its longest session ends near 20 K
+CONTEXT = 32768
+SERVED_NAME = "replay"
+
+
+@dataclass
+class Engine:
+    """A running engine (see the module docstring)."""
+
+    name: str
+    label: str
+    url: str
+    kind: str
+    model: str | None
+    flush: Callable[[str], object]
+    headers: dict[str, str] = field(default_factory=dict)
+    modelled: bool = False
+
+
+@contextmanager
+def _vllm(block_size: int) -> Iterator[Engine]:
+    from cp_memory.engine import VLLMServer, hf_model_dir
+    from cp_memory.engine.random_model import RandomModelSpec
+
+    model = hf_model_dir(RandomModelSpec(context_length=CONTEXT))
+    tools = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--chat-template", str(TEMPLATE)]
+    server = VLLMServer(
+        model,
+        served_model_name=SERVED_NAME,
+        block_size=block_size,
+        max_model_len=CONTEXT,
+        max_num_seqs=2,
+        enforce_eager=True,
+        extra_args=tools,
+    )
+    with server:
+        label = f"vLLM CPU (random-weight llama, {block_size}-token blocks, automatic prefix caching)"
+        yield Engine(
+            "vllm", label, server.base_url, "vllm", SERVED_NAME, lambda _: server.flush_cache(), server.headers
+        )
+
+
+@contextmanager
+def _llama() -> Iterator[Engine]:
+    from cp_memory.engine import LlamaServer, random_model_path
+
+    extra = ["--jinja", "--chat-template-file", str(TEMPLATE)]
+    with LlamaServer(random_model_path(), slots=1, ctx_size=CONTEXT, cache_ram_mib=1024, extra_args=extra) as server:
+        label = "llama-server (random-weight llama, 1 slot, prompt cache)"
+        yield Engine("llama", label, server.base_url, "llamacpp", SERVED_NAME, lambda _: server.flush_cache())
+
+
+@contextmanager
+def _modelled() -> Iterator[Engine]:
+    from benchmarks.hosted.server import ProviderServer
+
+    with ProviderServer() as server:
+        engine = Engine("modelled", "", server.url, "anthropic", None, lambda _: None, modelled=True)
+        engine.label = "modelled Anthropic prompt cache (documented rules, local server)"
+        engine.flush = lambda run: engine.headers.__setitem__("x-bench-run", run)
+        yield engine
+
+
+@contextmanager
+def start_engine(name: str, *, block_size: int = 32) -> Iterator[Engine]:
+    """Start engine ``name`` (one of :data:`ENGINES`); yields it and stops it afterwards."""
+    if name == "vllm":
+        with _vllm(block_size) as engine:
+            yield engine
+    elif name == "llama":
+        with _llama() as engine:
+            yield engine
+    elif name == "modelled":
+        with _modelled() as engine:
+            yield engine
+    else:
+        raise ValueError(f"unknown engine {name!r}: choose from {', '.join(ENGINES)}")

@@ -1,0 +1,171 @@
+"""Replaying a recorded trace through an arm, request by request, and what each arm sent and cost.
+
+The replay sends each request of a trace (:mod:`benchmarks.agents.trace`) in its recorded order (``seq``: the
+sessions interleaved as they ran), one at a time, to an arm (:mod:`benchmarks.agents.arms`) in front of the
+recording :class:`~benchmarks.agents.tap.Tap`. The body is the client's own, with two edits made for every arm
+alike (:func:`edit_body`): the model the engine serves and a small output cap; the answers the arm gets are
+dropped, since the next request already holds the recorded answer, so every arm sees the same conversation.
+
+Per request (:class:`Sent`): the prompt tokens, cached (read) and written tokens as the engine reported them
+on the tap, the prefilled tokens (prompt - read), the time to the first byte through the arm, and whether the
+bytes the arm sent upstream kept its earlier prefix (:func:`stability`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from benchmarks.agents.arms import Arm
+from benchmarks.agents.tap import Tap, Tapped
+from benchmarks.agents.trace import SCRUBBED, session_of, strip_marks
+from cp_memory.gateway.protocols import Api, api_of
+from cp_memory.providers.account import call_cost
+from cp_memory.providers.rules import ANTHROPIC_PRICES
+from cp_memory.providers.usage import CacheUsage
+
+__all__ = ["Sent", "edit_body", "replay_arm", "stability"]
+
+log = logging.getLogger(__name__)
+
+#: trace headers not sent again (recomputed by the client library, or hop-by-hop)
+_DROP = frozenset({"content-length", "connection", "accept-encoding", "transfer-encoding"})
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One replayed request through one arm."""
+
+    seq: int
+    session: str
+    status: int
+    prompt_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost: float
+    ttft_s: float | None
+    upstream_calls: int
+    breaks_at: int | None = None  # None: byte-stable; -1: the head (model/system/tools) changed; i: item i
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Prompt tokens the engine computed (not read from its cache)."""
+        return max(0, self.prompt_tokens - self.cache_read_tokens)
+
+
+def edit_body(body: Mapping[str, Any], *, model: str | None, max_tokens: int) -> dict[str, Any]:
+    """The recorded body with the engine's ``model`` (None: as recorded) and the output capped at
+    ``max_tokens`` (``max_tokens`` for Messages/Chat, ``max_output_tokens`` for Responses); nothing else."""
+    out = dict(body)
+    if model is not None:
+        out["model"] = model
+    if "input" in out and "messages" not in out:
+        out["max_output_tokens"] = max_tokens
+    else:
+        out["max_tokens"] = max_tokens
+    return out
+
+
+def _headers(recorded: Mapping[str, str], arm: Arm) -> dict[str, str]:
+    out = {k: ("sk-replay-placeholder" if v == SCRUBBED else v) for k, v in recorded.items() if k not in _DROP}
+    if recorded.get("authorization") == SCRUBBED:
+        out["authorization"] = "Bearer sk-replay-placeholder"
+    return out | {"content-type": "application/json"} | arm.headers
+
+
+def _send(client: httpx.Client, arm: Arm, record: Mapping[str, Any], data: bytes) -> tuple[int, float | None]:
+    t0 = time.perf_counter()
+    first: float | None = None
+    headers = _headers(record.get("headers") or {}, arm)
+    with client.stream("POST", arm.url + str(record["path"]), content=data, headers=headers) as answer:
+        for chunk in answer.iter_raw():
+            if first is None and chunk:
+                first = time.perf_counter() - t0
+        if answer.status_code >= 400:
+            log.warning("%s: request %s answered %d", arm.name, record.get("seq"), answer.status_code)
+        return answer.status_code, first
+
+
+def _generation(tapped: Sequence[Tapped]) -> list[Tapped]:
+    return [t for t in tapped if t.method == "POST" and api_of(t.path.split("?", 1)[0]) is not Api.OTHER]
+
+
+def _usage(calls: Sequence[Tapped]) -> CacheUsage:
+    total = CacheUsage()
+    for call in calls:
+        total = total + call.usage
+    return total
+
+
+def replay_arm(
+    arm: Arm,
+    records: Sequence[Mapping[str, Any]],
+    tap: Tap,
+    *,
+    edit: Callable[[Mapping[str, Any]], dict[str, Any]],
+    timeout: float = 900,
+) -> tuple[list[Sent], list[Any]]:
+    """Send ``records`` through ``arm`` in order; returns each request's :class:`Sent` (stability not yet
+    checked) and the body the arm sent upstream for it (None where nothing reached the engine)."""
+    tap.take()
+    rows: list[Sent] = []
+    upstream: list[Any] = []
+    with httpx.Client(timeout=timeout) as client:
+        for record in records:
+            data = json.dumps(edit(record["body"]), ensure_ascii=False).encode()
+            status, ttft = _send(client, arm, record, data)
+            calls = _generation(tap.take())
+            usage = _usage(calls)
+            rows.append(
+                Sent(
+                    seq=int(record["seq"]),
+                    session=session_of(record),
+                    status=status,
+                    prompt_tokens=usage.input_tokens,
+                    cache_read_tokens=usage.cache_read_tokens,
+                    cache_write_tokens=usage.cache_write_tokens,
+                    cost=call_cost(usage, ANTHROPIC_PRICES),
+                    ttft_s=ttft,
+                    upstream_calls=len(calls),
+                )
+            )
+            upstream.append(calls[-1].json() if calls else None)
+    return rows, upstream
+
+
+def _head(body: Mapping[str, Any]) -> str:
+    return json.dumps({k: strip_marks(body.get(k)) for k in ("model", "system", "instructions", "tools")})
+
+
+def _items(body: Mapping[str, Any]) -> list[str]:
+    raw = body.get("messages", body.get("input"))
+    items = raw if isinstance(raw, list) else [raw]
+    return [json.dumps(strip_marks(m), ensure_ascii=False) for m in items]
+
+
+def stability(records: Sequence[Mapping[str, Any]], sent: Sequence[Any]) -> list[int | None]:
+    """Per request: None when the body the arm sent upstream starts with what it sent for the previous request
+    of the same conversation (same session and recorded head: system, tools, model), marks aside; else where
+    it first differs (-1: the head itself, i: item i). A conversation that shrank (compaction) starts over."""
+    last: dict[tuple[str, str], Mapping[str, Any]] = {}
+    out: list[int | None] = []
+    for record, body in zip(records, sent, strict=True):
+        key = (session_of(record), _head(record["body"]))
+        before = last.get(key)
+        verdict: int | None = None
+        if isinstance(body, dict) and isinstance(before, dict):
+            now, then = _items(body), _items(before)
+            if _head(body) != _head(before):
+                verdict = -1
+            elif len(then) <= len(now):
+                verdict = next((i for i, (a, b) in enumerate(zip(then, now, strict=False)) if a != b), None)
+        if isinstance(body, dict):
+            last[key] = body
+        out.append(verdict)
+    return out

@@ -1,0 +1,150 @@
+"""The recording tap: a small HTTP proxy between an arm of the replay and the engine, so every arm is measured
+at the same place: the bytes it sent upstream, and the engine's own usage answer.
+
+``with Tap(upstream, headers=engine.headers) as tap: ... tap.url ...``: every request is forwarded to
+``upstream`` (its ``headers`` replace the arm's credentials: the engine's key never passes through an arm), the
+answer streamed back as it comes (the connection closed at its end). Each request is kept as a
+:class:`Tapped` record (path, the raw body the arm sent, the upstream's status and usage as read from its JSON or
+SSE answer by the gateway's own reader). :meth:`Tap.take` hands over what arrived since the last call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+from cp_memory.gateway.usage_tap import SSETap, body_usage
+from cp_memory.providers.usage import CacheUsage
+
+__all__ = ["Tap", "Tapped"]
+
+log = logging.getLogger(__name__)
+
+#: request headers not forwarded (hop-by-hop, recomputed, or credentials the tap replaces)
+_DROP_REQUEST = frozenset(
+    {"host", "content-length", "connection", "transfer-encoding", "accept-encoding", "authorization", "x-api-key"}
+)
+#: answer headers not passed back (the tap closes the connection at the end of the body instead)
+_DROP_ANSWER = frozenset({"content-length", "connection", "transfer-encoding", "content-encoding", "keep-alive"})
+_MAX_EVENT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Tapped:
+    """One request an arm sent upstream: its ``method``, ``path``, raw ``body``, the upstream's ``status`` and
+    ``usage`` (zeros when the answer carried none)."""
+
+    method: str
+    path: str
+    body: bytes
+    status: int
+    usage: CacheUsage
+
+    def json(self) -> Any:
+        """The body parsed (None when it is not JSON)."""
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+        log.debug("tap %s", format % args)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._forward("GET", b"")
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self._forward("POST", self.rfile.read(int(self.headers.get("content-length") or 0)))
+
+    def _forward(self, method: str, body: bytes) -> None:
+        tap = self.server.owner
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROP_REQUEST}
+        headers |= dict(tap.headers) | {"accept-encoding": "identity"}
+        reader = SSETap(_MAX_EVENT_BYTES)
+        status, whole = 502, b""
+        try:
+            with tap.client.stream(method, tap.upstream + self.path, content=body, headers=headers) as answer:
+                status = answer.status_code
+                self.send_response(status)
+                for name, value in answer.headers.items():
+                    if name.lower() not in _DROP_ANSWER:
+                        self.send_header(name, value)
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                streamed = "text/event-stream" in answer.headers.get("content-type", "")
+                for chunk in answer.iter_raw():
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                    reader.feed(chunk) if streamed else None
+                    whole += b"" if streamed else chunk
+        except (httpx.HTTPError, OSError) as exc:
+            log.warning("tap: %s %s failed: %s", method, self.path, exc)
+            if status == 502:
+                self.send_error(502, str(exc)[:200])
+        reader.close()
+        usage = reader.usage if reader.events else body_usage(whole)
+        tap.keep(Tapped(method, self.path, body, status, usage))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: Tap
+
+
+class Tap:
+    """The recording proxy in front of ``upstream`` (see the module docstring); binds 127.0.0.1, a free port."""
+
+    def __init__(self, upstream: str, *, headers: Mapping[str, str] | None = None, timeout: float = 900) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.headers = dict(headers or {})
+        self.client = httpx.Client(timeout=timeout)
+        self._kept: list[Tapped] = []
+        self._lock = threading.Lock()
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the tap is not started")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def keep(self, record: Tapped) -> None:
+        with self._lock:
+            self._kept.append(record)
+
+    def take(self) -> list[Tapped]:
+        """Every request that arrived since the last call, in arrival order."""
+        with self._lock:
+            out, self._kept = self._kept, []
+        return out
+
+    def __enter__(self) -> Tap:
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="replay-tap", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.client.close()
