@@ -54,12 +54,12 @@ def _error(status: int, kind: str, message: str) -> JSONResponse:
 class _App:
     """The handlers, over one gateway, one httpx client and one metrics registry."""
 
-    def __init__(self, config: GatewayConfig, kind: UpstreamKind) -> None:
+    def __init__(self, config: GatewayConfig, kind: UpstreamKind, memory: Any = None) -> None:
         self.config = config
         self.gateway = Gateway(config, kind)
         self.metrics = GatewayMetrics()
         self.client: httpx.AsyncClient | None = None
-        self.mem0 = Mem0Link(config) if config.mem0 is not Mem0Source.OFF else None
+        self.mem0 = Mem0Link(config, memory) if config.mem0 is not Mem0Source.OFF else None
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.asynccontextmanager
@@ -308,15 +308,17 @@ def _usage_headers(usage: Any, gateway: int, plan: Plan) -> dict[str, str]:
     return out
 
 
-def build_app(config: GatewayConfig, kind: UpstreamKind | None = None) -> Starlette:
+def build_app(config: GatewayConfig, kind: UpstreamKind | None = None, *, memory: Any = None) -> Starlette:
     """The gateway as an ASGI app; ``kind`` is the resolved upstream kind (default: the configured one, with
-    ``auto`` resolved from the URL only — :func:`cp_memory.gateway.detect.detect_kind` probes it)."""
+    ``auto`` resolved from the URL only — :func:`cp_memory.gateway.detect.detect_kind` probes it).
+    ``memory``: a ready mem0 store (a :class:`~cp_memory.memory.wrappers.ContextPilotMemory`) for
+    ``config.mem0`` other than ``off``, instead of opening the configured one."""
     from .detect import kind_from_url
 
     resolved = kind or (
         config.upstream_kind if config.upstream_kind is not UpstreamKind.AUTO else kind_from_url(config.upstream)
     )
-    handlers = _App(config, resolved)
+    handlers = _App(config, resolved, memory)
     routes = [
         Route("/metrics", handlers.metrics_page, methods=["GET"]),
         Route("/cp/health", handlers.health, methods=["GET"]),
@@ -326,4 +328,5 @@ def build_app(config: GatewayConfig, kind: UpstreamKind | None = None) -> Starle
     app = Starlette(routes=routes, lifespan=handlers.lifespan)
     app.state.gateway = handlers.gateway
     app.state.metrics = handlers.metrics
+    app.state.mem0 = handlers.mem0
     return app

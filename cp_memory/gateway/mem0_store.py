@@ -53,6 +53,7 @@ class Mem0Link:
     def __init__(self, config: GatewayConfig, memory: Any = None) -> None:
         self.config = config
         self.memory = memory
+        self.owned = memory is None  # closed with the app only when the app opened it
         self.writer: TurnWriter | None = None
         self.failures = 0
 
@@ -124,7 +125,7 @@ class Mem0Link:
         if self.writer is not None:
             self.writer.close()
         closer = getattr(self.memory, "close", None)
-        if callable(closer) and self.config.mem0 is not Mem0Source.HOSTED:
+        if self.owned and callable(closer) and self.config.mem0 is not Mem0Source.HOSTED:
             try:
                 closer()
             except Exception:
