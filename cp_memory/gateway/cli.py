@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pydantic import SecretStr, ValidationError
 
-from .config import GatewayConfig, UpstreamKind
+from .config import GatewayConfig, Mem0Source, UpstreamKind
 
 __all__ = ["config_from", "console", "main", "parser"]
 
@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--session-ttl", type=float, default=_default("session_ttl_s"), help="seconds")
     p.add_argument("--no-replay", action="store_true", help="forward history as the client sends it")
     p.add_argument("--no-marks", action="store_true", help="Anthropic: never add cache_control marks")
+    p.add_argument("--mem0", choices=[m.value for m in Mem0Source], default=Mem0Source.OFF.value, help="mem0 store")
+    p.add_argument("--mem0-config", default=None, help="--mem0 config: a mem0 config JSON file")
+    p.add_argument("--mem0-path", default=None, help="--mem0 embedded: its folder (default: in memory)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -60,6 +63,9 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         session_ttl_s=args.session_ttl,
         replay=not args.no_replay,
         add_marks=not args.no_marks,
+        mem0=Mem0Source(args.mem0),
+        mem0_config=args.mem0_config,
+        mem0_path=args.mem0_path,
     )
 
 

@@ -106,6 +106,7 @@ class GatewayConfig(BaseModel):
     mem0_host: str | None = Field(default=None, description="mem0=hosted: the platform's URL")
     memories_top_k: int = Field(default=5, ge=1, le=100, description="memories searched per request")
     memories_query_turns: int = Field(default=DEFAULT_QUERY_TURNS, ge=1, description="recent user messages searched on")
+    memories_add: bool = Field(default=True, description="add each answered turn to mem0 (in the background)")
     memories_infer: bool = Field(default=False, description="mem0 add with infer=True (needs the store's LLM)")
     memories_queue: int = Field(default=256, ge=1, description="turns waiting to be added; more are dropped")
     memories_add_attempts: int = Field(default=3, ge=1, le=10, description="attempts of one add (tenacity)")

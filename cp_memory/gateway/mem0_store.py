@@ -109,7 +109,7 @@ class Mem0Link:
 
     def add_turn(self, query: MemoryQuery, answer: str) -> None:
         """Queue the turn (the user's newest message and the answer) for mem0; never blocks, never raises."""
-        if self.writer is None or not query.messages_tail:
+        if self.writer is None or not query.messages_tail or not self.config.memories_add:
             return
         user = text_of(query.messages_tail[-1].get("content")).strip()
         messages = [{"role": "user", "content": user}] if user else []
