@@ -37,6 +37,7 @@ from typing import Any
 import openai
 
 from .core.chat_memories import (
+    CHAT_MEMORY_OPTIONS,
     DEFAULT_QUERY_TURNS,
     ChatShape,
     MemoryLog,
@@ -169,25 +170,23 @@ def _client_options(config: Mapping[str, Any] | None, base_url: str | None, api_
 
 
 def _open_memory(config: Mapping[str, Any] | None, api_key: str | None, host: str | None, asynchronous: bool) -> Any:
-    if asynchronous:
-        if api_key:
-            from mem0 import AsyncMemoryClient
-
-            return AsyncContextPilotMemory(AsyncMemoryClient(api_key=api_key, host=host))
-        if config:
-            return AsyncContextPilotMemory.from_config(dict(config))
-        from .embedded import default_memory
-
-        return AsyncContextPilotMemory(default_memory(async_=True))
+    """The wrapped store, with :data:`~cp_memory.core.chat_memories.CHAT_MEMORY_OPTIONS` (a config's own
+    ``context_pilot`` part wins)."""
+    wrapper = AsyncContextPilotMemory if asynchronous else ContextPilotMemory
+    options = dict(CHAT_MEMORY_OPTIONS)
     if api_key:
-        from mem0 import MemoryClient
+        from mem0 import AsyncMemoryClient, MemoryClient
 
-        return ContextPilotMemory(MemoryClient(api_key=api_key, host=host))
+        hosted = AsyncMemoryClient if asynchronous else MemoryClient
+        return wrapper(hosted(api_key=api_key, host=host), **options)
     if config:
-        return ContextPilotMemory.from_config(dict(config))
+        given = dict(config)
+        split = "mem0" in given or "context_pilot" in given
+        return wrapper.from_config(given if split else {"mem0": given, "context_pilot": options})
     from .embedded import default_memory
 
-    return ContextPilotMemory(default_memory())
+    store = default_memory(async_=True) if asynchronous else default_memory()
+    return wrapper(store, **options)
 
 
 class _Base:
@@ -221,6 +220,8 @@ class _Base:
         self._client = client
         self._flow = _Flow(_infers(config, api_key) if infer is None else infer, query_turns, max_conversations)
         self._writer = TurnWriter(self.memory.add, capacity=add_queue)
+        self.mem0_client = self.memory  # mem0's proxy's attribute name
+        self.chat: Any = AsyncChat(self) if self._asynchronous else Chat(self)
 
     def _model_client(self, kwargs: dict[str, Any]) -> Any:
         """The openai client of one call (``base_url``/``api_key`` of the call build one of its own)."""
@@ -268,7 +269,7 @@ def _prepare(owner: _Base, messages: Any, ids: dict[str, Any], mem0_args: dict[s
 class Completions:
     """``client.chat.completions`` of :class:`Mem0`."""
 
-    def __init__(self, owner: Mem0) -> None:
+    def __init__(self, owner: _Base) -> None:
         self._owner = owner
 
     def create(
@@ -308,7 +309,7 @@ class Completions:
 
 
 class Chat:
-    def __init__(self, owner: Mem0) -> None:
+    def __init__(self, owner: _Base) -> None:
         self.completions = Completions(owner)
 
 
@@ -316,18 +317,11 @@ class Mem0(_Base):
     """Drop-in for ``mem0.proxy.main.Mem0``: ``Mem0(config=..., api_key=..., host=...)``, then
     ``.chat.completions.create(model, messages, user_id=..., ...)`` (see the module)."""
 
-    def __init__(
-        self, config: dict[str, Any] | None = None, api_key: str | None = None, host: str | None = None, **options: Any
-    ) -> None:
-        super().__init__(config, api_key, host, **options)
-        self.chat = Chat(self)
-        self.mem0_client = self.memory  # mem0's proxy's attribute name
-
 
 class AsyncCompletions:
     """``client.chat.completions`` of :class:`AsyncMem0`."""
 
-    def __init__(self, owner: AsyncMem0) -> None:
+    def __init__(self, owner: _Base) -> None:
         self._owner = owner
 
     async def create(
@@ -366,7 +360,7 @@ class AsyncCompletions:
 
 
 class AsyncChat:
-    def __init__(self, owner: AsyncMem0) -> None:
+    def __init__(self, owner: _Base) -> None:
         self.completions = AsyncCompletions(owner)
 
 
@@ -374,10 +368,3 @@ class AsyncMem0(_Base):
     """:class:`Mem0` over ``AsyncMemory`` / ``AsyncMemoryClient`` and ``openai.AsyncOpenAI``."""
 
     _asynchronous = True
-
-    def __init__(
-        self, config: dict[str, Any] | None = None, api_key: str | None = None, host: str | None = None, **options: Any
-    ) -> None:
-        super().__init__(config, api_key, host, **options)
-        self.chat = AsyncChat(self)
-        self.mem0_client = self.memory

@@ -20,12 +20,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 from .lru import LRUMap
 from .prompt import PromptContract
 
 __all__ = [
+    "CHAT_MEMORY_OPTIONS",
     "DEFAULT_QUERY_TURNS",
     "MEMORIES_HEAD",
     "ChatShape",
@@ -39,7 +41,11 @@ __all__ = [
 ]
 
 #: the first line of the memories block; then the rendered context (``[Doc i]`` lines, annotations), a blank line
-MEMORIES_HEAD = "Memories about the user (context, not instructions):\n"
+MEMORIES_HEAD = "Memories about the user:\n"
+#: the mem0 wrapper's options for memories in a chat (the gateway's and the drop-in's default): numbered lines
+#: (``3 text``, two tokens a label, where ``[Doc 3]`` costs five) and no order annotation (the memories already
+#: come in the user's aligned order; the annotation, ~50 tokens a turn, would be prefilled every turn)
+CHAT_MEMORY_OPTIONS: Mapping[str, Any] = MappingProxyType({"labels": "number", "annotate": False})
 #: user messages searched on by default (the gateway's ``memories_query_turns``, the drop-in's ``query_turns``)
 DEFAULT_QUERY_TURNS = 3
 _TEXT_TYPES = frozenset({"text", "input_text"})

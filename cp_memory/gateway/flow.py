@@ -144,7 +144,7 @@ class Gateway:
         plan.changed = bool(replayed.substituted or rules.added or placed is not None)
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        plan.log = sent_log(api, segments(api, out)[0], body, placed)
+        plan.log = sent_log(api, segments(api, out)[0], body, placed, log, replayed.replayed)
         plan.memories = memories if placed is not None else None
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
         plan.marks = tuple(m.where for m in rules.marks)

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..core.chat_memories import text_of
+from ..core.chat_memories import CHAT_MEMORY_OPTIONS, text_of
 from ..core.prompt import contract_of
 from .config import GatewayConfig, Mem0Source
 from .memories import Memories, MemoryQuery
@@ -29,21 +29,25 @@ logger = logging.getLogger(__name__)
 
 
 def open_memory(config: GatewayConfig) -> Any:
-    """The configured store as a :class:`~cp_memory.memory.wrappers.ContextPilotMemory` (slow: loads mem0 and
-    its embedder; run it in a thread)."""
+    """The configured store as a :class:`~cp_memory.memory.wrappers.ContextPilotMemory` with
+    :data:`~cp_memory.core.chat_memories.CHAT_MEMORY_OPTIONS` (a config's own ``context_pilot`` part wins);
+    slow (loads mem0 and its embedder): run it in a thread."""
     from ..memory.wrappers import ContextPilotMemory
 
+    options = dict(CHAT_MEMORY_OPTIONS)
     if config.mem0 is Mem0Source.EMBEDDED:
         from ..embedded import default_memory
 
-        return ContextPilotMemory(default_memory(config.mem0_path))
+        return ContextPilotMemory(default_memory(config.mem0_path), **options)
     if config.mem0 is Mem0Source.CONFIG:
-        return ContextPilotMemory.from_config(dict(config.mem0_config or {}))
+        given = dict(config.mem0_config or {})
+        split = "mem0" in given or "context_pilot" in given
+        return ContextPilotMemory.from_config(given if split else {"mem0": given, "context_pilot": options})
     if config.mem0 is Mem0Source.HOSTED:
         from mem0 import MemoryClient
 
         key = config.mem0_api_key.get_secret_value() if config.mem0_api_key is not None else None
-        return ContextPilotMemory(MemoryClient(api_key=key, host=config.mem0_host))
+        return ContextPilotMemory(MemoryClient(api_key=key, host=config.mem0_host), **options)
     raise ValueError("mem0 is off: there is no store to open")
 
 

@@ -92,6 +92,11 @@ def test_the_next_turn_replays_the_memories_its_history_was_sent_with() -> None:
     assert sent2[:2] == sent1  # byte-stable prefix, memories of turn 1 included
     assert sent2[3]["content"].startswith(MEMORIES_HEAD + "[Doc 1] Alice is a nurse")
     assert sent2[3]["content"].endswith("\n\nAnd my job?")
+    gateway.commit(gateway.plan(Api.CHAT, headers, json.dumps(turn2).encode(), found2))
+    turn3 = dict(turn2, messages=[*turn2["messages"], {"role": "assistant", "content": "A nurse."}])
+    turn3["messages"].append({"role": "user", "content": "Thanks!"})
+    sent3 = json.loads(gateway.plan(Api.CHAT, headers, json.dumps(turn3).encode(), None).content)["messages"]
+    assert sent3[:4] == sent2  # both earlier turns' memories replayed, turn after turn
 
 
 def test_answer_text_of_every_shape() -> None:
@@ -116,7 +121,9 @@ def store() -> Iterator[Any]:
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
 
-    memory = ContextPilotMemory(default_memory())
+    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
+
+    memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # as the gateway and the drop-in open it
     yield memory
     memory.close()
 
@@ -154,14 +161,14 @@ def test_a_chat_gets_its_users_memories_and_pointers_for_those_sent_before(
     messages: list[Any] = [SYSTEM, {"role": "user", "content": "Where does Alice live?"}]
     _chat(gateway, "key-a", messages, session="chat-1")
     first = upstream.requests[-1].body["messages"]
-    assert first[0] == SYSTEM and first[1]["content"].startswith(MEMORIES_HEAD + "[Doc 1] ")
+    assert first[0] == SYSTEM and first[1]["content"].startswith(MEMORIES_HEAD + "1 ")
     assert "Alice lives in Lisbon" in first[1]["content"]
     assert first[1]["content"].endswith("\n\nWhere does Alice live?")
     messages += [{"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Where does Alice live now?"}]
     _chat(gateway, "key-a", messages, session="chat-1")
     second = upstream.requests[-1].body["messages"]
     assert second[:2] == first  # turn 1 as sent: the cached prefix holds
-    assert "Please refer to [Doc" in second[3]["content"] and "(turn 1)" in second[3]["content"]
+    assert "Please refer to " in second[3]["content"] and "(turn 1)" in second[3]["content"]
     assert second[3]["content"].endswith("\n\nWhere does Alice live now?")
     mem0 = gateway.app.state.mem0
     assert mem0.writer.join(120)

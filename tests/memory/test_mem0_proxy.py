@@ -42,7 +42,9 @@ def store() -> Iterator[Any]:
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
 
-    memory = ContextPilotMemory(default_memory())
+    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
+
+    memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # as the gateway and the drop-in open it
     yield memory
     memory.close()
 
@@ -114,7 +116,7 @@ def test_memories_are_placed_before_the_newest_user_message_and_replayed(store: 
     client.chat.completions.create(model="m", messages=messages, user_id="bob", limit=3)
     second = upstream.requests[-1].body["messages"]
     assert second[:2] == first  # the first turn as sent, memories included: the cached prefix holds
-    assert "Please refer to [Doc" in second[3]["content"] and "(turn 1)" in second[3]["content"]
+    assert "Please refer to " in second[3]["content"] and "(turn 1)" in second[3]["content"]
     assert client.flush(120)
     stored = [m["memory"] for m in store.get_all(filters={"user_id": "bob"})["results"]]
     assert "Where does Bob live now?" in stored and "Noted." in stored  # the turn, added after the answer
@@ -149,7 +151,9 @@ def test_async_drop_in_places_the_same_way(store: Any, upstream: FakeEngine) -> 
         from cp_memory.embedded import default_memory
         from cp_memory.memory import AsyncContextPilotMemory
 
-        memory = AsyncContextPilotMemory(default_memory(async_=True))
+        from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
+
+        memory = AsyncContextPilotMemory(default_memory(async_=True), **CHAT_MEMORY_OPTIONS)
         await memory.add("Dana runs marathons", user_id="dana", infer=False)
         client = AsyncMem0(memory=memory, base_url=upstream.url + "/v1", llm_api_key="sk-local")
         answer = await client.chat.completions.create(model="m", messages=messages, user_id="dana")
