@@ -43,9 +43,11 @@ __all__ = [
 #: the first line of the memories block; then the rendered context (``[Doc i]`` lines, annotations), a blank line
 MEMORIES_HEAD = "Memories about the user:\n"
 #: the mem0 wrapper's options for memories in a chat (the gateway's and the drop-in's default): numbered lines
-#: (``3 text``, two tokens a label, where ``[Doc 3]`` costs five) and no order annotation (the memories already
-#: come in the user's aligned order; the annotation, ~50 tokens a turn, would be prefilled every turn)
-CHAT_MEMORY_OPTIONS: Mapping[str, Any] = MappingProxyType({"labels": "number", "annotate": False})
+#: (``3 text``, two tokens a label, where ``[Doc 3]`` costs five); no order annotation (the memories come in the
+#: user's aligned order; the annotation, ~50 tokens, would be prefilled every turn); no over-fetch (the earlier
+#: turns stay in the history with their memories, so mem0's top k are shown once each — fresh ones as lines,
+#: those sent before as pointers — instead of k fresh ones plus pointers)
+CHAT_MEMORY_OPTIONS: Mapping[str, Any] = MappingProxyType({"labels": "number", "annotate": False, "max_overfetch": 0})
 #: user messages searched on by default (the gateway's ``memories_query_turns``, the drop-in's ``query_turns``)
 DEFAULT_QUERY_TURNS = 3
 _TEXT_TYPES = frozenset({"text", "input_text"})

@@ -168,7 +168,8 @@ def test_a_chat_gets_its_users_memories_and_pointers_for_those_sent_before(
     _chat(gateway, "key-a", messages, session="chat-1")
     second = upstream.requests[-1].body["messages"]
     assert second[:2] == first  # turn 1 as sent: the cached prefix holds
-    assert "Please refer to " in second[3]["content"] and "(turn 1)" in second[3]["content"]
+    assert "shown before: turn 1 items" in second[3]["content"]  # pointers into turn 1, which the history shows
+    assert "Alice lives in Lisbon" not in second[3]["content"]  # not sent twice
     assert second[3]["content"].endswith("\n\nWhere does Alice live now?")
     mem0 = gateway.app.state.mem0
     assert mem0.writer.join(120)

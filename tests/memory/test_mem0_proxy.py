@@ -116,7 +116,8 @@ def test_memories_are_placed_before_the_newest_user_message_and_replayed(store: 
     client.chat.completions.create(model="m", messages=messages, user_id="bob", limit=3)
     second = upstream.requests[-1].body["messages"]
     assert second[:2] == first  # the first turn as sent, memories included: the cached prefix holds
-    assert "Please refer to " in second[3]["content"] and "(turn 1)" in second[3]["content"]
+    assert "shown before: turn 1 items" in second[3]["content"]  # pointers into turn 1, which the history shows
+    assert "Bob lives in Porto" not in second[3]["content"]  # not sent twice
     assert client.flush(120)
     stored = [m["memory"] for m in store.get_all(filters={"user_id": "bob"})["results"]]
     assert "Where does Bob live now?" in stored and "Noted." in stored  # the turn, added after the answer
@@ -134,7 +135,7 @@ def test_an_edited_history_starts_a_new_conversation_without_pointers(store: Any
     edited.append({"role": "user", "content": "What does Carol collect, really?"})
     client.chat.completions.create(model="m", messages=edited, user_id="carol")
     last = upstream.requests[-1].body["messages"]
-    assert "Please refer to" not in last[-1]["content"] and "Carol collects stamps" in last[-1]["content"]
+    assert "shown before" not in last[-1]["content"] and "Carol collects stamps" in last[-1]["content"]
     client.close()
 
 
