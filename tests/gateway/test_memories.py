@@ -118,10 +118,9 @@ def store() -> Iterator[Any]:
     from tests.mem0_fixtures import require_mem0
 
     require_mem0()
+    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
-
-    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
 
     memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # as the gateway and the drop-in open it
     yield memory

@@ -39,10 +39,9 @@ def _answer(_: FakeRequest) -> tuple[int, dict[str, str], bytes]:
 @pytest.fixture(scope="module")
 def store() -> Iterator[Any]:
     require_mem0()
+    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
-
-    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
 
     memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # as the gateway and the drop-in open it
     yield memory
@@ -149,10 +148,9 @@ def test_async_drop_in_places_the_same_way(store: Any, upstream: FakeEngine) -> 
     sync_sent = upstream.requests[-1].body["messages"]
 
     async def run() -> Any:
+        from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
         from cp_memory.embedded import default_memory
         from cp_memory.memory import AsyncContextPilotMemory
-
-        from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
 
         memory = AsyncContextPilotMemory(default_memory(async_=True), **CHAT_MEMORY_OPTIONS)
         await memory.add("Dana runs marathons", user_id="dana", infer=False)
