@@ -30,6 +30,7 @@ PACKAGES = (
     "cp_memory.providers",
     "cp_memory.engine",
     "cp_memory.agents",
+    "cp_memory.mem0_proxy",
     "cp_memory.gateway",
     "cp_memory.state",
 )

@@ -24,8 +24,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .config import GatewayConfig, UpstreamKind
+from .config import GatewayConfig, Mem0Source, UpstreamKind
 from .flow import Gateway, Plan
+from .mem0_store import Mem0Link
+from .memories import Memories, answer_text
 from .metrics import CONTENT_TYPE, GatewayMetrics
 from .protocols import Api, api_of
 from .tenancy import identify
@@ -54,21 +56,26 @@ def _error(status: int, kind: str, message: str) -> JSONResponse:
 class _App:
     """The handlers, over one gateway, one httpx client and one metrics registry."""
 
-    def __init__(self, config: GatewayConfig, kind: UpstreamKind) -> None:
+    def __init__(self, config: GatewayConfig, kind: UpstreamKind, memory: Any = None) -> None:
         self.config = config
         self.gateway = Gateway(config, kind)
         self.metrics = GatewayMetrics()
         self.client: httpx.AsyncClient | None = None
+        self.mem0 = Mem0Link(config, memory) if config.mem0 is not Mem0Source.OFF else None
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.client = make_client(self.config)
         logger.info("gateway: forwarding to %s (%s)", self.config.upstream_base, self.gateway.kind.value)
+        if self.mem0 is not None:
+            await asyncio.to_thread(self.mem0.open)
         try:
             yield
         finally:
             await self.client.aclose()
+            if self.mem0 is not None:
+                await asyncio.to_thread(self.mem0.close)
 
     def _authorized(self, request: Request) -> bool:
         key = self.config.gateway_key
@@ -135,15 +142,36 @@ class _App:
         except (asyncio.TimeoutError, ClientDisconnect):
             self.metrics.requests.labels(api.value, "body_timeout").inc()
             return _error(408, "request_timeout", f"request body not received within {self.config.body_timeout_s} s")
-        started = time.perf_counter()
         headers = {k.lower(): v for k, v in request.headers.items()}
+        found = await self._memories(api, headers, raw)
+        started = time.perf_counter()
         if len(raw) > _INLINE_PLAN_BYTES or self.gateway.store.remote:  # nor may a big body or a shared store
-            plan = await asyncio.to_thread(self.gateway.plan, api, headers, raw)
+            plan = await asyncio.to_thread(self.gateway.plan, api, headers, raw, found)
         else:
-            plan = self.gateway.plan(api, headers, raw)
+            plan = self.gateway.plan(api, headers, raw, found)
         self.metrics.overhead.labels(api.value).observe(time.perf_counter() - started)
         self._count_plan(plan)
+        if found is not None and plan.memories is None and self.mem0 is not None:  # not placed (failed open, ...)
+            self.mem0.sent(found, False)
         return await self._forward(request, plan)
+
+    async def _memories(self, api: Api, headers: dict[str, str], raw: bytes) -> Memories | None:
+        """The mem0 search of this request (a store configured, a user named), or None; never raises."""
+        if self.mem0 is None or api is Api.OTHER:
+            return None
+        if len(raw) > _INLINE_PLAN_BYTES:
+            query = await asyncio.to_thread(self.gateway.memory_query, api, headers, raw)
+        else:
+            query = self.gateway.memory_query(api, headers, raw)
+        return await self.mem0.search(query) if query is not None else None
+
+    def _settle(self, plan: Plan, ok: bool, answer: bytes | None = None, streamed: bool = False) -> None:
+        """The memories' dedup turn committed (``ok``) or rolled back; the answered turn queued for mem0."""
+        if self.mem0 is None or plan.memories is None:
+            return
+        self.mem0.sent(plan.memories, ok)
+        if ok and answer is not None:
+            self.mem0.add_turn(plan.memories.query, answer_text(plan.api, answer, streamed))
 
     def _count_plan(self, plan: Plan) -> None:
         if plan.failed_open:
@@ -166,14 +194,18 @@ class _App:
         try:
             answer = await self.client.send(upstream_request, stream=True)
         except httpx.TimeoutException as exc:
+            self._settle(plan, False)
             self.metrics.requests.labels(plan.api.value, "upstream_timeout").inc()
             return _error(504, "upstream_timeout", f"the upstream did not answer in time ({type(exc).__name__})")
         except httpx.HTTPError as exc:
+            self._settle(plan, False)
             self.metrics.requests.labels(plan.api.value, "upstream_unreachable").inc()
             return _error(502, "upstream_unreachable", f"cannot reach the upstream: {type(exc).__name__}")
         self.metrics.upstream_status.labels(plan.api.value, f"{answer.status_code // 100}xx").inc()
         if answer.is_success:
             await self._off_loop(self.gateway.commit, plan)
+        else:
+            self._settle(plan, False)
         if answer.headers.get("content-type", "").startswith("text/event-stream"):
             return self._stream(plan, answer)
         return await self._whole(plan, answer)
@@ -182,10 +214,13 @@ class _App:
         try:
             data = await self._read_capped(answer)
         except httpx.HTTPError as exc:
+            self._settle(plan, False)
             self.metrics.requests.labels(plan.api.value, "upstream_broken").inc()
             return _error(502, "upstream_broken", f"the upstream's answer broke off: {type(exc).__name__}")
         finally:
             await answer.aclose()
+        if answer.is_success:
+            self._settle(plan, data is not None, data)
         if data is None:
             return _error(
                 502, "upstream_too_large", f"the upstream's answer exceeds {self.config.max_response_bytes} bytes"
@@ -210,12 +245,14 @@ class _App:
 
     def _stream(self, plan: Plan, answer: httpx.Response) -> StreamingResponse:
         tap = SSETap(self.config.max_sse_event_bytes)
+        kept = _Kept(self.config.max_sse_event_bytes if plan.memories is not None and answer.is_success else 0)
 
         async def relay() -> AsyncIterator[bytes]:
             outcome = "ok" if answer.is_success else "upstream_error"
             try:
                 async for chunk in answer.aiter_raw():
                     tap.feed(chunk)
+                    kept.feed(chunk)
                     yield chunk
             except httpx.HTTPError as exc:  # the status is sent already: the stream ends early
                 outcome = "upstream_broken"
@@ -228,6 +265,7 @@ class _App:
                 tap.close()
                 if plan.api is not Api.OTHER and answer.is_success:
                     await self._book(plan, tap.usage)
+                    self._settle(plan, outcome == "ok", kept.data(), streamed=True)
                 self.metrics.requests.labels(plan.api.value, outcome).inc()
 
         return StreamingResponse(
@@ -249,6 +287,23 @@ class _App:
         return gateway
 
 
+class _Kept:
+    """A streamed answer's first ``limit`` bytes, kept for the turn added to mem0 (0: nothing kept)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self.size < self.limit:
+            self.chunks.append(chunk)
+            self.size += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+
 def _usage_headers(usage: Any, gateway: int, plan: Plan) -> dict[str, str]:
     """The ``X-CP-*`` headers of a non-streamed answer: what the upstream reported, and the gateway's share."""
     out = {
@@ -263,15 +318,17 @@ def _usage_headers(usage: Any, gateway: int, plan: Plan) -> dict[str, str]:
     return out
 
 
-def build_app(config: GatewayConfig, kind: UpstreamKind | None = None) -> Starlette:
+def build_app(config: GatewayConfig, kind: UpstreamKind | None = None, *, memory: Any = None) -> Starlette:
     """The gateway as an ASGI app; ``kind`` is the resolved upstream kind (default: the configured one, with
-    ``auto`` resolved from the URL only — :func:`cp_memory.gateway.detect.detect_kind` probes it)."""
+    ``auto`` resolved from the URL only — :func:`cp_memory.gateway.detect.detect_kind` probes it).
+    ``memory``: a ready mem0 store (a :class:`~cp_memory.memory.wrappers.ContextPilotMemory`) for
+    ``config.mem0`` other than ``off``, instead of opening the configured one."""
     from .detect import kind_from_url
 
     resolved = kind or (
         config.upstream_kind if config.upstream_kind is not UpstreamKind.AUTO else kind_from_url(config.upstream)
     )
-    handlers = _App(config, resolved)
+    handlers = _App(config, resolved, memory)
     routes = [
         Route("/metrics", handlers.metrics_page, methods=["GET"]),
         Route("/cp/health", handlers.health, methods=["GET"]),
@@ -281,4 +338,5 @@ def build_app(config: GatewayConfig, kind: UpstreamKind | None = None) -> Starle
     app = Starlette(routes=routes, lifespan=handlers.lifespan)
     app.state.gateway = handlers.gateway
     app.state.metrics = handlers.metrics
+    app.state.mem0 = handlers.mem0
     return app

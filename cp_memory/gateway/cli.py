@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import SecretStr, ValidationError
 
-from .config import STATE_STORE_ENV, GatewayConfig, UpstreamKind
+from .config import STATE_STORE_ENV, GatewayConfig, Mem0Source, UpstreamKind
 
 __all__ = ["config_from", "console", "main", "parser"]
 
@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
         "CP_GATEWAY_SECRET, the same on every replica)",
     )
     p.add_argument("--no-marks", action="store_true", help="Anthropic: never add cache_control marks")
+    p.add_argument("--mem0", choices=[m.value for m in Mem0Source], default=Mem0Source.OFF.value, help="mem0 store")
+    p.add_argument("--mem0-config", default=None, help="--mem0 config: a mem0 config JSON file")
+    p.add_argument("--mem0-path", default=None, help="--mem0 embedded: its folder (default: in memory)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -69,6 +72,9 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         replay=not args.no_replay,
         add_marks=not args.no_marks,
         state_store=SecretStr(store) if store else None,
+        mem0=Mem0Source(args.mem0),
+        mem0_config=args.mem0_config,
+        mem0_path=args.mem0_path,
     )
 
 

@@ -7,15 +7,19 @@ reads its defaults from this model and docs/gateway.md quotes them.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from enum import Enum
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from ..core.chat_memories import DEFAULT_QUERY_TURNS
 from ..state.store import STATE_RETRY_S, STATE_TIMEOUT_S
 
-__all__ = ["GATEWAY_KEY_ENV", "STATE_STORE_ENV", "GatewayConfig", "UpstreamKind", "is_loopback"]
+__all__ = ["GATEWAY_KEY_ENV", "STATE_STORE_ENV", "GatewayConfig", "Mem0Source", "UpstreamKind", "is_loopback"]
 
 #: the environment variable that holds the gateway's own key (``--gateway-key`` overrides it)
 GATEWAY_KEY_ENV = "CP_GATEWAY_KEY"
@@ -43,6 +47,19 @@ class UpstreamKind(str, Enum):
     def engine(self) -> bool:
         """A self-hosted engine (prefix cache shared by every client of that engine)."""
         return self in (UpstreamKind.VLLM, UpstreamKind.LLAMACPP, UpstreamKind.SGLANG, UpstreamKind.COMPATIBLE)
+
+
+class Mem0Source(str, Enum):
+    """Where the gateway's mem0 memories live (docs/gateway.md, "mem0 memories"); ``off`` by default.
+
+    ``embedded``: cp_memory's offline default (:func:`cp_memory.embedded.default_memory`, in memory or under
+    ``mem0_path``); ``config``: ``Memory.from_config(mem0_config)``; ``hosted``: mem0's ``MemoryClient``
+    (``mem0_api_key``, else ``MEM0_API_KEY``)."""
+
+    OFF = "off"
+    EMBEDDED = "embedded"
+    CONFIG = "config"
+    HOSTED = "hosted"
 
 
 def is_loopback(host: str) -> bool:
@@ -94,6 +111,19 @@ class GatewayConfig(BaseModel):
     state_retry_s: float = Field(
         default=STATE_RETRY_S, ge=0, description="after a state-store failure, the local state serves this long"
     )
+    mem0: Mem0Source = Field(default=Mem0Source.OFF, description="mem0 memories for requests that name a user")
+    mem0_config: dict[str, Any] | None = Field(
+        default=None, description="mem0=config: a mem0 config dict (or a JSON file's path), as Memory.from_config"
+    )
+    mem0_path: str | None = Field(default=None, description="mem0=embedded: its folder (None: in memory)")
+    mem0_api_key: SecretStr | None = Field(default=None, description="mem0=hosted: the platform key")
+    mem0_host: str | None = Field(default=None, description="mem0=hosted: the platform's URL")
+    memories_top_k: int = Field(default=5, ge=1, le=100, description="memories searched per request")
+    memories_query_turns: int = Field(default=DEFAULT_QUERY_TURNS, ge=1, description="recent user messages searched on")
+    memories_add: bool = Field(default=True, description="add each answered turn to mem0 (in the background)")
+    memories_infer: bool = Field(default=False, description="mem0 add with infer=True (needs the store's LLM)")
+    memories_queue: int = Field(default=256, ge=1, description="turns waiting to be added; more are dropped")
+    memories_add_attempts: int = Field(default=3, ge=1, le=10, description="attempts of one add (tenacity)")
 
     @field_validator("upstream")
     @classmethod
@@ -118,6 +148,24 @@ class GatewayConfig(BaseModel):
                 "state_store needs secret (CP_GATEWAY_SECRET): replicas sharing sessions must hash tenants and "
                 "sessions with the same key"
             )
+        return self
+
+    @field_validator("mem0_config", mode="before")
+    @classmethod
+    def _mem0_file(cls, value: Any) -> Any:
+        if isinstance(value, (str, Path)):
+            try:
+                return json.loads(Path(value).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"mem0_config: cannot read the JSON file {str(value)!r}: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _mem0(self) -> GatewayConfig:
+        if self.mem0 is Mem0Source.CONFIG and self.mem0_config is None:
+            raise ValueError("mem0='config' needs mem0_config (a mem0 config dict or a JSON file)")
+        if self.mem0_config is not None and self.mem0 is not Mem0Source.CONFIG:
+            raise ValueError(f"mem0_config is given but mem0={self.mem0.value!r}: set mem0='config'")
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from typing import Any
 from ..providers.tokens import Counting, default_counting
 from ..providers.usage import CacheUsage
 from .config import GatewayConfig, UpstreamKind
+from .memories import Memories, MemoryQuery, MemoryStage, sent_log
 from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SentLog, replay
 from .rules import RuleResult, apply_rules
@@ -50,6 +51,7 @@ class Plan:
     fields: tuple[str, ...] = ()
     stream: bool = False
     notes: list[str] = field(default_factory=list)
+    memories: Memories | None = None  # the mem0 memories placed (commit their turn once the upstream answered)
 
 
 def _leaf_text(value: Any) -> str:
@@ -85,12 +87,16 @@ class Gateway:
         self.secret = given or secrets.token_bytes(32)
         self.store: SessionStore = open_session_store(config)
         self.counting = counting or default_counting()
+        self.memory_stage = MemoryStage(
+            query_turns=config.memories_query_turns, dedup=config.replay, max_sessions=config.max_sessions
+        )
 
     def identify(self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any]) -> Identity:
         return identify(self.secret, api, headers, body)
 
-    def plan(self, api: Api, headers: Mapping[str, str], raw: bytes) -> Plan:
-        """The bytes to forward; never raises (an internal failure forwards ``raw`` unchanged)."""
+    def plan(self, api: Api, headers: Mapping[str, str], raw: bytes, memories: Memories | None = None) -> Plan:
+        """The bytes to forward; never raises (an internal failure forwards ``raw`` unchanged). ``memories``:
+        what the app's mem0 search found for this request (:meth:`memory_query`), placed after the prefix."""
         plan = Plan(api, raw, raw)
         if api is Api.OTHER:
             return plan
@@ -104,13 +110,13 @@ class Gateway:
             return plan
         plan.stream = body.get("stream") is True
         try:
-            self._shape(plan, headers, body)
+            self._shape(plan, headers, body, memories)
         except Exception:  # fail open: the client's own request goes out, and a log line says why
             logger.exception("gateway: planning a %s request failed; forwarding it unchanged", api.value)
-            plan.content, plan.changed, plan.failed_open, plan.log = raw, False, True, None
+            plan.content, plan.changed, plan.failed_open, plan.log, plan.memories = raw, False, True, None, None
         return plan
 
-    def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any]) -> None:
+    def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any], memories: Memories | None) -> None:
         api = plan.api
         plan.identity = self.identify(api, headers, body)
         state = self.store.session(plan.identity.tenant, plan.identity.session)
@@ -118,6 +124,7 @@ class Gateway:
         log = state.logs.get(api) if self.config.replay else None
         replayed = replay(api, log, segs)
         shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
+        shaped, placed = self.memory_stage.place(api, shaped, memories) if memories is not None else (shaped, None)
         previous_end = self._previous_end(api, log, replayed, n_head)
         rules = apply_rules(
             self.kind,
@@ -134,14 +141,28 @@ class Gateway:
             plan.notes.append("more than 4 cache_control marks: forwarded as sent")
             return
         out = rules.body
-        plan.changed = bool(replayed.substituted or rules.added)
+        plan.changed = bool(replayed.substituted or rules.added or placed is not None)
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        plan.log = SentLog.of(api, segments(api, out)[0])
+        plan.log = sent_log(api, segments(api, out)[0], body, placed, log, replayed.replayed)
+        plan.memories = memories if placed is not None else None
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
         plan.marks = tuple(m.where for m in rules.marks)
         plan.fields = rules.added
         plan.passthrough_bound = self._bound(replayed, rules, segs)
+
+    def memory_query(self, api: Api, headers: Mapping[str, str], raw: bytes) -> MemoryQuery | None:
+        """The mem0 search this request asks for (a user named, a new user message), or None; never raises."""
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                return None
+            who = self.identify(api, headers, body)
+            log = self.store.session(who.tenant, who.session).logs.get(api) if self.config.replay else None
+            return self.memory_stage.query(api, headers, body, who, log)
+        except Exception:  # fail open: no memories
+            logger.exception("gateway: reading the memory query of a %s request failed", api.value)
+            return None
 
     def _previous_end(self, api: Api, log: SentLog | None, replayed: ReplayResult, n_head: int) -> int | None:
         """Anthropic: the last block of the previous request, when all of it is still this one's prefix."""

@@ -35,10 +35,10 @@ class Running:
 
 @contextmanager
 def running_gateway(
-    upstream: str, kind: UpstreamKind | str = UpstreamKind.COMPATIBLE, **settings: Any
+    upstream: str, kind: UpstreamKind | str = UpstreamKind.COMPATIBLE, *, memory: Any = None, **settings: Any
 ) -> Iterator[Running]:
     config = GatewayConfig(upstream=upstream, upstream_kind=UpstreamKind(kind), port=0, **settings)
-    app = build_app(config, config.upstream_kind)
+    app = build_app(config, config.upstream_kind, memory=memory)
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -1,0 +1,226 @@
+"""The gateway's mem0 stage, without I/O: who the memories are for, what to search, where they go.
+
+* **The user**, first of: the ``X-CP-User`` header, OpenAI's ``user`` field (Chat Completions, Responses),
+  Anthropic's ``metadata.user_id`` when it is a plain id (not Claude Code's JSON string or
+  ``..._session_<id>`` form, which name a session, not a person). No user: no memories.
+* **The mem0 scope** is ``user_id = "<tenant>:<user>"``: the tenant (the keyed hash of the client's key and
+  tenant header) is part of the id mem0 stores and searches under, so a tenant reaches only its own users,
+  whatever user string it sends.
+* **The dedup conversation** is the session, with an epoch: when the session's previous request is no longer
+  the prefix of this one (edited history, another conversation under the same session id, replay off), a new
+  epoch starts and nothing earlier is pointed at (a pointer only ever names a turn the history shows).
+* **The placement** (:func:`cp_memory.core.chat_memories.place_memories`, shared with the mem0 proxy
+  drop-in): the rendered memories at the start of the newest user message, after every cached byte; the
+  sent log records the client's digest for that message, so the next request's copy (without memories) is
+  replayed as sent, memories included.
+
+The search itself (mem0 through :class:`~cp_memory.memory.wrappers.ContextPilotMemory`) is I/O: the app's
+driver runs it (:mod:`cp_memory.gateway.mem0_store`) and hands the found :class:`Memories` to
+:meth:`~cp_memory.gateway.flow.Gateway.plan`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.chat_memories import ChatShape, Placement, memories_text, place_memories, query_text, text_of
+from ..core.lru import LRUMap
+from ..core.prompt import PromptContract
+from .protocols import Api, segments
+from .replay import SentLog, digest
+from .tenancy import Identity
+
+__all__ = ["USER_HEADER", "Memories", "MemoryQuery", "MemoryStage", "answer_text", "user_of"]
+
+USER_HEADER = "x-cp-user"
+_SHAPES = {Api.CHAT: ChatShape.OPENAI, Api.RESPONSES: ChatShape.RESPONSES, Api.MESSAGES: ChatShape.ANTHROPIC}
+
+
+def _plain_id(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip() or len(value) > 256:
+        return None
+    text = value.strip()
+    if text.startswith(("{", "[")) or "_session_" in text:
+        return None
+    return text
+
+
+def user_of(api: Api, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+    """The user a request names (see the module's precedence), or None."""
+    found = _plain_id(headers.get(USER_HEADER))
+    if found is not None:
+        return found
+    if api in (Api.CHAT, Api.RESPONSES):
+        return _plain_id(body.get("user"))
+    meta = body.get("metadata")
+    return _plain_id(meta.get("user_id")) if api is Api.MESSAGES and isinstance(meta, Mapping) else None
+
+
+@dataclass(frozen=True)
+class MemoryQuery:
+    """A search to run: ``query`` text, mem0's ``user_id`` (tenant-scoped) and the dedup ``conversation_id``."""
+
+    query: str
+    user_id: str
+    conversation_id: str | None
+    messages_tail: tuple[Any, ...] = ()  # the newest user message, for the turn added after the answer
+
+    @property
+    def filters(self) -> dict[str, str]:
+        return {"user_id": self.user_id}
+
+
+@dataclass(frozen=True)
+class Memories:
+    """What a search found: its query, mem0's response (the commit/rollback handle) and its contract."""
+
+    query: MemoryQuery
+    response: Any
+    contract: PromptContract
+
+
+def _messages(api: Api, body: Mapping[str, Any]) -> list[Any]:
+    items = body.get("input" if api is Api.RESPONSES else "messages")
+    return list(items) if isinstance(items, list) else []
+
+
+class MemoryStage:
+    """The per-session dedup epochs (bounded LRU) and the stage's two steps: :meth:`query`, :meth:`place`."""
+
+    def __init__(self, *, query_turns: int, dedup: bool, max_sessions: int) -> None:
+        self.query_turns = query_turns
+        self.dedup = dedup
+        self._epochs: LRUMap[tuple[str, str], int] = LRUMap(max_sessions)
+
+    def query(
+        self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any], who: Identity, log: SentLog | None
+    ) -> MemoryQuery | None:
+        """The search for this request, or None (no user, no new user message, nothing to search on)."""
+        user = user_of(api, headers, body) if api in _SHAPES else None
+        messages = _messages(api, body)
+        if user is None or not messages or not isinstance(messages[-1], Mapping):
+            return None
+        if messages[-1].get("role") != "user":
+            return None
+        text = query_text(messages, self.query_turns)
+        if not text:
+            return None
+        return MemoryQuery(text, f"{who.tenant}:{user}", self._conversation(api, body, who, log), (messages[-1],))
+
+    def _conversation(self, api: Api, body: Mapping[str, Any], who: Identity, log: SentLog | None) -> str | None:
+        if not self.dedup:
+            return None
+        key = (who.tenant, who.session)
+        epoch = self._epochs.get(key, 0)
+        if log is not None and not _extends(api, body, log):
+            epoch += 1
+            self._epochs.set(key, epoch)
+        return f"{who.session}:{epoch}"
+
+    def place(self, api: Api, body: dict[str, Any], memories: Memories) -> tuple[dict[str, Any], int | None]:
+        """``body`` with the memories in its newest user message, and that message's segment index (None:
+        nothing placed)."""
+        text = memories_text(memories.contract)
+        shape = _SHAPES.get(api)
+        if text is None or shape is None:
+            return body, None
+        placed: Placement | None = place_memories(shape, _messages(api, body), text)
+        if placed is None:
+            return body, None
+        out = dict(body)
+        out["input" if api is Api.RESPONSES else "messages"] = placed.messages
+        n_head = segments(api, body)[1]
+        return out, n_head + placed.index
+
+
+def _extends(api: Api, body: Mapping[str, Any], log: SentLog) -> bool:
+    """Whether every segment of the session's previous request is still this request's prefix."""
+    try:
+        segs = segments(api, body)[0]
+    except TypeError:
+        return False
+    n = len(log.digests)
+    return len(segs) >= n and all(digest(api, s) == d for s, d in zip(segs[:n], log.digests))
+
+
+def sent_log(
+    api: Api,
+    sent: list[Any],
+    client_body: Mapping[str, Any],
+    placed: int | None,
+    previous: SentLog | None,
+    replayed: int,
+) -> SentLog:
+    """The session's sent log: the segments as sent, each under the digest of what the *client* sends for it —
+    the previous log's digests for the ``replayed`` leading segments (a segment replayed with its memories is
+    still the client's copy without them), the client's own for the one that carries new memories — so the
+    client's next copies (without memories) are replayed as sent."""
+    log = SentLog.of(api, sent)
+    digests = list(log.digests)
+    if previous is not None:
+        keep = min(replayed, len(previous.digests), len(digests))
+        digests[:keep] = previous.digests[:keep]
+    if placed is not None:
+        client = segments(api, client_body)[0]
+        if placed < len(client) and placed < len(digests):
+            digests[placed] = digest(api, client[placed])
+    return SentLog(log.segments, tuple(digests))
+
+
+def _seq(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _sse_texts(data: bytes) -> list[str]:
+    out: list[str] = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        if not line.startswith("data:"):
+            continue
+        try:
+            event = json.loads(line[5:].strip())
+        except ValueError:
+            continue
+        out.append(_event_text(event))
+    return out
+
+
+def _event_text(event: Any) -> str:
+    if not isinstance(event, Mapping):
+        return ""
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        delta = choices[0].get("delta")
+        if isinstance(delta, Mapping) and isinstance(delta.get("content"), str):
+            return str(delta["content"])
+    delta = event.get("delta")
+    if event.get("type") == "content_block_delta" and isinstance(delta, Mapping):
+        return delta.get("text", "") if isinstance(delta.get("text"), str) else ""
+    if event.get("type") == "response.output_text.delta" and isinstance(event.get("delta"), str):
+        return str(event["delta"])
+    return ""
+
+
+def answer_text(api: Api, data: bytes, streamed: bool) -> str:
+    """The answer's text (Chat Completions, Responses, Messages; streamed or not); empty when unreadable."""
+    if streamed:
+        return "".join(_sse_texts(data))
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return ""
+    if not isinstance(body, Mapping):
+        return ""
+    choices = body.get("choices")
+    if api is Api.CHAT and isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        message = choices[0].get("message")
+        return text_of(message.get("content")) if isinstance(message, Mapping) else ""
+    if api is Api.MESSAGES:
+        return text_of(body.get("content"))
+    output = body.get("output")
+    if api is Api.RESPONSES and isinstance(output, list):
+        blocks = [b for item in output if isinstance(item, Mapping) for b in _seq(item.get("content"))]
+        return "".join(str(b["text"]) for b in blocks if isinstance(b, Mapping) and isinstance(b.get("text"), str))
+    return ""
