@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from .content.switches import DEFAULT_STEPS, ContentStep
+
 __all__ = ["GATEWAY_KEY_ENV", "GatewayConfig", "UpstreamKind", "is_loopback"]
 
 #: the environment variable that holds the gateway's own key (``--gateway-key`` overrides it)
@@ -79,6 +81,12 @@ class GatewayConfig(BaseModel):
     max_sse_event_bytes: int = Field(default=1024 * 1024, ge=1024, description="larger stream events: not read")
     replay: bool = Field(default=True, description="prefix replay: earlier messages forwarded as sent before")
     add_marks: bool = Field(default=True, description="Anthropic: add breakpoints within the 4 the API allows")
+    content_steps: frozenset[ContentStep] = Field(
+        default=DEFAULT_STEPS, description="content rules on the new part of each request (docs/gateway.md)"
+    )
+    content_tenants: dict[str, frozenset[ContentStep]] = Field(
+        default_factory=dict, description="per tenant (the id /cp/savings reports): its content steps instead"
+    )
 
     @field_validator("upstream")
     @classmethod

@@ -21,10 +21,11 @@ from typing import Any
 from ..providers.tokens import Counting, default_counting
 from ..providers.usage import CacheUsage
 from .config import GatewayConfig, UpstreamKind
+from .content import ContentResult, PendingContent, effective_steps, new_part_start, run_content
 from .protocols import Api, segments, with_segments
-from .replay import ReplayResult, SentLog, replay
+from .replay import ReplayResult, SentLog, digest, replay
 from .rules import RuleResult, apply_rules
-from .sessions import SessionStore
+from .sessions import SessionState, SessionStore
 from .tenancy import Identity, identify
 
 __all__ = ["Gateway", "Plan"]
@@ -50,6 +51,8 @@ class Plan:
     fields: tuple[str, ...] = ()
     stream: bool = False
     notes: list[str] = field(default_factory=list)
+    content_pending: PendingContent | None = None  # the content stage's registrations, committed with the log
+    content_pointers: int = 0
 
 
 def _leaf_text(value: Any) -> str:
@@ -117,7 +120,11 @@ class Gateway:
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
         replayed = replay(api, log, segs)
-        shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
+        content = self._content(plan, headers, state, segs, replayed, n_head)
+        if content is not None and content.changed:
+            shaped = with_segments(api, body, content.segments, n_head)
+        else:
+            shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
         previous_end = self._previous_end(api, log, replayed, n_head)
         rules = apply_rules(
             self.kind,
@@ -134,14 +141,50 @@ class Gateway:
             plan.notes.append("more than 4 cache_control marks: forwarded as sent")
             return
         out = rules.body
-        plan.changed = bool(replayed.substituted or rules.added)
+        plan.changed = bool(replayed.substituted or rules.added or (content is not None and content.changed))
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        plan.log = SentLog.of(api, segments(api, out)[0])
+        plan.log = self._sent_log(api, segments(api, out)[0], segs, content)
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
         plan.marks = tuple(m.where for m in rules.marks)
         plan.fields = rules.added
         plan.passthrough_bound = self._bound(replayed, rules, segs)
+
+    def _content(
+        self,
+        plan: Plan,
+        headers: Mapping[str, str],
+        state: SessionState,
+        segs: list[Any],
+        replayed: ReplayResult,
+        n_head: int,
+    ) -> ContentResult | None:
+        """The content stage on replay's segments (None: off, or it failed and replay + rules go out)."""
+        assert plan.identity is not None
+        tenant_steps = self.config.content_tenants.get(plan.identity.tenant, self.config.content_steps)
+        steps = effective_steps(tenant_steps, headers)
+        if not steps or not self.config.replay:  # without replay a rewrite would not come back next turn
+            return None
+        try:
+            start = new_part_start(segs, n_head, replayed.replayed)
+            result = run_content(plan.api, replayed.segments, n_head, start, state.content, steps)
+            if len(result.segments) != len(segs):
+                raise RuntimeError("the content stage changed the number of segments")
+        except Exception:  # fall back to what replay + rules alone would send, and say why
+            logger.exception("gateway: the content stage failed on a %s request; sending it without", plan.api.value)
+            plan.notes.append("content stage failed: replay + rules only")
+            return None
+        plan.content_pending = result.pending or None
+        plan.content_pointers = result.pointers + result.chunk_pointers
+        return result
+
+    @staticmethod
+    def _sent_log(api: Api, sent: list[Any], client: list[Any], content: ContentResult | None) -> SentLog:
+        """The sent segments; a segment the content stage rewrote keeps the digest of the client's own text,
+        so that next turn, when the client sends that text again, replay sends the rewritten one again."""
+        if content is None or not content.changed:
+            return SentLog.of(api, sent)
+        return SentLog(tuple(sent), tuple(digest(api, s) for s in client))
 
     def _previous_end(self, api: Api, log: SentLog | None, replayed: ReplayResult, n_head: int) -> int | None:
         """Anthropic: the last block of the previous request, when all of it is still this one's prefix."""
@@ -163,6 +206,8 @@ class Gateway:
             return
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         state.logs[plan.api] = plan.log
+        if plan.content_pending is not None:
+            state.content.commit(plan.api, plan.content_pending)
 
     def record(self, plan: Plan, usage: CacheUsage) -> int:
         """Book ``usage`` for the plan's session and tenant; returns the tokens attributed to the gateway."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..core.lru import LRUMap
 from ..providers.account import Savings, SavingsAccount
 from ..providers.usage import CacheUsage
+from .content.records import ContentState
 from .protocols import Api
 from .replay import SentLog
 
@@ -78,6 +79,7 @@ class SessionState(_Ledger):
     tenant: str = ""
     session: str = ""
     logs: dict[Api, SentLog] = field(default_factory=dict)
+    content: ContentState = field(default_factory=ContentState)
     last_used: float = 0.0
 
 
