@@ -166,8 +166,9 @@ class Gateway:
         if not steps or not self.config.replay:  # without replay a rewrite would not come back next turn
             return None
         try:
-            start = new_part_start(segs, n_head, replayed.replayed)
-            result = run_content(plan.api, replayed.segments, n_head, start, state.content, steps)
+            known = state.logs.get(plan.api) is not None
+            start = new_part_start(segs, n_head, replayed.replayed, known=known)
+            result = run_content(plan.api, replayed.segments, n_head, start, state.content, steps, seed=not known)
             if len(result.segments) != len(segs):
                 raise RuntimeError("the content stage changed the number of segments")
         except Exception:  # fall back to what replay + rules alone would send, and say why

@@ -27,9 +27,8 @@ APIS = [Api.MESSAGES, Api.CHAT, Api.RESPONSES]
 PATHS = {Api.MESSAGES: "/v1/messages", Api.CHAT: "/v1/chat/completions", Api.RESPONSES: "/v1/responses"}
 
 
-def gateway(**settings: Any) -> Gateway:
-    config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=UpstreamKind.COMPATIBLE, **settings)
-    return Gateway(config, UpstreamKind.COMPATIBLE)
+def gateway(kind: UpstreamKind = UpstreamKind.COMPATIBLE, **settings: Any) -> Gateway:
+    return Gateway(GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=kind, **settings), kind)
 
 
 def drive(gw: Gateway, api: Api, bodies: list[dict[str, Any]], headers: dict[str, str] = HEADERS) -> list[bytes]:

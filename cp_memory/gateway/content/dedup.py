@@ -98,9 +98,9 @@ def _pointer_line(source: str, run: tuple[Where, int, int], text: str) -> str:
     return line + "\n" if piece.endswith("\n") else line
 
 
-def _runs(text: str, lookup: Lookup) -> list[tuple[Where, int, int] | tuple[None, int, int]]:
+def _runs(text: str, lookup: Lookup) -> list[tuple[Where | None, int, int]]:
     """Chunk by chunk: (source location or None, start, end), contiguous pointed chunks merged."""
-    out: list[tuple[Where, int, int] | tuple[None, int, int]] = []
+    out: list[tuple[Where | None, int, int]] = []
     for start, end in chunk_spans(text):
         piece = text[start:end]
         found = lookup(text_key(piece), piece) if piece.strip() else None

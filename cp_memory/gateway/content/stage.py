@@ -55,10 +55,14 @@ def _marked(value: Any) -> bool:
     return False
 
 
-def new_part_start(client_segs: list[Any], n_head: int, replayed: int) -> int:
+def new_part_start(client_segs: list[Any], n_head: int, replayed: int, *, known: bool) -> int:
     """Where the new part begins: after the header segments, after every segment prefix replay kept, and
     after every segment up to the client's last ``cache_control`` mark on a segment before the newest one (a
-    mark there reads a prefix that may be cached; a mark on the newest segment writes a new entry)."""
+    mark there reads a prefix that may be cached; a mark on the newest segment writes a new entry). A session
+    the gateway has no sent log of (``known`` False: its first request, or one forgotten) has only its newest
+    segment as new part: the upstream may hold the rest from before."""
+    if not known:
+        return max(n_head, len(client_segs) - 1)
     start = max(n_head, replayed)
     for i in range(len(client_segs) - 2, start - 1, -1):
         if _marked(client_segs[i]):
@@ -177,11 +181,23 @@ def _holder_text(run: _Run, holder: Holder) -> tuple[str, bool]:
 
 
 def run_content(
-    api: Api, segs: list[Any], n_head: int, start: int, state: ContentState, steps: frozenset[ContentStep]
+    api: Api,
+    segs: list[Any],
+    n_head: int,
+    start: int,
+    state: ContentState,
+    steps: frozenset[ContentStep],
+    *,
+    seed: bool = False,
 ) -> ContentResult:
-    """The content stage on ``segs`` (replay's output) from ``start`` on; ``state`` is only read."""
+    """The content stage on ``segs`` (replay's output) from ``start`` on; ``state`` is only read. ``seed``: the
+    gateway knows nothing of the session yet, so the holders before ``start`` are registered (unchanged) as
+    well: the history the model sees can be pointed to at once."""
     run = _Run(api, steps, state, start, list(segs))
-    for holder in holders(api, run.segs, n_head, start):
+    for holder in holders(api, run.segs, n_head, n_head if seed else start):
+        if holder.segment < start:
+            _register(run, holder, holder.text)
+            continue
         text, pointed = _holder_text(run, holder)
         if text != holder.text:
             run.segs[holder.segment] = with_text(run.segs[holder.segment], holder.path, text)

@@ -2,8 +2,9 @@
 
 Steps (:class:`ContentStep`): ``find`` (context blocks found in the request's new part; every other step
 needs it), ``align`` (multi-block contexts put in the order the session's context index already holds),
-``dedup`` (a block the history already shows becomes a location annotation), ``chunks`` (a long block that
-mostly repeats one the history shows becomes pointers to the unchanged chunks plus the new part) and
+``dedup`` (a block the history already shows becomes a location annotation; without it no pointer of any
+kind is written), ``chunks`` (a long block that mostly repeats one the history shows becomes pointers to the
+unchanged chunks plus the new part) and
 ``order-note`` (an order annotation after an aligned context; off by default: issue 32 has not shown that it
 helps). Defaults: :data:`DEFAULT_STEPS` (``GatewayConfig.content_steps`` reads it), per tenant
 ``GatewayConfig.content_tenants`` (tenant id as ``/cp/savings`` reports it -> steps).
@@ -77,10 +78,12 @@ def parse_header(value: str | None) -> tuple[frozenset[ContentStep], frozenset[C
 
 def effective_steps(tenant_steps: Iterable[ContentStep], headers: Mapping[str, str]) -> frozenset[ContentStep]:
     """The steps for one request: the tenant's, narrowed by the header (lower-case names); without
-    ``find`` nothing runs."""
+    ``find`` nothing runs, without ``dedup`` no chunk pointer either."""
     parsed = parse_header(headers.get(CONTENT_HEADER))
     if parsed is None:
         return frozenset()
     removed, added = parsed
     steps = (frozenset(tenant_steps) - removed) | added
+    if ContentStep.DEDUP not in steps:  # chunk pointers are de-duplication too
+        steps -= {ContentStep.CHUNKS}
     return steps if ContentStep.FIND in steps else frozenset()
