@@ -144,7 +144,7 @@ class Gateway:
         plan.changed = bool(replayed.substituted or rules.added or (content is not None and content.changed))
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        plan.log = self._sent_log(api, segments(api, out)[0], segs, content)
+        plan.log = self._sent_log(api, segments(api, out)[0], segs, log, replayed.replayed, content)
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
         plan.marks = tuple(m.where for m in rules.marks)
         plan.fields = rules.added
@@ -180,12 +180,16 @@ class Gateway:
         return result
 
     @staticmethod
-    def _sent_log(api: Api, sent: list[Any], client: list[Any], content: ContentResult | None) -> SentLog:
-        """The sent segments; a segment the content stage rewrote keeps the digest of the client's own text,
-        so that next turn, when the client sends that text again, replay sends the rewritten one again."""
-        if content is None or not content.changed:
-            return SentLog.of(api, sent)
-        return SentLog(tuple(sent), tuple(digest(api, s) for s in client))
+    def _sent_log(
+        api: Api, sent: list[Any], client: list[Any], log: SentLog | None, replayed: int, content: ContentResult | None
+    ) -> SentLog:
+        """The sent segments under the digests of the client's own: the same digests but where the content
+        rules rewrote a segment (in this request or, replayed, in an earlier one), so that when the client
+        sends its original text again, replay sends the rewritten one again (and does not count it as the
+        client's re-rendering)."""
+        rewrites = {i for i in log.rewrites if i < replayed} if log is not None else set()
+        rewrites.update(content.changed if content is not None else ())
+        return SentLog(tuple(sent), tuple(digest(api, s) for s in client), frozenset(rewrites))
 
     def _previous_end(self, api: Api, log: SentLog | None, replayed: ReplayResult, n_head: int) -> int | None:
         """Anthropic: the last block of the previous request, when all of it is still this one's prefix."""
