@@ -83,10 +83,10 @@ class ContentState:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def block(self, api: Api, key: str) -> Where | None:
-        return self.blocks.peek((api, key))
+        return self.blocks.get((api, key))
 
     def chunk(self, api: Api, key: str) -> Where | None:
-        return self.chunks.peek((api, key))
+        return self.chunks.get((api, key))
 
     def aligned(self, api: Api, anchor: str, ids: Sequence[str]) -> tuple[Hashable, ...]:
         """The order the anchor's index gives ``ids`` (a permutation of them: exact alignment); changes nothing."""
