@@ -8,9 +8,12 @@ import pytest
 
 from cp_memory.gateway.content import BlockRule, find_context
 from cp_memory.gateway.content.chunks import MAX_CHUNK_CHARS, MIN_CHUNK_CHARS, chunk_spans
+from cp_memory.gateway.content.stage import MAX_HOLDER_CHARS
 from cp_memory.gateway.content.switches import ContentStep, effective_steps, parse_header
+from cp_memory.gateway.protocols import Api
 
-from .content_sessions import numbered_file
+from .content_sessions import numbered_file, tool_session
+from .test_content import drive, gateway
 
 PASSAGE = "The harbour budget was discussed at length by the council. "
 
@@ -118,3 +121,10 @@ def test_header_words() -> None:
     every = frozenset(ContentStep)
     assert effective_steps(every, {"x-cp-content": "no-dedup"}) == every - {ContentStep.DEDUP, ContentStep.CHUNKS}
     assert effective_steps(every, {"x-cp-content": "no-find"}) == frozenset()
+
+
+def test_a_text_past_the_size_bound_is_left_alone() -> None:
+    huge = numbered_file("huge.log", MAX_HOLDER_CHARS // 50)
+    assert len(huge) > MAX_HOLDER_CHARS
+    bodies = tool_session(Api.CHAT, [huge, "short", huge])
+    assert drive(gateway(), Api.CHAT, bodies)[2] == json.dumps(bodies[2]).encode()

@@ -31,7 +31,10 @@ from .holders import Holder, HolderKind, holders, text_at, with_text
 from .records import ContentState, PendingContent, Where, text_key
 from .switches import ContentStep
 
-__all__ = ["ContentResult", "new_part_start", "run_content"]
+__all__ = ["MAX_HOLDER_CHARS", "ContentResult", "new_part_start", "run_content"]
+
+#: a longer text is neither changed nor registered (bounds the stage's work on one request)
+MAX_HOLDER_CHARS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,8 @@ def run_content(
     well: the history the model sees can be pointed to at once."""
     run = _Run(api, steps, state, start, list(segs))
     for holder in holders(api, run.segs, n_head, n_head if seed else start):
+        if len(holder.text) > MAX_HOLDER_CHARS:
+            continue
         if holder.segment < start:
             _register(run, holder, holder.text)
             continue
