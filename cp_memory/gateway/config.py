@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from ..core.chat_memories import DEFAULT_QUERY_TURNS
 from ..state.store import STATE_RETRY_S, STATE_TIMEOUT_S
+from .content.switches import DEFAULT_STEPS, ContentStep
 
 __all__ = ["GATEWAY_KEY_ENV", "STATE_STORE_ENV", "GatewayConfig", "Mem0Source", "UpstreamKind", "is_loopback"]
 
@@ -124,6 +125,12 @@ class GatewayConfig(BaseModel):
     memories_infer: bool = Field(default=False, description="mem0 add with infer=True (needs the store's LLM)")
     memories_queue: int = Field(default=256, ge=1, description="turns waiting to be added; more are dropped")
     memories_add_attempts: int = Field(default=3, ge=1, le=10, description="attempts of one add (tenacity)")
+    content_steps: frozenset[ContentStep] = Field(
+        default=DEFAULT_STEPS, description="content rules on the new part of each request (docs/gateway.md)"
+    )
+    content_tenants: dict[str, frozenset[ContentStep]] = Field(
+        default_factory=dict, description="per tenant (the id /cp/savings reports): its content steps instead"
+    )
 
     @field_validator("upstream")
     @classmethod

@@ -21,11 +21,12 @@ from typing import Any
 from ..providers.tokens import Counting, default_counting
 from ..providers.usage import CacheUsage
 from .config import GatewayConfig, UpstreamKind
-from .memories import Memories, MemoryQuery, MemoryStage, sent_log
+from .content import ContentResult, PendingContent, effective_steps, new_part_start, run_content
+from .memories import Memories, MemoryQuery, MemoryStage
 from .protocols import Api, segments, with_segments
-from .replay import ReplayResult, SentLog, replay
+from .replay import ReplayResult, SentLog, digest, replay
 from .rules import RuleResult, apply_rules
-from .sessions import SessionStore, open_session_store
+from .sessions import SessionState, SessionStore, open_session_store
 from .tenancy import Identity, identify
 
 __all__ = ["Gateway", "Plan"]
@@ -52,6 +53,8 @@ class Plan:
     stream: bool = False
     notes: list[str] = field(default_factory=list)
     memories: Memories | None = None  # the mem0 memories placed (commit their turn once the upstream answered)
+    content_pending: PendingContent | None = None  # the content stage's registrations, committed with the log
+    content_pointers: int = 0
 
 
 def _leaf_text(value: Any) -> str:
@@ -123,7 +126,11 @@ class Gateway:
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
         replayed = replay(api, log, segs)
-        shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
+        content = self._content(plan, headers, state, segs, replayed, n_head)
+        if content is not None and content.changed:
+            shaped = with_segments(api, body, content.segments, n_head)
+        else:
+            shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
         shaped, placed = self.memory_stage.place(api, shaped, memories) if memories is not None else (shaped, None)
         previous_end = self._previous_end(api, log, replayed, n_head)
         rules = apply_rules(
@@ -141,10 +148,11 @@ class Gateway:
             plan.notes.append("more than 4 cache_control marks: forwarded as sent")
             return
         out = rules.body
-        plan.changed = bool(replayed.substituted or rules.added or placed is not None)
+        changed = content is not None and content.changed
+        plan.changed = bool(replayed.substituted or rules.added or changed or placed is not None)
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        plan.log = sent_log(api, segments(api, out)[0], body, placed, log, replayed.replayed)
+        plan.log = self._sent_log(api, segments(api, out)[0], segs, log, replayed.replayed, content, placed)
         plan.memories = memories if placed is not None else None
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
         plan.marks = tuple(m.where for m in rules.marks)
@@ -163,6 +171,56 @@ class Gateway:
         except Exception:  # fail open: no memories
             logger.exception("gateway: reading the memory query of a %s request failed", api.value)
             return None
+
+    def _content(
+        self,
+        plan: Plan,
+        headers: Mapping[str, str],
+        state: SessionState,
+        segs: list[Any],
+        replayed: ReplayResult,
+        n_head: int,
+    ) -> ContentResult | None:
+        """The content stage on replay's segments (None: off, or it failed and replay + rules go out)."""
+        assert plan.identity is not None
+        tenant_steps = self.config.content_tenants.get(plan.identity.tenant, self.config.content_steps)
+        steps = effective_steps(tenant_steps, headers)
+        if not steps or not self.config.replay:  # without replay a rewrite would not come back next turn
+            return None
+        try:
+            known = state.logs.get(plan.api) is not None
+            start = new_part_start(segs, n_head, replayed.replayed, known=known)
+            result = run_content(plan.api, replayed.segments, n_head, start, state.content, steps, seed=not known)
+            if len(result.segments) != len(segs):
+                raise RuntimeError("the content stage changed the number of segments")
+        except Exception:  # fall back to what replay + rules alone would send, and say why
+            logger.exception("gateway: the content stage failed on a %s request; sending it without", plan.api.value)
+            plan.notes.append("content stage failed: replay + rules only")
+            return None
+        plan.content_pending = result.pending or None
+        plan.content_pointers = result.pointers + result.chunk_pointers
+        return result
+
+    @staticmethod
+    def _sent_log(
+        api: Api,
+        sent: list[Any],
+        client: list[Any],
+        log: SentLog | None,
+        replayed: int,
+        content: ContentResult | None,
+        placed: int | None = None,
+    ) -> SentLog:
+        """The sent segments under the digests of the client's own: the same digests but where the content
+        rules rewrote a segment (in this request or, replayed, in an earlier one), so that when the client
+        sends its original text again, replay sends the rewritten one again (and does not count it as the
+        client's re-rendering). The segment that carries new mem0 memories (``placed``) is one of them: the
+        client's next copy (without memories) is replayed with them."""
+        rewrites = {i for i in log.rewrites if i < replayed} if log is not None else set()
+        rewrites.update(content.changed if content is not None else ())
+        if placed is not None:
+            rewrites.add(placed)
+        return SentLog(tuple(sent), tuple(digest(api, s) for s in client), frozenset(rewrites))
 
     def _previous_end(self, api: Api, log: SentLog | None, replayed: ReplayResult, n_head: int) -> int | None:
         """Anthropic: the last block of the previous request, when all of it is still this one's prefix."""
@@ -184,6 +242,8 @@ class Gateway:
             return
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         state.logs[plan.api] = plan.log
+        if plan.content_pending is not None:
+            state.content.commit(plan.api, plan.content_pending)
 
     def record(self, plan: Plan, usage: CacheUsage) -> int:
         """Book ``usage`` for the plan's session and tenant; returns the tokens attributed to the gateway."""

@@ -146,30 +146,6 @@ def _extends(api: Api, body: Mapping[str, Any], log: SentLog) -> bool:
     return len(segs) >= n and all(digest(api, s) == d for s, d in zip(segs[:n], log.digests))
 
 
-def sent_log(
-    api: Api,
-    sent: list[Any],
-    client_body: Mapping[str, Any],
-    placed: int | None,
-    previous: SentLog | None,
-    replayed: int,
-) -> SentLog:
-    """The session's sent log: the segments as sent, each under the digest of what the *client* sends for it —
-    the previous log's digests for the ``replayed`` leading segments (a segment replayed with its memories is
-    still the client's copy without them), the client's own for the one that carries new memories — so the
-    client's next copies (without memories) are replayed as sent."""
-    log = SentLog.of(api, sent)
-    digests = list(log.digests)
-    if previous is not None:
-        keep = min(replayed, len(previous.digests), len(digests))
-        digests[:keep] = previous.digests[:keep]
-    if placed is not None:
-        client = segments(api, client_body)[0]
-        if placed < len(client) and placed < len(digests):
-            digests[placed] = digest(api, client[placed])
-    return SentLog(log.segments, tuple(digests))
-
-
 def _seq(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 

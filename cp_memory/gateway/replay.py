@@ -126,6 +126,9 @@ class SentLog:
 
     segments: tuple[Any, ...]
     digests: tuple[str, ...]
+    #: segments the gateway's content rules rewrote (their digest is the client's text's): replaying them is
+    #: the gateway's own change, not a client's re-rendering
+    rewrites: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, api: Api, segments: list[Any]) -> SentLog:
@@ -161,7 +164,7 @@ def replay(api: Api, log: SentLog | None, segments: list[Any]) -> ReplayResult:
             return ReplayResult(out + list(segments[i:]), i, rewritten, first, substituted)
         sent = _merge(api, seg, log.segments[i])
         substituted += json.dumps(strip_marks(seg)) != json.dumps(strip_marks(sent))
-        if not _same_tokens(seg, sent):
+        if not _same_tokens(seg, sent) and i not in log.rewrites:
             rewritten += 1
             first = i if first is None else first
         out.append(sent)

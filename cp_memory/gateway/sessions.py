@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ..core.lru import LRUMap
 from ..providers.account import Savings, SavingsAccount
 from ..providers.usage import CacheUsage
+from .content.records import ContentState
 from .protocols import Api
 from .replay import SentLog
 
@@ -94,6 +95,7 @@ class SessionState(_Ledger):
     tenant: str = ""
     session: str = ""
     logs: MutableMapping[Api, SentLog] = field(default_factory=dict)
+    content: ContentState = field(default_factory=ContentState)
     last_used: float = 0.0
 
 

@@ -1,0 +1,137 @@
+"""Pointers instead of text the model already sees: whole blocks (location annotations) and unchanged
+chunks of long blocks.
+
+A block (a whole tool result, or the body of a found block) whose exact text the session forwarded in full
+before is replaced by the core's location annotation (:func:`cp_memory.core.annotations.location_annotation`:
+``Please refer to the result of tool call toolu_01 in the previous conversation.``; a copy earlier in the
+same request reads ``... above has the same content.``). A long text most of whose content-defined chunks
+(:mod:`cp_memory.gateway.content.chunks`) the history shows becomes, run by run, ``Please refer to lines
+12-40 of the result of tool call toolu_01 in the previous conversation.`` lines plus its new lines.
+
+**Never a pointer to text the model does not see**: every candidate location is checked against the request
+being forwarded (after prefix replay: what the model sees), and must hold the byte-identical text in an
+earlier segment (a committed location: before the new part; one from this request: an earlier holder). A
+client that compacted or edited its history simply gets no pointer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.annotations import SAME_TURN_TEMPLATE, location_annotation
+from .chunks import chunk_spans
+from .finders import BlockRule, FoundBlock
+from .holders import text_at
+from .records import Where, text_key
+
+__all__ = [
+    "CHUNK_TEMPLATE",
+    "MIN_BLOCK_CHARS",
+    "MIN_CHUNKED_CHARS",
+    "MIN_CHUNK_SAVING_CHARS",
+    "MIN_CHUNK_SAVING_SHARE",
+    "Found",
+    "Lookup",
+    "block_pointer",
+    "chunk_rewrite",
+    "shown_text",
+]
+
+#: the shortest text replaced by a pointer (a pointer costs ~20 tokens), and a pointer must halve it
+MIN_BLOCK_CHARS = 200
+#: the shortest text cut into chunks (shorter ones are whole blocks or nothing)
+MIN_CHUNKED_CHARS = 1024
+#: a chunked rewrite must save at least this many characters and this share of the text
+MIN_CHUNK_SAVING_CHARS = 400
+MIN_CHUNK_SAVING_SHARE = 0.25
+#: the pointer to a run of unchanged chunks (lines of the text it points to, 1-based)
+CHUNK_TEMPLATE = "Please refer to lines {first}-{last} of {label} in the previous conversation."
+
+
+@dataclass(frozen=True)
+class Found:
+    """A verified location: ``where`` it is and whether it is earlier in this same request."""
+
+    where: Where
+    same_request: bool
+
+
+#: text key -> a verified location of that exact text, or None
+Lookup = Callable[[str, str], Found | None]
+
+
+def shown_text(segs: list[Any], where: Where) -> str | None:
+    """The text the forwarded request shows at ``where`` (None when the path leads nowhere)."""
+    if not 0 <= where.segment < len(segs):
+        return None
+    holder = text_at(segs[where.segment], where.path)
+    return None if holder is None or where.end > len(holder) else holder[where.start : where.end]
+
+
+def block_pointer(block: FoundBlock | None, body: str, lookup: Lookup) -> str | None:
+    """The replacement of ``body`` (a block's body, or a whole tool result when ``block`` is None), or None
+    when it is too short, not shown earlier, or its pointer would not halve it."""
+    if len(body) < MIN_BLOCK_CHARS:
+        return None
+    found = lookup(text_key(body), body)
+    if found is None:
+        return None
+    key = text_key(body)
+    if found.same_request:
+        pointer = SAME_TURN_TEMPLATE.format(label=found.where.label)
+    else:
+        pointer = location_annotation(key, label=found.where.label)
+    if block is not None and block.rule is BlockRule.JSON_RESULTS:
+        pointer = json.dumps(pointer, ensure_ascii=False)
+    return pointer if 2 * len(pointer) <= len(body) else None
+
+
+def _pointer_line(source: str, run: tuple[Where, int, int], text: str) -> str:
+    where, start, end = run
+    piece = text[start:end]
+    first = source.count("\n", 0, where.start) + 1
+    last = first + piece.count("\n") - (1 if piece.endswith("\n") else 0)
+    line = CHUNK_TEMPLATE.format(first=first, last=last, label=where.label)
+    return line + "\n" if piece.endswith("\n") else line
+
+
+def _runs(text: str, lookup: Lookup) -> list[tuple[Where | None, int, int]]:
+    """Chunk by chunk: (source location or None, start, end), contiguous pointed chunks merged."""
+    out: list[tuple[Where | None, int, int]] = []
+    for start, end in chunk_spans(text):
+        piece = text[start:end]
+        found = lookup(text_key(piece), piece) if piece.strip() else None
+        where = found.where if found is not None else None
+        last = out[-1] if out else None
+        if where is not None and last is not None and last[0] is not None:
+            prev = last[0]
+            if (prev.segment, prev.path, prev.end) == (where.segment, where.path, where.start):
+                merged = Where(prev.segment, prev.path, prev.start, where.end, prev.label)
+                out[-1] = (merged, last[1], end)
+                continue
+        out.append((where, start, end))
+    return out
+
+
+def chunk_rewrite(text: str, lookup: Lookup, source: Callable[[Where], str | None]) -> str | None:
+    """``text`` as pointers to the runs of its chunks the history shows plus its new lines, or None when
+    that saves less than :data:`MIN_CHUNK_SAVING_CHARS` and :data:`MIN_CHUNK_SAVING_SHARE` of it.
+    ``source(where)`` is the whole string a location lies in (for its line numbers)."""
+    if len(text) < MIN_CHUNKED_CHARS:
+        return None
+    pieces: list[str] = []
+    saved = 0
+    for where, start, end in _runs(text, lookup):
+        whole = source(where) if where is not None else None
+        if where is None or whole is None:
+            pieces.append(text[start:end])
+            continue
+        line = _pointer_line(whole, (where, start, end), text)
+        saved += (end - start) - len(line)
+        pieces.append(line)
+    if saved < max(MIN_CHUNK_SAVING_CHARS, MIN_CHUNK_SAVING_SHARE * len(text)):
+        return None
+    return "".join(pieces)
