@@ -10,6 +10,7 @@ is skipped, or fails in strict mode: tests/support.py).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 import subprocess
@@ -46,10 +47,10 @@ def _floors() -> dict[str, int]:
 FLOORS = _floors()
 
 
-def _modules() -> dict[str, Path]:
-    """Every module of the package, found on disk (importing nothing)."""
+def _modules(folder: Path = PACKAGE) -> dict[str, Path]:
+    """Every module under ``folder`` (the package, or the benchmarks), found on disk (importing nothing)."""
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(folder.rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -57,47 +58,52 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module parsed once for every rule."""
+    return ast.parse(path.read_text(), str(path))
+
+
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module) for every import in the module, relative ones resolved; ``from x import y``
-    yields ``x.y`` when that is a module of the package, else ``x``."""
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            for alias in node.names:
-                sub = f"{target}.{alias.name}"
-                found.append((node.lineno, sub if sub in MODULES else target))
-    return found
-
-
-def _private(name: str) -> bool:
-    """``_helper`` (not a dunder such as ``__version__``)."""
-    return name.startswith("_") and not name.startswith("__")
+def _target(package: str, node: ast.ImportFrom) -> str:
+    """The absolute module of ``from x import ...`` written in ``package`` (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _from_imports(name: str, path: Path) -> list[tuple[int, str, str]]:
     """(line, absolute module, imported name) for every ``from x import y`` of a module."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            found += [(node.lineno, target, alias.name) for alias in node.names]
-    return found
+    return [
+        (node.lineno, _target(package, node), alias.name)
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    ]
+
+
+def _imports(name: str, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in the module, relative ones resolved; ``from x import y``
+    yields ``x.y`` when that is a module of the package, else ``x``."""
+    found = [
+        (node.lineno, alias.name)
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
+    for line, target, imported in _from_imports(name, path):
+        sub = f"{target}.{imported}"
+        found.append((line, sub if sub in MODULES else target))
+    return sorted(found)
+
+
+def _private(name: str) -> bool:
+    """``_helper`` (not a dunder such as ``__version__``)."""
+    return name.startswith("_") and not name.startswith("__")
 
 
 def _floor(module: str) -> tuple[str, int]:
@@ -225,7 +231,7 @@ def _function_lengths() -> dict[str, int]:
 
     for path in [*MODULES.values(), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
         rel = path.relative_to(ROOT).as_posix()
-        visit(ast.parse(path.read_text(), str(path)), rel, "")
+        visit(_tree(path), rel, "")
     return lengths
 
 
@@ -272,23 +278,13 @@ PRIVATE_IMPORTS_ALLOWED = {
 }
 
 
-def _benchmark_modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
-
-
 def test_no_private_name_is_imported_across_modules():
     """A ``_name`` is its module's own: another module (of the package or of the benchmarks) that needs it
     needs a public name. A package may import its own private *modules* (``cp_memory.engine._server`` inside
     ``cp_memory.engine``); nothing outside the package imports them (``ManagedServer`` is exported by
     ``cp_memory.engine``)."""
     wrong, seen = [], set()
-    for name, path in {**MODULES, **_benchmark_modules()}.items():
+    for name, path in {**MODULES, **_modules(ROOT / "benchmarks")}.items():
         for line, target, imported in _from_imports(name, path):
             where = f"{target}.{imported}"
             if _private(imported) and where not in MODULES:
@@ -321,7 +317,7 @@ def test_one_definition_per_public_name():
     of the package; other modules import it."""
     where: dict[str, set[str]] = {}
     for name, path in MODULES.items():
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in _tree(path).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name[0] != "_":
                 where.setdefault(node.name, set()).add(name)
     twice = {n: sorted(m) for n, m in where.items() if len(m) > 1 and n != "main"}
