@@ -43,7 +43,7 @@ from benchmarks.agents.processes import ServerProcess, gateway_process, litellm_
 from benchmarks.agents.scripted import Protocol, reply, sse
 from benchmarks.agents.trace import load_trace
 from benchmarks.common.harness import add_json, add_out, envelope, setup_logging, write_outputs
-from benchmarks.locomo.metrics import percentile
+from benchmarks.common.metrics import percentile
 
 __all__ = ["ARMS", "WORKLOADS", "Workload", "main", "measure", "summarise"]
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from benchmarks.common.cache_model import BlockPrefixCache
 from benchmarks.common.locomo import load_locomo
-from benchmarks.locomo.metrics import percentile
+from benchmarks.common.metrics import percentile
 from cp_memory.core.annotations import doc_label, order_annotation
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.render import render_context

@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks.common.harness import add_json, add_locomo, envelope, write_json
 from benchmarks.common.locomo import LocomoNotFound, load_locomo
-from benchmarks.locomo.metrics import percentile  # the one percentile convention
+from benchmarks.common.metrics import percentile  # the one percentile convention
 from cp_memory.embedded import set_offline_env
 
 set_offline_env()

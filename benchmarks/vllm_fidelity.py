@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.export import join_lines, load_prompts
 from benchmarks.common.harness import (
     add_model,
     add_out,
@@ -42,7 +43,6 @@ from benchmarks.common.harness import (
     setup_logging,
     write_outputs,
 )
-from benchmarks.locomo.export import join_lines, load_prompts
 from cp_memory.engine import EngineClient
 
 logger = logging.getLogger("benchmarks.vllm_fidelity")

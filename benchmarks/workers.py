@@ -22,8 +22,7 @@ from typing import Any
 import httpx
 
 from benchmarks.common.harness import ENGINES, Engine, resolve_model
-from cp_memory.engine import SMOLLM2_135M, LlamaServer, RandomModelSpec, VLLMServer
-from cp_memory.engine._server import ManagedServer
+from cp_memory.engine import SMOLLM2_135M, LlamaServer, ManagedServer, RandomModelSpec, VLLMServer
 
 logger = logging.getLogger("benchmarks.workers")
 

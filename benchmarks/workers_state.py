@@ -88,9 +88,9 @@ class Replay:
 
 def record_answers(a: argparse.Namespace) -> tuple[dict[str, list[str]], dict[str, dict[str, list[dict[str, Any]]]]]:
     """Ingest the users' memories into the embedded mem0 and search each question once."""
+    from benchmarks.common.ingest import ingest, make_memory
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
-    from benchmarks.locomo.ingest import ingest, make_memory
     from benchmarks.locomo.runner import select_questions
 
     convs = [c for _, c in select_conversations(a.conversations, load_locomo(a.locomo))]

@@ -19,8 +19,7 @@ from typing import Any, Literal
 
 from benchmarks.workers import WorkerSpec, served_name
 from cp_memory.agents import AgentRouter
-from cp_memory.engine import EngineCacheFeed, EngineClient, VLLMServer, running
-from cp_memory.engine._server import ManagedServer
+from cp_memory.engine import EngineCacheFeed, EngineClient, ManagedServer, VLLMServer, running
 from cp_memory.engine.router import SGLangRouter
 
 logger = logging.getLogger("benchmarks.coa")

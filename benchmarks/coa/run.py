@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks.workers import WorkerSpec, requests_served, worker_metrics
 from cp_memory.agents import ChainConfig, ChainOfAgents, ChainOfAgentsError, CoAQuery, CoAResult
 
-from ..locomo.metrics import token_f1
+from ..common.metrics import token_f1
 from .arms import Arm, Pool, entry_clients, pool
 from .foreign import ForeignStats, ForeignTraffic
 from .workload import Item

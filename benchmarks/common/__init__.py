@@ -4,4 +4,9 @@
 ``model-cache`` engine of the benchmarks, checked against llama-server by the tests);
 :mod:`benchmarks.common.provider_cache` — models of the OpenAI and Anthropic prompt caches after their
 documented rules (:mod:`cp_memory.providers.rules`); :mod:`benchmarks.common.locomo` — the LoCoMo loader.
+
+The LoCoMo kit every benchmark stands on: :mod:`benchmarks.common.ingest` (conversations into mem0, one user
+per speaker), :mod:`benchmarks.common.modes` (the modes, the cached search, the mode builder),
+:mod:`benchmarks.common.metrics` (LoCoMo's F1, mean, percentile) and :mod:`benchmarks.common.export` (the
+prompt export that ``benchmarks.replay`` reads).
 """

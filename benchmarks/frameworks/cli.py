@@ -144,7 +144,7 @@ def _block(
 
 def run(args: argparse.Namespace, partial: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every framework x answer mode; returns the benchmark's ``meta`` and the turns' records."""
-    from benchmarks.locomo.ingest import ingest
+    from benchmarks.common.ingest import ingest
     from cp_memory.embedded import default_memory, set_offline_env
 
     set_offline_env()

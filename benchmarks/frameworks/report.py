@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.locomo.metrics import percentile
+from benchmarks.common.metrics import percentile
 
 __all__ = ["markdown", "plot", "summarize"]
 

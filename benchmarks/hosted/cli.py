@@ -86,7 +86,7 @@ def _endpoints(args: argparse.Namespace, providers: Sequence[str], stack: ExitSt
 
 def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
     """Build the workload, send it to every provider; returns (meta, records)."""
-    from benchmarks.locomo.ingest import make_memory
+    from benchmarks.common.ingest import make_memory
     from cp_memory.providers import PromptCacheKeys, default_counting
 
     from .workload import build_workload

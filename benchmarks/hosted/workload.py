@@ -1,7 +1,7 @@
 """The workload: LoCoMo memories in embedded mem0, chats of 8 turns and one-shot questions, searched once.
 
 Memories: each selected conversation's observation facts, one mem0 memory each (``infer=False``, dated),
-for its own user, exactly as ``python -m benchmarks.locomo`` ingests them (:mod:`benchmarks.locomo.ingest`).
+for its own user, exactly as ``python -m benchmarks.locomo`` ingests them (:mod:`benchmarks.common.ingest`).
 Chats: the conversation's questions in file order, ``chats`` chats of ``turns`` turns. One-shot QA: the first
 ``questions`` questions, each alone, at every ``k``.
 
@@ -70,7 +70,7 @@ def build_workload(
     progress: bool = False,
 ) -> Workload:
     """Ingest the conversations into ``memory`` (a plain mem0 ``Memory``) and run every search once."""
-    from benchmarks.locomo.ingest import ingest
+    from benchmarks.common.ingest import ingest
     from cp_memory.memory import ContextPilotMemory
 
     convs = load_locomo(locomo)

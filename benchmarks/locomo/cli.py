@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.ingest import MEMORY_SOURCES
+from benchmarks.common.modes import CHAT_MODES, RECOMMENDED_MODE
 
-from .ingest import MEMORY_SOURCES
 from .model_cache import CACHE_POLICIES
-from .modes import CHAT_MODES, RECOMMENDED_MODE
 from .report import load_run, markdown_table, summary_payload
 from .run import CHAT_CTX, LLAMA_CTX, QUICK_QUESTIONS, BenchConfig, BenchResult, run_benchmark
 

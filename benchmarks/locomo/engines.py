@@ -24,8 +24,9 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from benchmarks.common.reply import Reply
 
 logger = logging.getLogger(__name__)
 
@@ -34,19 +35,6 @@ __all__ = ["WARMUP_PROMPT", "BenchEngine", "Reply", "library_default", "messages
 #: Sent after every flush/restart and left out of all statistics. Shares nothing with the benchmark
 #: prompts beyond the first few template tokens, the same in every mode.
 WARMUP_PROMPT = "Warm-up request; answer with one word. Question: What colour is the sky?\nAnswer:"
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One request's outcome. ``ttft_s`` is ``None`` where the engine cannot time (model-cache)."""
-
-    text: str
-    ttft_s: float | None
-    total_s: float | None
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    error: str | None = None
-    server_prompt_ms: float | None = None  # prefill time the engine reports (llama.cpp), no HTTP
 
 
 def messages_text(messages: Sequence[dict[str, Any]]) -> str:

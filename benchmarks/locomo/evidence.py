@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.common.ingest import user_memories
 from benchmarks.common.locomo import evidence_ids
-
-from .ingest import user_memories
 
 logger = logging.getLogger(__name__)
 

@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.export import PromptExport
+from benchmarks.common.ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from benchmarks.common.locomo import QA, Conversation, load_locomo
 from benchmarks.common.locomo_select import select_conversations
+from benchmarks.common.modes import BUDGET, CHAT_MODES, MODES, CachedSearch, parse_top_k
 from cp_memory.core.alignment_mode import DEFAULT_PROTECT
 from cp_memory.engine import LlamaServer
 
 from .engines import WARMUP_PROMPT, BenchEngine, library_default, slug
-from .export import PromptExport
 from .http_engines import LlamaEngine, SGLangEngine, UrlEngine, VLLMEngine
-from .ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
 from .judge import Judge
 from .model_cache import CACHE_BLOCK, CACHE_TOKENS, ModelCacheEngine
-from .modes import BUDGET, CHAT_MODES, MODES, CachedSearch, parse_top_k
 from .report import Summary, markdown_table, summarize, write_results
 from .runner import (
     PROMPT_TEMPLATE,

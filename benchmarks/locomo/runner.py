@@ -5,7 +5,7 @@ the k, so no mode is always first):
 
 1. the engine's prefix cache is made cold (restart / ``/flush_cache``), then ``warmup`` throw-away
    requests are sent;
-2. a fresh :class:`~benchmarks.locomo.modes.ModeBuilder` (cold ContextPilot index, same mem0 store);
+2. a fresh :class:`~benchmarks.common.modes.ModeBuilder` (cold ContextPilot index, same mem0 store);
 3. the conversation's questions are asked in order as successive turns — one-shot prompts, or with
    ``chat`` growing chats whose history holds every earlier turn (a new chat starts every
    ``chat_turns`` questions, so the history fits the model's context) — and each streamed reply's TTFT,
@@ -23,15 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks.common.export import PromptExport
+from benchmarks.common.ingest import Ingested
 from benchmarks.common.locomo import QA, Conversation
+from benchmarks.common.metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
+from benchmarks.common.modes import BuiltContext, CachedSearch, KSpec, ModeBuilder, ModeSpec, mode_order, parse_mode
 from cp_memory.core.render import build_messages, build_prompt
 
 from .engines import BenchEngine, Reply
 from .evidence import EvidenceIndex, EvidenceScore
-from .export import PromptExport
-from .ingest import Ingested
-from .metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
-from .modes import BuiltContext, CachedSearch, KSpec, ModeBuilder, ModeSpec, mode_order, parse_mode
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +295,8 @@ class _ModeRun:
             gold=qa.answer,
             category=qa.category,
             answer=answer,
-            **{k: v for k, v in asdict(reply).items() if k != "text"},  # timings, tokens and error as they came
+            # timings, tokens and error as they came (the completion count is the replay's)
+            **{k: v for k, v in asdict(reply).items() if k not in ("text", "completion_tokens")},
             f1=locomo_f1(answer, qa.answer, qa.category) if scored else None,
             judge=None,
             retrieved=built.retrieved,

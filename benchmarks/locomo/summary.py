@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from benchmarks.common.metrics import mean, percentile
+from benchmarks.common.modes import mode_sort_key
+
 from .evidence import position_bucket
-from .metrics import mean, percentile
-from .modes import mode_sort_key
 from .runner import RequestRecord
 
 __all__ = ["Summary", "summarize"]

@@ -7,7 +7,7 @@ Fairness as in the LoCoMo benchmark: the runs come in the export's order (modes 
 and k); each run starts on a cold cache (a launched llama-server is restarted; SGLang ``/flush_cache``;
 vLLM ``/reset_prefix_cache``; an external llama.cpp only gets its slots erased, which the output says),
 then the warm-up requests, then the prompts in order. Statistics: :mod:`benchmarks.replay.stats`.
-Standard library only (plus this repository's stdlib-only ``benchmarks.locomo.export/metrics``).
+Standard library only (plus this repository's stdlib-only ``benchmarks.common.export/metrics``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.export import join_lines, load_prompts
 from benchmarks.common.harness import envelope
-from benchmarks.locomo.export import join_lines, load_prompts
 
 from .client import Reply, StreamingClient
 from .server import LaunchedLlamaServer

@@ -13,24 +13,13 @@ import json
 import logging
 import time
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any
+
+from benchmarks.common.reply import Reply
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Reply", "StreamingClient"]
-
-
-@dataclass(frozen=True)
-class Reply:
-    text: str
-    ttft_s: float | None
-    total_s: float | None
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    completion_tokens: int | None = None
-    server_prompt_ms: float | None = None
-    error: str | None = None
 
 
 def _int(value: Any) -> int | None:
@@ -217,6 +206,6 @@ def _read_stream(resp: http.client.HTTPResponse, t0: float, chat: bool) -> Reply
         t_end - t0,
         prompt_tokens,
         cached,
-        _int(usage.get("completion_tokens")),
-        float(prompt_ms) if isinstance(prompt_ms, (int, float)) else None,
+        completion_tokens=_int(usage.get("completion_tokens")),
+        server_prompt_ms=float(prompt_ms) if isinstance(prompt_ms, (int, float)) else None,
     )

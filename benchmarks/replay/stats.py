@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks.locomo.metrics import mean, percentile
+from benchmarks.common.metrics import mean, percentile
 
 __all__ = ["markdown", "summarize"]
 

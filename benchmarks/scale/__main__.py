@@ -22,10 +22,10 @@ import sys
 from dataclasses import asdict
 
 from benchmarks.common import harness
+from benchmarks.common.ingest import ingest, make_memory
 from benchmarks.common.locomo import load_locomo
 from benchmarks.common.locomo_select import select_conversations
-from benchmarks.locomo.ingest import ingest, make_memory
-from benchmarks.locomo.modes import CachedSearch, KSpec, parse_top_k
+from benchmarks.common.modes import CachedSearch, KSpec, parse_top_k
 from benchmarks.locomo.runner import select_questions
 from benchmarks.workers import WorkerSpec
 from cp_memory.engine import running
@@ -154,7 +154,8 @@ def _load() -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     harness.setup_logging(a.verbose)
-    for noisy in ("httpx", "httpcore", "cp_memory", "mem0", "benchmarks.locomo"):
+    quiet = ("httpx", "httpcore", "cp_memory", "mem0", "benchmarks.locomo", "benchmarks.common.ingest")
+    for noisy in (*quiet, "benchmarks.common.modes"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if "sglang-router" in a.routers:
         SGLangRouter(["http://127.0.0.1:1"])  # argument check only; start() says if the extra is missing

@@ -23,8 +23,7 @@ from typing import Any, Protocol
 
 from benchmarks.workers import served_name
 from cp_memory.agents import AgentRouter, Route
-from cp_memory.engine import EngineClient
-from cp_memory.engine._server import ManagedServer
+from cp_memory.engine import EngineClient, ManagedServer
 from cp_memory.engine.router import SGLangRouter
 
 __all__ = ["ROUTERS", "Affinity", "Dispatch", "Dispatcher", "RoundRobin", "Routed", "SGLangDispatch", "make_dispatcher"]

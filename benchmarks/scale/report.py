@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.locomo.metrics import percentile
+from benchmarks.common.metrics import percentile
 
 from .run import Request
 

@@ -2,7 +2,7 @@
 
 Each user asks its questions in order (one at a time, as a person would); ``concurrency`` users are
 served at once, so all users' questions interleave over the replicas. Each user has its own
-:class:`~benchmarks.locomo.modes.ModeBuilder` (for ``aligned``: its own ContextPilotMemory index, cold at
+:class:`~benchmarks.common.modes.ModeBuilder` (for ``aligned``: its own ContextPilotMemory index, cold at
 the start of the run), prompts use the LoCoMo benchmark's template, and every request records the
 engine-reported prompt and cached tokens, TTFT and the engine's own prefill time.
 """
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from benchmarks.common.locomo import QA
-from benchmarks.locomo.modes import CachedSearch, KSpec, ModeBuilder
+from benchmarks.common.modes import CachedSearch, KSpec, ModeBuilder
 from benchmarks.locomo.runner import PROMPT_TEMPLATE
 from cp_memory.core.render import build_prompt
 from cp_memory.engine import CompletionResult

@@ -19,10 +19,10 @@ one source of the ``protect`` default. Pure: standard library only, like the res
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+
+from .checks import fraction
 
 __all__ = ["DEFAULT_PROTECT", "AlignmentKind", "AlignmentMode"]
 
@@ -37,14 +37,6 @@ class AlignmentKind(str, Enum):
     EXACT = "exact"
     SUPERSET = "superset"
     SWAP = "swap"
-
-
-def _fraction(name: str, value: Any) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-    if not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -64,8 +56,8 @@ class AlignmentMode:
             raise ValueError(
                 f"alignment kind must be one of {[k.value for k in AlignmentKind]}, got {self.kind!r}"
             ) from None
-        budget = _fraction(f"{kind.value} budget", self.budget)
-        protect = _fraction("protect", self.protect)
+        budget = fraction(self.budget, f"{kind.value} budget")
+        protect = fraction(self.protect, "protect")
         if kind is AlignmentKind.EXACT and budget != 0:
             raise ValueError(f"exact alignment takes no budget, got {budget!r}")
         if kind is not AlignmentKind.EXACT and budget == 0:
@@ -117,9 +109,9 @@ class AlignmentMode:
     ) -> AlignmentMode:
         """The mode the flat options describe: swap when ``swap_budget > 0``, superset when
         ``extra_budget > 0``, else exact (``protect`` is validated even when swap is off)."""
-        extra = _fraction("extra_budget", extra_budget)
-        swap = _fraction("swap_budget", swap_budget)
-        guard = _fraction("protect", protect)
+        extra = fraction(extra_budget, "extra_budget")
+        swap = fraction(swap_budget, "swap_budget")
+        guard = fraction(protect, "protect")
         if extra > 0 and swap > 0:
             raise ValueError(
                 "extra_budget and swap_budget are exclusive: superset adds memories to the prompt, "

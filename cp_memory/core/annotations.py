@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Literal
 
+from .checks import one_of, positive_int
+
 __all__ = [
     "DOC_LABEL_TEMPLATE",
     "GROUPED_LOCATION_TEMPLATE",
@@ -178,8 +180,8 @@ def order_annotation(
     >>> order_annotation([2, 1, 4, 3], [1, 2, 3, 4], top=2)
     'Please read the context in the following priority order: [Doc 2] > [Doc 1] > the rest and answer the question.'
     """
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
-        raise ValueError(f"top must be a positive int or None, got {top!r}")
+    if top is not None:
+        positive_int(top, "top")
     aligned_set = set(aligned)
     left_out = set(dropped)
     missing = [b for b in original if b not in aligned_set and b not in left_out]
@@ -225,8 +227,7 @@ def owed_order_annotation(
     >>> owed_order_annotation(["a", "b", "c"], ["b", "a", "c"], {"a": "1.", "b": "2.", "c": "3."}, style="number")
     'Read the items in this priority order: 2 > 1 > 3, then answer the question.'
     """
-    if style not in LABEL_STYLES:
-        raise ValueError(f"label style must be one of {LABEL_STYLES}, got {style!r}")
+    one_of(style, "label style", LABEL_STYLES)
     if len(ranking) < 2 or not order_differs(ranking, shown, top=top):
         return ""
     if style == "doc":

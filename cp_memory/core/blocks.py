@@ -13,6 +13,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import non_negative_int
+
 __all__ = [
     "ContextBlock",
     "Mem0Blocks",
@@ -77,8 +79,8 @@ class ContextBlock:
         if self.id is None:
             raise TypeError("block id must not be None")
         object.__setattr__(self, "_digest", text_digest(self.text))
-        if self.tokens is not None and (not isinstance(self.tokens, int) or self.tokens < 0):
-            raise ValueError(f"block tokens must be a non-negative int, got {self.tokens!r}")
+        if self.tokens is not None:
+            non_negative_int(self.tokens, "block tokens")
 
     @property
     def digest(self) -> str:

@@ -50,6 +50,7 @@ from typing import Literal
 
 from .annotations import LOCATION_TEMPLATE
 from .blocks import ContextBlock
+from .checks import positive_int
 from .dedup_plan import plan_turn, register_send, sent_location
 from .dedup_records import Conversation, DedupResult, DroppedBlock, Location, PlanTicket, SpanTrim
 from .lru import LRUMap
@@ -89,8 +90,7 @@ class Deduplicator:
             ("min_span_chars", min_span_chars),
             ("max_pending", max_pending),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(value, name)
         if not isinstance(location_template, str):
             raise TypeError(f"location_template must be str, got {type(location_template).__name__}")
         self.spans = bool(spans)

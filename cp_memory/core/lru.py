@@ -23,6 +23,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar, overload
 
+from .checks import positive_int
+
 __all__ = ["LRUMap"]
 
 K = TypeVar("K", bound=Hashable)
@@ -34,8 +36,7 @@ class LRUMap(Generic[K, V]):
     """A thread-safe map holding at most ``capacity`` entries, dropping the least recently used."""
 
     def __init__(self, capacity: int, *, on_evict: Callable[[K, V], None] | None = None) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        positive_int(capacity, "capacity")
         if on_evict is not None and not callable(on_evict):
             raise TypeError("on_evict must be callable (key, value) -> None")
         self._capacity = capacity

@@ -35,6 +35,7 @@ from typing import Any
 
 from .annotations import LabelStyle, block_label
 from .blocks import ContextBlock
+from .checks import int_in_range
 from .special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
 __all__ = [
@@ -131,8 +132,7 @@ class RenderedContext:
 
     def __post_init__(self) -> None:
         shared = self.shared
-        if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= len(self.blocks):
-            raise ValueError(f"shared must be an int in [0, {len(self.blocks)}], got {self.shared!r}")
+        int_in_range(shared, "shared", 0, len(self.blocks))
 
     @property
     def section(self) -> str:

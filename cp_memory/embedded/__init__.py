@@ -34,6 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ..core.checks import positive_int
 from .local_qdrant import (  # re-exported: part of this module's API
     PARTITION_KEYS,
     CollectionLocks,
@@ -231,8 +232,8 @@ def default_memory(
     """
     set_offline_env()
     bundled = kwargs.get("embedder") is None
-    if torch_threads is not None and bundled and (not isinstance(torch_threads, int) or torch_threads < 1):
-        raise ValueError(f"torch_threads must be a positive int or None, got {torch_threads!r}")
+    if torch_threads is not None and bundled:
+        positive_int(torch_threads, "torch_threads")
     Memory, AsyncMemory = _import_the_extra(bundled, torch_threads)
     config = default_config(path, **kwargs)
 

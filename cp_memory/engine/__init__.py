@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..extras import requires
 
 with requires("engine", "cp_memory.engine"):  # httpx, tenacity
-    from ._server import ServerStartError, running
+    from ._server import ManagedServer, ServerStartError, running
     from .client import AsyncEngineClient, EngineClient
     from .deadline import Clock
     from .errors import (
@@ -57,6 +57,7 @@ __all__ = [
     "KVEventFeed",
     "LlamaServer",
     "MalformedEvents",
+    "ManagedServer",
     "LlamaServerNotFound",
     "RandomModelSpec",
     "SMOLLM2_135M",

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from .random_model import RandomModelSpec, _source_tag, cache_dir, smollm2_model_path
+from .random_model import RandomModelSpec, cache_dir, smollm2_model_path, source_tag
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def hf_model_dir(
     source = Path(tokenizer_source) if tokenizer_source is not None else smollm2_model_path()
     out_dir = Path(directory) if directory is not None else cache_dir() / "models"
     name = "hf-smollm2-135m" if weights == "smollm2" else f"hf-random-llama-{spec.slug()}"
-    path = out_dir / f"{name}-v{_FORMAT_VERSION}-{_source_tag(source)}"
+    path = out_dir / f"{name}-v{_FORMAT_VERSION}-{source_tag(source)}"
     if (path / "config.json").is_file() and has_tokenizer(path):
         return path
     out_dir.mkdir(parents=True, exist_ok=True)

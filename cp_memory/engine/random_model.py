@@ -113,7 +113,7 @@ def random_model_path(
     spec = spec or RandomModelSpec()
     source = Path(tokenizer_source) if tokenizer_source is not None else smollm2_model_path()
     out_dir = Path(directory) if directory is not None else cache_dir() / "models"
-    tag = _source_tag(source)
+    tag = source_tag(source)
     path = out_dir / f"random-llama-{spec.slug()}-v{_FORMAT_VERSION}-{tag}.gguf"
     if path.is_file() and path.stat().st_size > 0:
         return path
@@ -130,7 +130,8 @@ def random_model_path(
     return path
 
 
-def _source_tag(source: Path) -> str:
+def source_tag(source: Path) -> str:
+    """A short tag of a source model file (its name and size): the generated files' names carry it."""
     st = source.stat()
     return hashlib.sha1(f"{source.name}:{st.st_size}".encode()).hexdigest()[:10]
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ..core.checks import positive_int
 from ._server import ManagedServer, ServerStartError, free_port
 from .hf_model import has_tokenizer
 from .random_model import cache_dir
@@ -271,8 +272,8 @@ class VLLMServer(ManagedServer):
             ("max_num_seqs", max_num_seqs),
             ("threads", threads),
         ):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+            if value is not None:
+                positive_int(value, name)
         self.model = str(model)
         self.tokenizer = str(tokenizer) if tokenizer is not None else None
         self.served_model_name = served_model_name or Path(self.model).name or self.model

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.blocks import normalize_text
+from ..core.checks import one_of, positive_int
 from ..core.lru import LRUMap
 from ..core.prompt import (
     CONTEXT_HEAD,
@@ -259,10 +260,8 @@ class ChatMemory:
         search_kwargs: Mapping[str, Any] | None = None,
         max_conversations: int = 10_000,
     ) -> None:
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+        one_of(layout, "layout", LAYOUTS)
+        positive_int(top_k, "top_k")
         extra = dict(search_kwargs or {})
         for reserved in ("query", "filters", "top_k", "conversation_id"):
             if reserved in extra:

@@ -37,6 +37,7 @@ from typing import Any
 # default (as cp_memory.memory does) unless the application chose otherwise
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
+from ..core.checks import one_of
 from ..extras import requires
 from .chat import (
     DEFAULT_LAYOUT,
@@ -117,8 +118,7 @@ class ContextPilotMem0Memory(Mem0Memory):  # type: ignore[misc]  # llama-index-m
             )
         wrapped = as_wrapper(client)
         super().__init__(context=context, client=wrapped, **kwargs)
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        one_of(self.layout, "layout", LAYOUTS)
         self._chat = ChatMemory(wrapped, layout=self.layout, top_k=self.top_k)  # type: ignore[arg-type]
 
     @classmethod

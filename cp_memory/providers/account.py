@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.checks import non_negative_int
 from .rules import PriceRatios, default_prices, openai_prices
 from .usage import CacheUsage, clamp_tokens, read_usage
 
@@ -104,8 +105,7 @@ class SavingsAccount:
     every that many calls (0: only when :meth:`log` is called)."""
 
     def __init__(self, prices: Mapping[str, PriceRatios] | None = None, *, log_every: int = 0) -> None:
-        if not isinstance(log_every, int) or isinstance(log_every, bool) or log_every < 0:
-            raise ValueError(f"log_every must be an int >= 0, got {log_every!r}")
+        non_negative_int(log_every, "log_every")
         self._prices: dict[str, PriceRatios] = {}
         for model, p in (prices or {}).items():
             self.set_prices(model, p)

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.checks import non_negative_int, one_of, positive_int
 from ..core.prompt import PromptContract, UserMessage, prompt_contract
 from .marks import find_marks
 from .rules import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, anthropic_min_tokens
@@ -276,8 +277,7 @@ def _checked_settings(
     model: str | None, ttl: str, stable_ttl: str | None, max_breakpoints: int, min_tokens: int | None
 ) -> tuple[str, int]:
     """The stable breakpoints' TTL and the minimum cacheable prefix, after checking every setting."""
-    if not isinstance(max_breakpoints, int) or isinstance(max_breakpoints, bool) or max_breakpoints < 0:
-        raise ValueError(f"max_breakpoints must be an int >= 0, got {max_breakpoints!r}")
+    non_negative_int(max_breakpoints, "max_breakpoints")
     if max_breakpoints > ANTHROPIC_MAX_BREAKPOINTS:
         raise ValueError(
             f"max_breakpoints={max_breakpoints}: Anthropic accepts at most {ANTHROPIC_MAX_BREAKPOINTS} "
@@ -285,8 +285,7 @@ def _checked_settings(
         )
     stable_ttl = ttl if stable_ttl is None else stable_ttl
     for name, value in (("ttl", ttl), ("stable_ttl", stable_ttl)):
-        if value not in ANTHROPIC_TTLS:
-            raise ValueError(f"{name} must be one of {ANTHROPIC_TTLS}, got {value!r}")
+        one_of(value, name, ANTHROPIC_TTLS)
     if stable_ttl == "5m" and ttl == "1h":
         raise ValueError("ttl='1h' after stable_ttl='5m': Anthropic needs longer TTLs before shorter ones")
     if min_tokens is None:
@@ -298,8 +297,8 @@ def _checked_settings(
                 model,
                 min_tokens,
             )
-    elif not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 1:
-        raise ValueError(f"min_tokens must be an int >= 1, got {min_tokens!r}")
+    else:
+        positive_int(min_tokens, "min_tokens")
     return stable_ttl, min_tokens
 
 

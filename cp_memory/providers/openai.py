@@ -23,6 +23,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ..core.checks import one_of
 from ..core.prompt import contract_of, prompt_contract
 from ..core.scope import Scope, canonical_json, scope_of
 from .rules import OPENAI_RETENTIONS
@@ -133,8 +134,8 @@ def openai_cache_kwargs(
     """``{"prompt_cache_key": ..., "prompt_cache_retention": ...}`` (only what is set) for the scope of a
     search ``response`` (or ``filters``): the cache arguments of any OpenAI client (``ChatOpenAI``,
     LlamaIndex ``OpenAI``, the SDK itself)."""
-    if retention is not None and retention not in OPENAI_RETENTIONS:
-        raise ValueError(f"retention must be one of {OPENAI_RETENTIONS} or None, got {retention!r}")
+    if retention is not None:
+        one_of(retention, "retention", OPENAI_RETENTIONS)
     out: dict[str, Any] = {}
     if keys is not None:
         key = keys.for_response(response, filters)

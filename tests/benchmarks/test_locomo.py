@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from benchmarks.locomo.judge import parse_score
-from benchmarks.locomo.metrics import (
+from benchmarks.common.metrics import (
     clean_answer,
     locomo_f1,
     normalize_answer,
     percentile,
     token_f1,
 )
-from benchmarks.locomo.modes import MODES, KSpec, mode_order, parse_top_k
-from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
+from benchmarks.common.modes import MODES, KSpec, mode_order, parse_top_k
+from benchmarks.locomo.judge import parse_score
+from tests.support import llama_server_binary
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -87,7 +87,7 @@ def test_parse_top_k_and_mode_order() -> None:
 
 
 def test_parse_mode_names() -> None:
-    from benchmarks.locomo.modes import mode_sort_key, parse_mode
+    from benchmarks.common.modes import mode_sort_key, parse_mode
 
     assert parse_mode("baseline").aligned is False
     assert parse_mode("aligned").kind == "aligned"
@@ -113,8 +113,8 @@ def test_parse_mode_names() -> None:
 
 
 def test_the_locomo_benchmark_uses_the_librarys_modes_and_defaults() -> None:
+    from benchmarks.common.modes import parse_mode
     from benchmarks.locomo.cli import build_parser, config_from_args
-    from benchmarks.locomo.modes import parse_mode
     from benchmarks.locomo.run import BenchConfig
     from cp_memory.core.alignment_mode import DEFAULT_PROTECT, AlignmentMode
 
@@ -421,14 +421,7 @@ def test_cli_errors_are_clear(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
 @pytest.mark.slow
 def test_llama_server_end_to_end(memory: Any, tmp_path: Path) -> None:
     """The real llama-server on the random-weight GGUF: TTFT and engine-reported cached tokens."""
-    from cp_memory.engine import LlamaServerNotFound, find_llama_server
-
-    try:
-        find_llama_server()
-    except LlamaServerNotFound as exc:
-        if REQUIRE_ENGINE:
-            pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
-        pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
+    llama_server_binary()  # skip (fail in strict mode) without it
     from benchmarks.locomo.run import run_benchmark
 
     result = run_benchmark(
@@ -495,7 +488,7 @@ def _tiny_conversation() -> Any:
 
 
 def test_ingest_sources_and_reuse() -> None:
-    from benchmarks.locomo.ingest import ingest, memory_items, short_date
+    from benchmarks.common.ingest import ingest, memory_items, short_date
 
     assert short_date("1:56 pm on 8 May, 2023") == "8 May 2023"
     conv = _tiny_conversation()
@@ -551,19 +544,9 @@ def test_judge_scores_with_a_stub_client() -> None:
 def test_engine_url_against_a_running_llama_server(memory: Any, tmp_path: Path) -> None:
     """--engine-url: the server kind is probed, and an external llama.cpp can only have its slots erased
     (the output says so instead of claiming a cold cache)."""
-    from cp_memory.engine import (
-        LlamaServer,
-        LlamaServerNotFound,
-        find_llama_server,
-        random_model_path,
-    )
+    from cp_memory.engine import LlamaServer, random_model_path
 
-    try:
-        find_llama_server()
-    except LlamaServerNotFound as exc:
-        if REQUIRE_ENGINE:
-            pytest.fail(f"CP_MEMORY_REQUIRE_ENGINE=1 but llama-server is absent: {exc}", pytrace=False)
-        pytest.skip(f"llama-server binary absent (run scripts/build_llama_server.sh): {exc}")
+    llama_server_binary()  # skip (fail in strict mode) without it
     from benchmarks.locomo.run import run_benchmark
 
     with LlamaServer(random_model_path(), ctx_size=4096, cache_ram_mib=64, alias="tiny-served") as server:

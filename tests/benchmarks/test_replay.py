@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.locomo.export import FORMAT, PromptExport, join_lines, load_prompts
+from benchmarks.common.export import FORMAT, PromptExport, join_lines, load_prompts
 from tests.support import REQUIRE_ENGINE  # strict mode (CI): fail, never skip
 
 

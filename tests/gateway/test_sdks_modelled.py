@@ -86,15 +86,21 @@ def test_openai_sdk_streamed_and_not_with_tools(provider_server: Any) -> None:
         assert totals["calls"] == 2 and totals["cache_read_tokens"] == usage.prompt_tokens_details.cached_tokens
 
 
-def test_openai_gets_a_prompt_cache_key_per_tenant_and_session_never_a_retention(provider_server: Any) -> None:
+def _spy(provider_server: Any, endpoint: str) -> list[dict[str, Any]]:
+    """Every body the modelled provider's ``endpoint`` (``chat`` or ``messages``) receives, in order."""
     seen: list[dict[str, Any]] = []
-    original = provider_server.chat
+    original = getattr(provider_server, endpoint)
 
     def spy(body: dict[str, Any], run: str) -> Any:
         seen.append(body)
         return original(body, run)
 
-    provider_server.chat = spy
+    setattr(provider_server, endpoint, spy)
+    return seen
+
+
+def test_openai_gets_a_prompt_cache_key_per_tenant_and_session_never_a_retention(provider_server: Any) -> None:
+    seen = _spy(provider_server, "chat")
     with running_gateway(provider_server.url, "openai") as gw:
         for key in ("sk-one", "sk-two", "sk-one"):
             client = openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)
@@ -108,14 +114,7 @@ def test_openai_gets_a_prompt_cache_key_per_tenant_and_session_never_a_retention
 
 
 def test_a_claude_code_like_session_keeps_every_mark_within_four(provider_server: Any) -> None:
-    seen: list[dict[str, Any]] = []
-    original = provider_server.messages
-
-    def spy(body: dict[str, Any], run: str) -> Any:
-        seen.append(body)
-        return original(body, run)
-
-    provider_server.messages = spy
+    seen = _spy(provider_server, "messages")
     bodies = anthropic_session(rerender=True)
     with running_gateway(provider_server.url, "anthropic") as gw:
         reads = []

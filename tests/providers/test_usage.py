@@ -285,7 +285,9 @@ def test_the_account_logs_at_info_on_request(caplog):
 
 
 # ------------------------------------------------------------------ the wrapper's account
-def test_commit_with_usage_feeds_the_wrappers_savings(caplog):
+@pytest.fixture
+def alice_turn():
+    """A fresh embedded mem0 holding one memory of Alice, wrapped; turn 1 of chat c1 searched, not committed."""
     from tests.mem0_fixtures import require_mem0
 
     require_mem0()
@@ -296,27 +298,32 @@ def test_commit_with_usage_feeds_the_wrappers_savings(caplog):
     try:
         memory.add([{"role": "user", "content": "Alice has a cat named Miso."}], user_id="alice", infer=False)
         cp = ContextPilotMemory(memory)
-        r = cp.search("pets?", filters={"user_id": "alice"}, conversation_id="c1")
-        reply = {
-            "model": "claude-sonnet-4-5",
-            "usage": {
-                "input_tokens": 10,
-                "cache_read_input_tokens": 1990,
-                "cache_creation_input_tokens": 0,
-                "output_tokens": 3,
-            },
-        }
-        assert cp.commit(r, usage=reply) == 1
-        cp.commit(cp.search("cat?", filters={"user_id": "alice"}, conversation_id="c1"), usage={"odd": True})
-        s = cp.savings()
-        assert (s.calls, s.input_tokens, s.cache_read_tokens) == (2, 2000, 1990)
-        assert s.cost == pytest.approx(10 + 199)
-        with caplog.at_level(logging.INFO, logger="cp_memory.providers.account"):
-            cp.savings(log=True)
-        assert "1990 read" in caplog.text
-        assert cp.savings_account is cp.savings_account
+        yield cp, cp.search("pets?", filters={"user_id": "alice"}, conversation_id="c1")
     finally:
         memory.close()
+
+
+@pytest.mark.mem0
+def test_commit_with_usage_feeds_the_wrappers_savings(caplog, alice_turn):
+    cp, r = alice_turn
+    reply = {
+        "model": "claude-sonnet-4-5",
+        "usage": {
+            "input_tokens": 10,
+            "cache_read_input_tokens": 1990,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 3,
+        },
+    }
+    assert cp.commit(r, usage=reply) == 1
+    cp.commit(cp.search("cat?", filters={"user_id": "alice"}, conversation_id="c1"), usage={"odd": True})
+    s = cp.savings()
+    assert (s.calls, s.input_tokens, s.cache_read_tokens) == (2, 2000, 1990)
+    assert s.cost == pytest.approx(10 + 199)
+    with caplog.at_level(logging.INFO, logger="cp_memory.providers.account"):
+        cp.savings(log=True)
+    assert "1990 read" in caplog.text
+    assert cp.savings_account is cp.savings_account
 
 
 # ------------------------------------------------------------------ hostile counts (issue 28 item 6)
@@ -355,20 +362,9 @@ def test_a_hostile_stream_grows_usage_by_at_most_the_bound_per_field():
     assert stream.usage.output_tokens == MAX_USAGE_TOKENS and stream.usage.input_tokens == 1
 
 
-def test_commit_with_a_400_digit_usage_commits_and_does_not_raise(caplog):
-    from tests.mem0_fixtures import require_mem0
-
-    require_mem0()
-    from cp_memory.embedded import default_memory
-    from cp_memory.memory import ContextPilotMemory
-
-    memory = default_memory()
-    try:
-        memory.add([{"role": "user", "content": "Alice has a cat named Miso."}], user_id="alice", infer=False)
-        cp = ContextPilotMemory(memory)
-        r = cp.search("pets?", filters={"user_id": "alice"}, conversation_id="c1")
-        hostile = {"model": "claude-sonnet-4-5", "usage": {"input_tokens": HUGE, "cache_read_input_tokens": HUGE}}
-        assert cp.commit(r, usage=hostile) == 1  # raised OverflowError after committing the turn
-        assert cp.savings().calls == 1
-    finally:
-        memory.close()
+@pytest.mark.mem0
+def test_commit_with_a_400_digit_usage_commits_and_does_not_raise(caplog, alice_turn):
+    cp, r = alice_turn
+    hostile = {"model": "claude-sonnet-4-5", "usage": {"input_tokens": HUGE, "cache_read_input_tokens": HUGE}}
+    assert cp.commit(r, usage=hostile) == 1  # raised OverflowError after committing the turn
+    assert cp.savings().calls == 1
