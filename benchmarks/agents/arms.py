@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.agents.processes import ServerProcess, gateway_process, litellm_process
-from cp_memory.engine._server import free_port
+from cp_memory.engine import free_port
 
 __all__ = ["ARMS", "Arm", "ArmUnavailable", "start_arm", "venv_binary"]
 

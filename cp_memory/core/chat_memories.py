@@ -32,7 +32,7 @@ __all__ = [
     "MEMORIES_HEAD",
     "ChatShape",
     "MemoryLog",
-    "Placement",
+    "MemoryPlacement",
     "memories_text",
     "opening",
     "place_memories",
@@ -93,7 +93,7 @@ def memories_text(contract: PromptContract) -> str | None:
 
 
 @dataclass(frozen=True)
-class Placement:
+class MemoryPlacement:
     """The messages with the memories placed; ``index``: the message that carries them."""
 
     messages: list[Any]
@@ -104,7 +104,7 @@ def _has_tool_result(content: list[Any]) -> bool:
     return any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
 
 
-def place_memories(shape: ChatShape, messages: Sequence[Any], text: str) -> Placement | None:
+def place_memories(shape: ChatShape, messages: Sequence[Any], text: str) -> MemoryPlacement | None:
     """``messages`` (a copy) with ``text`` at the start of the newest message when it is the user's (else
     None: an assistant prefill, a tool result turn — Anthropic's ``tool_result`` blocks must come first —
     or no messages). The given messages are not changed."""
@@ -121,7 +121,7 @@ def place_memories(shape: ChatShape, messages: Sequence[Any], text: str) -> Plac
         return None
     out = list(messages)
     out[-1] = last
-    return Placement(out, len(out) - 1)
+    return MemoryPlacement(out, len(out) - 1)
 
 
 def _digest(message: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..extras import requires
 
 with requires("engine", "cp_memory.engine"):  # httpx, tenacity
-    from ._server import ManagedServer, ServerStartError, running
+    from ._server import ManagedServer, ServerStartError, free_port, running
     from .client import AsyncEngineClient, EngineClient
     from .deadline import Clock
     from .errors import (
@@ -58,6 +58,7 @@ __all__ = [
     "LlamaServer",
     "MalformedEvents",
     "ManagedServer",
+    "free_port",
     "LlamaServerNotFound",
     "RandomModelSpec",
     "SMOLLM2_135M",

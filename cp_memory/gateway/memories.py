@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.chat_memories import ChatShape, Placement, memories_text, place_memories, query_text, text_of
+from ..core.chat_memories import ChatShape, MemoryPlacement, memories_text, place_memories, query_text, text_of
 from ..core.lru import LRUMap
 from ..core.prompt import PromptContract
 from .protocols import Api, segments
@@ -127,7 +127,7 @@ class MemoryStage:
         shape = _SHAPES.get(api)
         if text is None or shape is None:
             return body, None
-        placed: Placement | None = place_memories(shape, _messages(api, body), text)
+        placed: MemoryPlacement | None = place_memories(shape, _messages(api, body), text)
         if placed is None:
             return body, None
         out = dict(body)

@@ -25,11 +25,11 @@ from .finders import BlockRule, FoundContext
 from .holders import Path
 from .records import text_key
 
-__all__ = ["Aligned", "anchor_of", "permuted"]
+__all__ = ["AlignedBlocks", "anchor_of", "permuted"]
 
 
 @dataclass(frozen=True)
-class Aligned:
+class AlignedBlocks:
     """A context's new ``text`` (unchanged when ``moved`` is False) and the ``ids`` order to index."""
 
     text: str
@@ -53,7 +53,7 @@ def _note(context: FoundContext, ids: Sequence[str], order: Sequence[Hashable]) 
     return order_annotation(list(ids), list(order), label=labels)
 
 
-def permuted(text: str, context: FoundContext, order: Sequence[Hashable], *, note: bool) -> Aligned | None:
+def permuted(text: str, context: FoundContext, order: Sequence[Hashable], *, note: bool) -> AlignedBlocks | None:
     """``text`` with the context's blocks in ``order`` (ids: :func:`text_key` of each block), or None when
     the context may not be reordered or ``order`` is not a permutation of its blocks."""
     blocks = context.blocks
@@ -61,7 +61,7 @@ def permuted(text: str, context: FoundContext, order: Sequence[Hashable], *, not
     if not context.orderable or len(set(ids)) != len(ids) or sorted(map(str, order)) != sorted(ids):
         return None
     if tuple(order) == ids:
-        return Aligned(text, ids, False)
+        return AlignedBlocks(text, ids, False)
     element = {i: text[b.start : b.end] for i, b in zip(ids, blocks)}
     pieces = [text[: blocks[0].start]]
     for k, block_id in enumerate(order):
@@ -74,4 +74,4 @@ def permuted(text: str, context: FoundContext, order: Sequence[Hashable], *, not
     elif note:
         tail = "\n\n" + _note(context, ids, order) + tail
     pieces.append(tail)
-    return Aligned("".join(pieces), tuple(str(b) for b in order), True)
+    return AlignedBlocks("".join(pieces), tuple(str(b) for b in order), True)
