@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.agents.replay import Sent
-from benchmarks.locomo.metrics import percentile
+from benchmarks.common.metrics import percentile
 
 __all__ = ["PAPER", "change", "markdown", "plot", "summarise_arm"]
 

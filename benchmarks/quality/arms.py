@@ -1,4 +1,4 @@
-"""The compared arms: each a LoCoMo mode (:mod:`benchmarks.locomo.modes`) plus the ContextPilotMemory options
+"""The compared arms: each a LoCoMo mode (:mod:`benchmarks.common.modes`) plus the ContextPilotMemory options
 that differ from the library's defaults, one-shot or as chats.
 
 =====================  ============================================================================
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.locomo.modes import ModeSpec, parse_mode
+from benchmarks.common.modes import ModeSpec, parse_mode
 
 __all__ = ["ARMS", "BASELINE", "CHAT_BASELINE", "Arm", "arms_for", "parse_arms"]
 
@@ -37,7 +37,7 @@ class Arm:
     """One compared arm: a LoCoMo mode, ContextPilotMemory options over it, one-shot or chat."""
 
     name: str
-    mode: str  # a benchmarks.locomo.modes name
+    mode: str  # a benchmarks.common.modes name
     options: Mapping[str, Any] = field(default_factory=dict)
     chat: bool = False
 

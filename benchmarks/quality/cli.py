@@ -89,10 +89,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _measure(args: argparse.Namespace) -> None:
+    from benchmarks.common.ingest import ingest, make_memory
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
-    from benchmarks.locomo.ingest import ingest, make_memory
-    from benchmarks.locomo.modes import CachedSearch
+    from benchmarks.common.modes import CachedSearch
 
     from .run import QualityRun, default_cache, plan_questions, run_all
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.ingest import Ingested, user_memories
 from benchmarks.common.locomo import QA, Conversation
+from benchmarks.common.metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
+from benchmarks.common.modes import CachedSearch, KSpec, ModeBuilder
 from benchmarks.locomo.engines import BenchEngine
 from benchmarks.locomo.evidence import EvidenceIndex
-from benchmarks.locomo.ingest import Ingested, user_memories
-from benchmarks.locomo.metrics import QUALITY_CATEGORIES, clean_answer, locomo_f1
-from benchmarks.locomo.modes import CachedSearch, KSpec, ModeBuilder
 from benchmarks.locomo.runner import SYSTEM_PROMPT
 from cp_memory.core.render import build_messages
 

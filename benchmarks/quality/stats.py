@@ -1,4 +1,4 @@
-"""Scores and paired statistics: exact match beside LoCoMo's token F1 (:mod:`benchmarks.locomo.metrics`), and a
+"""Scores and paired statistics: exact match beside LoCoMo's token F1 (:mod:`benchmarks.common.metrics`), and a
 paired bootstrap confidence interval of an arm's mean difference from its pair (numpy, fixed seed)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.locomo.metrics import normalize_answer
+from benchmarks.common.metrics import normalize_answer
 
 __all__ = ["BOOTSTRAP", "SEED", "Diff", "by_category", "exact_match", "mean_points", "paired_diff"]
 

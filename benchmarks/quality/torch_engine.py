@@ -13,7 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from benchmarks.locomo.engines import BenchEngine, Reply
+from benchmarks.common.reply import Reply
+from benchmarks.locomo.engines import BenchEngine
 
 logger = logging.getLogger(__name__)
 
