@@ -30,7 +30,9 @@ SECRET = "one secret for every replica"
 
 
 def replicas(n: int, url: str | None) -> list[Gateway]:
-    settings: dict[str, Any] = {"secret": SECRET, "state_retry_s": 0.0}
+    """``n`` gateways; the content rules off: their per-session records stay in each replica (docs/scale.md), so
+    with them on, a replica that did not see a block's first read sends it in full where one gateway points."""
+    settings: dict[str, Any] = {"secret": SECRET, "state_retry_s": 0.0, "content_steps": frozenset()}
     if url is not None:
         settings["state_store"] = url
     config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=UpstreamKind.COMPATIBLE, **settings)
