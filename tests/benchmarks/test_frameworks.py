@@ -149,4 +149,7 @@ def test_report_re_renders_a_partial_run(tmp_path: Path) -> None:
     partial = tmp_path / "frameworks.partial.json"
     partial.write_text(json.dumps({"meta": {**meta, "partial": True}, "records": committed["records"]}))
     assert main(["--report", str(partial), "--out", str(tmp_path / "out")]) == 0
-    assert "| langgraph | fixed | cp-append | 340 / 348 (0.98x) |" in (tmp_path / "out" / "frameworks.md").read_text()
+    lines = (RESULTS / "frameworks.md").read_text(encoding="utf-8").splitlines()
+    row = next(line for line in lines if line.startswith("| langgraph | fixed | cp-append |"))
+    turn1 = "|".join(row.split("|")[:5]) + "|"  # framework, answers, arm, turn 1 (e.g. "340 / 339 (1.00x)")
+    assert turn1 in (tmp_path / "out" / "frameworks.md").read_text(encoding="utf-8")
