@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,13 @@ class WorkerSpec:
         """Tokens one worker's cache holds, for the routers' cache models (:func:`capacity_tokens`)."""
         return capacity_tokens(self.engine, self.model, self.cache_mib, self.ctx_size)
 
-    def worker(self, log_path: Path | None = None, *, kv_events: bool = False) -> ManagedServer:
+    def worker(
+        self, log_path: Path | None = None, *, kv_events: bool = False, api_key: str | None = None
+    ) -> ManagedServer:
         """One cold worker (not started): llama-server with one slot and ``cache_mib`` of host prompt cache,
         or vLLM with the KV cache such a replica holds (:func:`vllm_kv_cache_bytes`); ``kv_events``: vLLM
-        publishes its KV-cache events (llama-server has none: refused)."""
+        publishes its KV-cache events (llama-server has none: refused). ``api_key``: vLLM's key (None: a
+        random one per worker); workers behind one ``SGLangRouter`` share one (:meth:`pool_key`)."""
         model = resolve_model(self.model, self.engine)
         if kv_events and self.engine != "vllm":
             raise ValueError(f"{self.engine} workers publish no KV-cache events: an event feed needs --engine vllm")
@@ -91,6 +95,7 @@ class WorkerSpec:
                 log_path=log_path,
                 extra_args=self.vllm_args,
                 kv_events=kv_events,
+                api_key=api_key,
             )
         raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
 
@@ -149,6 +154,12 @@ def _vllm_counters(text: str) -> dict[str, float]:
         name = m.group(1).split(":", 1)[1]
         out[name] = out.get(name, 0.0) + float(m.group(3))
     return out
+
+
+def pool_key(spec: WorkerSpec) -> str | None:
+    """One API key for a pool of vLLM workers behind one router (a managed vLLM refuses requests without its
+    key, and sglang-router forwards the client's); None for llama-server, which needs none."""
+    return secrets.token_urlsafe(24) if spec.engine == "vllm" else None
 
 
 def worker_metrics(server: ManagedServer) -> dict[str, float]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.workers import WorkerSpec, served_name
+from benchmarks.workers import WorkerSpec, pool_key, served_name
 from cp_memory.agents import AgentRouter
 from cp_memory.engine import EngineCacheFeed, EngineClient, ManagedServer, VLLMServer, running
 from cp_memory.engine.router import SGLangRouter
@@ -138,7 +138,7 @@ def entry_clients(servers: list[ManagedServer], sglang: SGLangRouter | None) -> 
     """Where requests enter the pool: one client for the gateway when there is one (it fronts the
     engines), else one client per worker."""
     if sglang is not None:
-        return [EngineClient(sglang.base_url, model=served_name(servers[0]), timeout=600, max_retries=2)]
+        return [sglang.client(model=served_name(servers[0]), timeout=600, max_retries=2)]
     return [EngineClient(s.base_url, api_key=s.api_key, timeout=600, max_retries=2) for s in servers]
 
 
@@ -169,11 +169,14 @@ def pool(
     stop them after."""
     tag = re.sub(r"[^\w.-]+", "_", arm.name)
     logs = [None if log_dir is None else log_dir / f"{tag}-w{i}.log" for i in range(workers)]
-    with running([spec.worker(log, kv_events=arm.feed) for log in logs]) as servers, contextlib.ExitStack() as stack:
+    key = pool_key(spec) if arm.kind == "sglang" else None  # vLLM workers behind one router share a key
+    cold = [spec.worker(log, kv_events=arm.feed, api_key=key) for log in logs]
+    with running(cold) as servers, contextlib.ExitStack() as stack:
         sglang: SGLangRouter | None = None
         if arm.kind == "sglang":
             sglang = SGLangRouter(
                 [s.base_url for s in servers],
+                api_key=key,
                 request_timeout_s=600,
                 log_path=None if log_dir is None else log_dir / f"{tag}-router.log",
                 **arm.router,

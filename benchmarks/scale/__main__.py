@@ -27,7 +27,7 @@ from benchmarks.common.locomo import load_locomo
 from benchmarks.common.locomo_select import select_conversations
 from benchmarks.common.modes import CachedSearch, KSpec, parse_top_k
 from benchmarks.locomo.runner import select_questions
-from benchmarks.workers import WorkerSpec
+from benchmarks.workers import WorkerSpec, pool_key
 from cp_memory.engine import running
 from cp_memory.engine.router import SGLangRouter
 
@@ -114,8 +114,9 @@ def _serve(
         shift = rep % len(a.routers)
         for router in a.routers[shift:] + a.routers[:shift]:
             for mode in a.modes if rep % 2 == 0 else list(reversed(a.modes)):
+                key = pool_key(spec)  # vLLM replicas behind sglang-router share one key
                 with (
-                    running([spec.worker() for _ in range(a.replicas)]) as servers,
+                    running([spec.worker(api_key=key) for _ in range(a.replicas)]) as servers,
                     contextlib.closing(
                         make_dispatcher(
                             router, servers, capacity_tokens=spec.capacity_tokens, balance_abs_threshold=a.balance_abs

@@ -105,8 +105,14 @@ class SGLangDispatch:
     name = "sglang-router"
 
     def __init__(self, replicas: Sequence[ManagedServer], **router_args: object) -> None:
-        self.router = SGLangRouter([r.base_url for r in replicas], request_timeout_s=600, **router_args).start()  # type: ignore[arg-type]
-        self.client = EngineClient(self.router.base_url, model=served_name(replicas[0]), timeout=600, max_retries=2)
+        key = getattr(replicas[0], "api_key", None)  # vLLM replicas share one key (benchmarks.workers.pool_key)
+        self.router = SGLangRouter(
+            [r.base_url for r in replicas],
+            api_key=key,
+            request_timeout_s=600,
+            **router_args,  # type: ignore[arg-type]
+        ).start()
+        self.client = self.router.client(model=served_name(replicas[0]), timeout=600, max_retries=2)
 
     def dispatch(self, user: str, prompt_tokens: int) -> Dispatch:
         return Dispatch(self.client, -1, "cache_aware")
