@@ -167,18 +167,21 @@ VALID = decode(sample_index(capacity_tokens=50).snapshot())
 ALL_PATHS = list(paths(VALID))
 
 
+@pytest.mark.slow  # fuzzing: the full tier
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(ALL_PATHS), json_values)
 def test_fuzz_any_field_replaced(path, value):
     must_restore_or_raise_value_error(encode(replaced(VALID, path, value)))
 
 
+@pytest.mark.slow  # fuzzing: the full tier
 @settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_fuzz_any_json_document(doc):
     must_restore_or_raise_value_error(encode(doc))
 
 
+@pytest.mark.slow  # fuzzing: the full tier
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=64), st.integers(0, 400), st.binary(max_size=8))
 def test_fuzz_bytes(garbage, cut, splice):
@@ -331,6 +334,7 @@ def cost_of(data: bytes) -> tuple[float, int]:
 MiB = 1 << 20
 
 
+@pytest.mark.slow  # 1-3 s each at the bounds: the full tier
 @pytest.mark.parametrize(
     "hostile",
     [
