@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,6 +266,56 @@ def _prepare(owner: _Base, messages: Any, ids: dict[str, Any], mem0_args: dict[s
     return owner._flow.prepare(messages, ids, {k: v for k, v in mem0_args.items() if v is not None})
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What ``create``'s flow asks its driver for: mem0's search (``sent`` None) or the model call on ``sent``."""
+
+    query: Any = None
+    search: dict[str, Any] = field(default_factory=dict)
+    sent: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Done:
+    answer: Any
+
+
+def _create(owner: _Base, messages: Any, ids: dict[str, Any], args: dict[str, Any]) -> Generator[_Step, Any, Any]:
+    """``create`` without I/O, for the sync and the async driver: the search (fail open: no memories), the
+    placement, the model call (its turn settled either way), the turn queued for mem0's ``add``."""
+    call = _prepare(owner, messages, ids, args)
+    response = None
+    if call.search is not None:
+        query = call.search.pop("query")
+        try:
+            response = owner._found((yield _Step(query, call.search)))
+        except Exception:  # fail open: the model is called without memories
+            logger.exception("mem0 proxy: the memory search failed; calling the model without memories")
+    sent = owner._flow.place(call, response)
+    try:
+        answer = yield _Step(sent=sent)
+    except BaseException:
+        owner._settle(call, False)
+        raise
+    owner._settle(call, True)
+    owner._writer.submit(owner._flow.finish(call, sent, _answer_text(answer)))
+    return answer
+
+
+def _send(gen: Generator[_Step, Any, Any], value: Any) -> _Step | _Done:
+    try:
+        return gen.send(value)
+    except StopIteration as stop:
+        return _Done(stop.value)
+
+
+def _throw(gen: Generator[_Step, Any, Any], exc: BaseException) -> _Step | _Done:
+    try:
+        return gen.throw(exc)
+    except StopIteration as stop:
+        return _Done(stop.value)
+
+
 class Completions:
     """``client.chat.completions`` of :class:`Mem0`."""
 
@@ -287,25 +337,27 @@ class Completions:
     ) -> Any:
         """mem0's ``create``: memories searched for the scope and placed, the model called, the turn added
         after; returns the openai SDK's ``ChatCompletion`` (a ``Stream`` with ``stream=True``)."""
+        gen = _create(
+            self._owner,
+            messages,
+            {"user_id": user_id, "agent_id": agent_id, "run_id": run_id},
+            {"filters": filters, "limit": limit, "top_k": top_k, "metadata": metadata},
+        )
         owner = self._owner
-        ids = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
-        args = {"filters": filters, "limit": limit, "top_k": top_k, "metadata": metadata}
-        call = _prepare(owner, messages, ids, args)
-        response = None
-        if call.search is not None:
+        step: _Step | _Done = next(gen)
+        while isinstance(step, _Step):
             try:
-                response = owner._found(owner.memory.search(call.search.pop("query"), **call.search))
-            except Exception:  # fail open: the model is called without memories
-                logger.exception("mem0 proxy: the memory search failed; calling the model without memories")
-        sent = owner._flow.place(call, response)
-        try:
-            answer = owner._model_client(kwargs).chat.completions.create(model=model, messages=sent, **kwargs)
-        except BaseException:
-            owner._settle(call, False)
-            raise
-        owner._settle(call, True)
-        owner._writer.submit(owner._flow.finish(call, sent, _answer_text(answer)))
-        return answer
+                if step.sent is None:
+                    result = owner.memory.search(step.query, **step.search)
+                else:
+                    result = owner._model_client(kwargs).chat.completions.create(
+                        model=model, messages=step.sent, **kwargs
+                    )
+            except BaseException as exc:
+                step = _throw(gen, exc)
+            else:
+                step = _send(gen, result)
+        return step.answer
 
 
 class Chat:
@@ -338,25 +390,27 @@ class AsyncCompletions:
         **kwargs: Any,
     ) -> Any:
         """The async twin of :meth:`Completions.create` (``await``)."""
+        gen = _create(
+            self._owner,
+            messages,
+            {"user_id": user_id, "agent_id": agent_id, "run_id": run_id},
+            {"filters": filters, "limit": limit, "top_k": top_k, "metadata": metadata},
+        )
         owner = self._owner
-        ids = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
-        args = {"filters": filters, "limit": limit, "top_k": top_k, "metadata": metadata}
-        call = _prepare(owner, messages, ids, args)
-        response = None
-        if call.search is not None:
+        step: _Step | _Done = next(gen)
+        while isinstance(step, _Step):
             try:
-                response = owner._found(await owner.memory.search(call.search.pop("query"), **call.search))
-            except Exception:  # fail open: the model is called without memories
-                logger.exception("mem0 proxy: the memory search failed; calling the model without memories")
-        sent = owner._flow.place(call, response)
-        try:
-            answer = await owner._model_client(kwargs).chat.completions.create(model=model, messages=sent, **kwargs)
-        except BaseException:
-            owner._settle(call, False)
-            raise
-        owner._settle(call, True)
-        owner._writer.submit(owner._flow.finish(call, sent, _answer_text(answer)))
-        return answer
+                if step.sent is None:
+                    result = await owner.memory.search(step.query, **step.search)
+                else:
+                    result = await owner._model_client(kwargs).chat.completions.create(
+                        model=model, messages=step.sent, **kwargs
+                    )
+            except BaseException as exc:
+                step = _throw(gen, exc)
+            else:
+                step = _send(gen, result)
+        return step.answer
 
 
 class AsyncChat:
