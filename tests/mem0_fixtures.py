@@ -6,8 +6,9 @@ the embedded default or the LoCoMo data is missing (and fails instead in strict 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tests.support import locomo_file, missing
@@ -31,6 +32,21 @@ def require_mem0() -> None:
             __import__(module)
         except ImportError:
             missing(reason)
+
+
+@contextlib.contextmanager
+def chat_memory() -> Iterator[Any]:
+    """The embedded mem0 wrapped as the gateway and the mem0 proxy open it (``CHAT_MEMORY_OPTIONS``); closed after."""
+    require_mem0()
+    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
+    from cp_memory.embedded import default_memory
+    from cp_memory.memory import ContextPilotMemory
+
+    memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)
+    try:
+        yield memory
+    finally:
+        memory.close()
 
 
 def load_locomo() -> list[dict[str, Any]]:

@@ -115,16 +115,10 @@ def test_answer_text_of_every_shape() -> None:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[Any]:
-    from tests.mem0_fixtures import require_mem0
+    from tests.mem0_fixtures import chat_memory
 
-    require_mem0()
-    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
-    from cp_memory.embedded import default_memory
-    from cp_memory.memory import ContextPilotMemory
-
-    memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # as the gateway and the drop-in open it
-    yield memory
-    memory.close()
+    with chat_memory() as memory:  # as the gateway and the drop-in open it
+        yield memory
 
 
 @pytest.fixture()

@@ -38,14 +38,10 @@ def _answer(_: FakeRequest) -> tuple[int, dict[str, str], bytes]:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[Any]:
-    require_mem0()
-    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
-    from cp_memory.embedded import default_memory
-    from cp_memory.memory import ContextPilotMemory
+    from tests.mem0_fixtures import chat_memory
 
-    memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # as the gateway and the drop-in open it
-    yield memory
-    memory.close()
+    with chat_memory() as memory:  # as the gateway and the drop-in open it
+        yield memory
 
 
 @pytest.fixture()
