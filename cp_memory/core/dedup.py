@@ -45,13 +45,12 @@ import threading
 import uuid
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Literal
 
 from .annotations import LOCATION_TEMPLATE
 from .blocks import ContextBlock
 from .checks import positive_int
-from .dedup_plan import plan_turn, register_send, sent_location
+from .dedup_plan import check_turn, committed_result, plan_turn, register_send, sent_location
 from .dedup_records import Conversation, DedupResult, DroppedBlock, Location, PlanTicket, SpanTrim
 from .lru import LRUMap
 
@@ -120,7 +119,7 @@ class Deduplicator:
         The result is pending (``committed is False``): pass it to :meth:`commit` once the prompt was sent,
         or to :meth:`rollback`.
         """
-        items = _check_turn(conversation_id, blocks)
+        items = check_turn(conversation_id, blocks)
         with self._lock:
             conv = self._convs.peek(conversation_id)
             turn = (conv.turns if conv is not None else 0) + 1
@@ -169,7 +168,7 @@ class Deduplicator:
                 result.turn,
                 turn,
             )
-        return _renumbered(result, turn)
+        return committed_result(result, turn)
 
     def rollback(self, result: DedupResult) -> None:
         """Forget a pending plan (the prompt was not sent). Committed state is untouched either way.
@@ -249,42 +248,3 @@ class Deduplicator:
 
 def _forgotten(conversation_id: Hashable, _conv: Conversation) -> None:
     logger.debug("dedup: forgot least recently used conversation %r", conversation_id)
-
-
-def _check_turn(
-    conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]
-) -> list[tuple[ContextBlock, str | None]]:
-    """Validate one turn; bare ids become text-less blocks with no digest (id-only dedup)."""
-    if conversation_id is None:
-        raise TypeError("conversation_id must not be None")
-    try:
-        hash(conversation_id)
-    except TypeError as exc:
-        raise TypeError(f"conversation_id must be hashable, got {type(conversation_id).__name__}") from exc
-    if blocks is None or isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
-        raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
-    items: list[tuple[ContextBlock, str | None]] = []
-    for i, b in enumerate(blocks):
-        if isinstance(b, ContextBlock):
-            items.append((b, b.digest))
-            continue
-        if b is None:
-            raise TypeError(f"blocks[{i}] is None; pass ContextBlock or hashable ids")
-        try:
-            hash(b)
-        except TypeError as exc:
-            raise TypeError(f"blocks[{i}] ({b!r:.60}) is unhashable") from exc
-        items.append((ContextBlock(id=b, text=""), None))
-    return items
-
-
-def _renumbered(result: DedupResult, turn: int) -> DedupResult:
-    """The committed form of a plan: ``turn`` (re)assigned, same-turn locations follow it."""
-    old = result.turn
-
-    def fix(loc: Location) -> Location:
-        return replace(loc, turn=turn) if loc.turn == old and turn != old else loc
-
-    dropped = tuple(replace(d, location=fix(d.location)) for d in result.dropped)
-    trims = tuple(replace(t, locations=tuple(fix(loc) for loc in t.locations)) for t in result.trims)
-    return replace(result, turn=turn, dropped=dropped, trims=trims, committed=True, _ticket=None)

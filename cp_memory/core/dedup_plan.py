@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 
 from .annotations import SAME_TURN_TEMPLATE, location_annotation
 from .blocks import ContextBlock, normalize_text, text_digest
-from .dedup_records import Conversation, DroppedBlock, Location, Send, SpanTrim
+from .dedup_records import Conversation, DedupResult, DroppedBlock, Location, Send, SpanTrim
 
-__all__ = ["SPAN_TEMPLATE", "plan_turn", "register_send", "sent_location"]
+__all__ = ["SPAN_TEMPLATE", "check_turn", "committed_result", "plan_turn", "register_send", "sent_location"]
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 SPAN_TEMPLATE = "Parts of {label} repeat {where}."
@@ -158,3 +159,42 @@ def _trim(
     note = SPAN_TEMPLATE.format(label=here.label, where=", ".join(seen))
     trimmed = ContextBlock(id=blk.id, text=" ".join(keep))
     return trimmed, SpanTrim(blk.id, tuple(removed), tuple(where), note)
+
+
+def check_turn(
+    conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]
+) -> list[tuple[ContextBlock, str | None]]:
+    """Validate one turn; bare ids become text-less blocks with no digest (id-only dedup)."""
+    if conversation_id is None:
+        raise TypeError("conversation_id must not be None")
+    try:
+        hash(conversation_id)
+    except TypeError as exc:
+        raise TypeError(f"conversation_id must be hashable, got {type(conversation_id).__name__}") from exc
+    if blocks is None or isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
+        raise TypeError(f"blocks must be a list or tuple of ContextBlock, got {type(blocks).__name__}")
+    items: list[tuple[ContextBlock, str | None]] = []
+    for i, b in enumerate(blocks):
+        if isinstance(b, ContextBlock):
+            items.append((b, b.digest))
+            continue
+        if b is None:
+            raise TypeError(f"blocks[{i}] is None; pass ContextBlock or hashable ids")
+        try:
+            hash(b)
+        except TypeError as exc:
+            raise TypeError(f"blocks[{i}] ({b!r:.60}) is unhashable") from exc
+        items.append((ContextBlock(id=b, text=""), None))
+    return items
+
+
+def committed_result(result: DedupResult, turn: int) -> DedupResult:
+    """The committed form of a plan: ``turn`` (re)assigned, same-turn locations follow it."""
+    old = result.turn
+
+    def fix(loc: Location) -> Location:
+        return replace(loc, turn=turn) if loc.turn == old and turn != old else loc
+
+    dropped = tuple(replace(d, location=fix(d.location)) for d in result.dropped)
+    trims = tuple(replace(t, locations=tuple(fix(loc) for loc in t.locations)) for t in result.trims)
+    return replace(result, turn=turn, dropped=dropped, trims=trims, committed=True, _ticket=None)

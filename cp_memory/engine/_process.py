@@ -18,7 +18,15 @@ from ._watchdog import DISARM, sweep_semaphores, wait_group_gone
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Watchdog", "die_with_parent_prefix", "shutdown", "signal_group", "terminate"]
+__all__ = ["Watchdog", "die_with_parent_prefix", "gpu_visible", "shutdown", "signal_group", "terminate"]
+
+
+def gpu_visible() -> bool:
+    """Whether an engine started now would see a GPU (NVIDIA or AMD device nodes, not hidden by an empty
+    ``CUDA_VISIBLE_DEVICES``)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd"))
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ._process import gpu_visible
 from ._server import ManagedServer, ServerStartError
 
 logger = logging.getLogger(__name__)
@@ -32,12 +33,6 @@ def sglang_available(python: str | None = None) -> bool:
     if python is not None and os.path.realpath(python) != os.path.realpath(sys.executable):
         return True
     return importlib.util.find_spec("sglang") is not None
-
-
-def _gpu_visible() -> bool:
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return False
-    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd"))
 
 
 class SGLangServer(ManagedServer):
@@ -124,7 +119,7 @@ class SGLangServer(ManagedServer):
                 "`pip install 'cp-memory[sglang]'` (see docs/engine.md); on CPU use "
                 "cp_memory.engine.llamacpp.LlamaServer instead"
             )
-        if not _gpu_visible() and "--device" not in self.extra_args:
+        if not gpu_visible() and "--device" not in self.extra_args:
             raise SGLangUnavailable(
                 "no GPU visible (/dev/nvidia* or /dev/kfd missing, or CUDA_VISIBLE_DEVICES empty); "
                 "SGLangServer needs a GPU. On CPU use cp_memory.engine.llamacpp.LlamaServer"

@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ..core.checks import positive_int
+from ._process import gpu_visible
 from ._server import ManagedServer, ServerStartError, free_port
 from .hf_model import has_tokenizer
 from .random_model import cache_dir
 from .redact import scrub
-from .sglang import _gpu_visible
 
 if TYPE_CHECKING:
     from .client import EngineClient
@@ -364,7 +364,7 @@ class VLLMServer(ManagedServer):
         kv_bytes = self.kv_cache_bytes
         if (
             kv_bytes is None
-            and not _gpu_visible()
+            and not gpu_visible()
             and "VLLM_CPU_KVCACHE_SPACE" not in {**os.environ, **self._caller_env}
         ):
             kv_bytes = DEFAULT_CPU_KV_CACHE_BYTES

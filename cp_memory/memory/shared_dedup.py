@@ -39,8 +39,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..core.blocks import ContextBlock
-from ..core.dedup import Deduplicator, _check_turn, _renumbered
-from ..core.dedup_plan import plan_turn, register_send, sent_location
+from ..core.dedup import Deduplicator
+from ..core.dedup_plan import check_turn, committed_result, plan_turn, register_send, sent_location
 from ..core.dedup_records import Conversation, DedupResult, Location, PlanTicket
 from ..core.lru import LRUMap
 from ..core.scope import Scope
@@ -230,7 +230,7 @@ class SharedDeduplicator(Deduplicator):
     # ------------------------------------------------------------------ the two phases
     def plan(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> DedupResult:
         """Plan against the store's committed record; when it cannot say, keep every block (no pointer)."""
-        items = _check_turn(conversation_id, blocks)
+        items = check_turn(conversation_id, blocks)
         key = self._key(conversation_id)
         conv = self._current(key)
         known = not isinstance(conv, _Unknown)
@@ -268,7 +268,7 @@ class SharedDeduplicator(Deduplicator):
         turn = 0 if planned is None else (yield from self._append(planned, ticket))
         if turn and turn != result.turn:
             logger.debug("dedup: conversation %r committed another turn meanwhile; now turn %d", planned, turn)
-        return _renumbered(result, turn)
+        return committed_result(result, turn)
 
     def _append(self, planned: _Planned, ticket: PlanTicket) -> Op[int]:
         """Register the turn's sends in the store; its number, or 0 when the store did not take it."""
