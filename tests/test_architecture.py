@@ -267,15 +267,9 @@ def test_no_cycle_between_the_packages_rooms():
     assert cycles == []
 
 
-#: the private names still imported across modules, each with why it waits (issue 33): nothing new joins
-PRIVATE_IMPORTS_ALLOWED = {
-    ("cp_memory.agents.routing", "cp_memory.agents.routes._Counters"): "agents/ is being reworked (issue 33 item 1)",
-    ("cp_memory.agents.routing", "cp_memory.agents.routes._member"): "agents/ is being reworked (issue 33 item 1)",
-    ("cp_memory.agents.routing", "cp_memory.agents.routes._names"): "agents/ is being reworked (issue 33 item 1)",
-    ("cp_memory.engine.vllm", "cp_memory.engine.sglang._gpu_visible"): "engine/sglang.py is being reworked",
-    ("cp_memory.memory.shared_dedup", "cp_memory.core.dedup._check_turn"): "memory/shared_dedup.py: issue 34",
-    ("cp_memory.memory.shared_dedup", "cp_memory.core.dedup._renumbered"): "memory/shared_dedup.py: issue 34",
-}
+#: private names imported across modules, each with why it waits: empty since issue 33 (a shared piece is
+#: public in its owner module); an entry needs a reason and is refused once no longer needed
+PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def test_no_private_name_is_imported_across_modules():
@@ -301,15 +295,9 @@ def test_no_private_name_is_imported_across_modules():
     assert stale == [], f"PRIVATE_IMPORTS_ALLOWED lists imports that are gone: {stale}"
 
 
-#: public names (classes, functions) defined in more than one module, each with why (issue 33 item 2):
-#: nothing new joins; ``main`` (an entry point's conventional name) is exempt
-DEFINED_TWICE_ALLOWED = {
-    "Placement": "core.index (an aligned order) and agents.routes (a worker choice): agents/ is being reworked",
-    "Plan": "memory.pipeline (a search's plan) and gateway.flow (a request's plan): the gateway is being reworked",
-    "block_label": "core.annotations and agents.segment: agents/ is being reworked",
-    "drive": "each I/O-free flow has its own thin sync driver (memory.flow, agents.flow): different requests",
-    "adrive": "each I/O-free flow has its own thin async driver (memory.flow, agents.flow): different requests",
-}
+#: public names (classes, functions) defined in more than one module, each with why: empty since issue 33
+#: (one definition per name, distinct names for distinct things); ``main`` (an entry point's name) is exempt
+DEFINED_TWICE_ALLOWED: dict[str, str] = {}
 
 
 def test_one_definition_per_public_name():

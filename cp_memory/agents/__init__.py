@@ -15,7 +15,7 @@ from .config import ChainConfig
 from .flow import adrive, drive
 from .prompts import MANAGER_TEMPLATE, PRIOR_TURN_TEMPLATE, WORKER_TEMPLATE, manager_prompt, worker_prompt
 from .records import CallStats, ChainOfAgentsError, CoAPlan, CoAQuery, CoAResult, EngineCall
-from .routes import BalanceScope, Placement, Route, RouteReason, RouterStats, RoutingPolicy, WorkerStats
+from .routes import BalanceScope, PlacementPolicy, Route, RouteReason, RouterStats, RoutingPolicy, WorkerStats
 from .routing import AgentRouter
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
 
@@ -33,7 +33,7 @@ __all__ = [
     "CoAQuery",
     "CoAResult",
     "EngineCall",
-    "Placement",
+    "PlacementPolicy",
     "Route",
     "RouteReason",
     "RouterStats",

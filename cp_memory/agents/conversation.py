@@ -29,7 +29,7 @@ from cp_memory.core.dedup import Deduplicator, DedupResult
 from cp_memory.core.lru import LRUMap
 
 from .prompts import PRIOR_TURN_TEMPLATE
-from .segment import block_label
+from .segment import id_label
 
 __all__ = ["Conversations", "PlannedTurn"]
 
@@ -72,7 +72,7 @@ class Conversations:
             template = SAME_TURN_TEMPLATE if d.location.turn == turn else LOCATION_TEMPLATE
             notes.append(
                 location_annotation(
-                    d.block_id, label=block_label(d.block_id, label_template), turn=d.location.turn, template=template
+                    d.block_id, label=id_label(d.block_id, label_template), turn=d.location.turn, template=template
                 )
             )
         annotations = tuple(dict.fromkeys(notes))

@@ -1,5 +1,5 @@
 """Records and vocabularies of agent-aware routing: the policy, route reasons, placement modes, one route,
-per-worker and pool statistics (and the checks of a vocabulary value and of worker names).
+per-worker and pool statistics, a worker's counters and the check of worker names.
 
 The vocabularies are str-valued enums: a member *is* its string (``RouteReason.AFFINITY == "affinity"``,
 ``str()``/``format()``/JSON give ``"affinity"``), so results and benchmark outputs read as before and a
@@ -12,16 +12,17 @@ import collections
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 __all__ = [
     "BalanceScope",
-    "Placement",
+    "PlacementPolicy",
     "Route",
     "RouteReason",
     "RouterStats",
     "RoutingPolicy",
+    "WorkerCounters",
     "WorkerStats",
+    "worker_names",
 ]
 
 
@@ -35,19 +36,7 @@ class _StrEnum(str, enum.Enum):
         return str.__format__(str(self.value), format_spec)
 
 
-E = TypeVar("E", bound=_StrEnum)
-
-
-def _member(vocabulary: type[E], value: object, what: str) -> E:
-    """``value`` (a member or its string) as a member of ``vocabulary``; ValueError naming ``what``."""
-    try:
-        return vocabulary(value)
-    except ValueError:
-        allowed = " or ".join(repr(m.value) for m in vocabulary)
-        raise ValueError(f"{what} must be {allowed}, got {value!r}") from None
-
-
-def _names(clients: Sequence[object], names: Sequence[str] | None) -> list[str]:
+def worker_names(clients: Sequence[object], names: Sequence[str] | None) -> list[str]:
     """Worker names (default ``worker-0`` ...), one per client and distinct; ValueError otherwise."""
     if not clients:
         raise ValueError("an AgentRouter needs at least one worker client")
@@ -73,7 +62,7 @@ class RouteReason(_StrEnum):
     AFFINITY = "affinity"
     #: no worker's model holds it any more: back to the worker that held it last
     HOME = "home"
-    #: new content (placed by :class:`Placement`) or a request with nothing reusable
+    #: new content (placed by :class:`PlacementPolicy`) or a request with nothing reusable
     LEAST_LOADED = "least_loaded"
     #: the load safeguard overrode affinity
     BALANCE = "balance"
@@ -83,7 +72,7 @@ class RouteReason(_StrEnum):
     DEDICATED = "dedicated"
 
 
-class Placement(_StrEnum):
+class PlacementPolicy(_StrEnum):
     """Where new content goes: ``cache`` (room in a cache model, else the cache that took in the fewest
     tokens) or ``load`` (the least-loaded worker)."""
 
@@ -155,7 +144,7 @@ class RouterStats:
 
 
 @dataclass(slots=True)
-class _Counters:
+class WorkerCounters:
     """A worker's mutable counters (guarded by the router's lock)."""
 
     reasons: collections.Counter[RouteReason] = field(default_factory=collections.Counter)

@@ -42,20 +42,20 @@ import uuid
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from cp_memory.core.checks import member
 from cp_memory.core.engine_cache import EngineCache
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.lru import LRUMap
 
 from .routes import (
     BalanceScope,
-    Placement,
+    PlacementPolicy,
     Route,
     RouteReason,
     RouterStats,
     RoutingPolicy,
-    _Counters,
-    _member,
-    _names,
+    WorkerCounters,
+    worker_names,
 )
 from .worker_feeds import WorkerFeeds
 
@@ -85,7 +85,7 @@ class AgentRouter(Generic[ClientT]):
             ``"global"`` checks the pool's max and min load before anything else, exactly as SGLang's
             router does.
         min_match_tokens: shortest cached prefix worth following.
-        placement: where new content goes (:class:`Placement` or its string): ``"cache"`` (room in the
+        placement: where new content goes (:class:`PlacementPolicy` or its string): ``"cache"`` (room in the
             cache model, else the cache that took in the fewest tokens) or ``"load"`` (least loaded).
         max_homes: segments whose last worker is remembered (least recently used forgotten).
         feeds: per worker, its engine's KV-cache feed or None (see module doc): that worker's cache model
@@ -103,17 +103,17 @@ class AgentRouter(Generic[ClientT]):
         balance_rel_threshold: float = 1.5,
         balance_scope: BalanceScope | str = BalanceScope.TARGET,
         min_match_tokens: int = 1,
-        placement: Placement | str = Placement.CACHE,
+        placement: PlacementPolicy | str = PlacementPolicy.CACHE,
         max_homes: int = 100_000,
         feeds: Sequence[EngineCache | None] | None = None,
     ) -> None:
         clients = list(clients)
-        names = _names(clients, names)
+        names = worker_names(clients, names)
         self._feeds = WorkerFeeds(feeds, names)
         self.feeds = self._feeds.feeds
-        self.policy = _member(RoutingPolicy, policy, "policy")
-        self.balance_scope = _member(BalanceScope, balance_scope, "balance_scope")
-        self.placement = _member(Placement, placement, "placement")
+        self.policy = member(RoutingPolicy, policy, "policy")
+        self.balance_scope = member(BalanceScope, balance_scope, "balance_scope")
+        self.placement = member(PlacementPolicy, placement, "placement")
         if not isinstance(balance_abs_threshold, int) or balance_abs_threshold < 0:
             raise ValueError(f"balance_abs_threshold must be a non-negative int, got {balance_abs_threshold!r}")
         if not isinstance(balance_rel_threshold, (int, float)) or balance_rel_threshold < 1:
@@ -136,7 +136,7 @@ class AgentRouter(Generic[ClientT]):
         self._load = [0] * len(clients)
         # tokens written into each worker's cache so far (prefilled misses, prompt tails, generations)
         self._intake = [0] * len(clients)
-        self._counters = [_Counters() for _ in clients]
+        self._counters = [WorkerCounters() for _ in clients]
         self._rr = itertools.count()
         self._spread = itertools.count()
         self._lock = threading.Lock()
@@ -296,7 +296,7 @@ class AgentRouter(Generic[ClientT]):
             home = self._home(head)
             if home is not None and not self._imbalanced(load[home]):
                 return home, RouteReason.HOME
-            if self.placement is Placement.CACHE:
+            if self.placement is PlacementPolicy.CACHE:
                 return self._most_room(need), RouteReason.LEAST_LOADED
         return self._least_loaded(), RouteReason.LEAST_LOADED
 

@@ -35,7 +35,7 @@ from cp_memory.core.index import ContextIndex
 from cp_memory.core.lru import LRUMap
 from cp_memory.core.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
 
-__all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "block_label", "estimate_tokens", "render_segment"]
+__all__ = ["LABEL_TEMPLATE", "Segment", "Segmenter", "id_label", "estimate_tokens", "render_segment"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ BlockKey = tuple[Hashable, str]
 LABEL_TEMPLATE = "[Doc {id}]"
 
 
-def block_label(block_id: Hashable, template: str = LABEL_TEMPLATE) -> str:
+def id_label(block_id: Hashable, template: str = LABEL_TEMPLATE) -> str:
     """The label a segment shows for ``block_id`` (stable: derived from the id, never the position)."""
     return template.format(id=block_id)
 
@@ -59,7 +59,7 @@ def render_segment(
 ) -> str:
     """``[Doc <id>] <text>`` lines in the given order; text stripped and its control-token texts made
     inert (``special_tokens``), nothing else changed."""
-    return "\n".join(f"{block_label(b.id, template)} {special_tokens.neutralise(b.text.strip())}" for b in blocks)
+    return "\n".join(f"{id_label(b.id, template)} {special_tokens.neutralise(b.text.strip())}" for b in blocks)
 
 
 @dataclass(frozen=True, kw_only=True)

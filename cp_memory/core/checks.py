@@ -13,17 +13,21 @@ never an int here (``True`` is not a count), and a fraction is a finite number i
     ValueError: top_k must be an int >= 1, got True
     >>> one_of("late", "layout", ("append", "late"))
     'late'
+
+``member`` is :func:`one_of` for a vocabulary (an enum): it returns the member for the member or its value.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Collection
 from typing import TypeVar
 
-__all__ = ["fraction", "int_at_least", "int_in_range", "non_negative_int", "one_of", "positive_int"]
+__all__ = ["fraction", "int_at_least", "int_in_range", "member", "non_negative_int", "one_of", "positive_int"]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
 
 
 def int_at_least(value: object, name: str, low: int) -> int:
@@ -63,3 +67,13 @@ def one_of(value: T, name: str, choices: Collection[T]) -> T:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def member(vocabulary: type[E], value: object, name: str) -> E:
+    """``value`` (a member of ``vocabulary`` or its value) as the member, else a ``ValueError`` listing the
+    values: ``policy must be 'affinity' or 'round_robin', got 'x'``."""
+    try:
+        return vocabulary(value)
+    except ValueError:
+        allowed = " or ".join(repr(m.value) for m in vocabulary)
+        raise ValueError(f"{name} must be {allowed}, got {value!r}") from None

@@ -4,9 +4,9 @@
 (:class:`Mem0Search`, :class:`Mem0Admit` or :class:`Mem0Get`) and receives the answer (or the exception,
 thrown back in). With a shared state store (``state_store=``) it also yields the store's requests
 (:mod:`cp_memory.state.ops`: read, compare-and-set write, delete).
-:func:`drive` runs it against a sync mem0 and a sync store, :func:`adrive` against an async mem0 and an async
-store (redis.asyncio: the event loop runs other tasks while Redis answers or times out) — the two drivers are
-the only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMemory`` (httpx's way).
+:func:`drive_search` runs it against a sync mem0 and a sync store, :func:`adrive_search` against an async mem0
+and an async store (redis.asyncio: the event loop runs other tasks while Redis answers or times out) — the two
+drivers are the only code that differs between ``ContextPilotMemory`` and ``AsyncContextPilotMemory`` (httpx's way).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .calls import SearchCall
 from .filters import StoredCopy
 from .pipeline import Aligned, SearchPipeline
 
-__all__ = ["Mem0Admit", "Mem0Get", "Mem0Search", "adrive", "drive", "search_flow"]
+__all__ = ["Mem0Admit", "Mem0Get", "Mem0Search", "adrive_search", "drive_search", "search_flow"]
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def _answer(request: Request, search: Callable[..., Any], get: Callable[[Any], A
     raise TypeError(f"{type(request).__name__} is answered by the driver's store, and this flow has none")
 
 
-def drive(
+def drive_search(
     flow: Flow,
     search: Callable[..., Any],
     get: Callable[[Any], Any],
@@ -168,14 +168,15 @@ def drive(
         return stop.value
 
 
-async def adrive(
+async def adrive_search(
     flow: Flow,
     search: Callable[..., Awaitable[Any]],
     get: Callable[[Any], Awaitable[Any]],
     admit: Callable[[Sequence[str], Mapping[str, Any]], Awaitable[Any]] | None = None,
     store: AsyncStateStore | None = None,
 ) -> Any:
-    """Run ``flow`` with async mem0 calls and the shared store's async side: :func:`drive` with ``await``."""
+    """Run ``flow`` with async mem0 calls and the shared store's async side: :func:`drive_search` with
+    ``await``."""
     try:
         request = next(flow)
         while True:

@@ -44,7 +44,7 @@ from .state import ScopeState, ScopeStore
 from .turns import Turns
 from .types import ContextPilotInfo, RenderedBlock, SentMemory
 
-__all__ = ["Aligned", "DedupTurn", "Plan", "SearchPipeline", "Window"]
+__all__ = ["Aligned", "DedupTurn", "SearchPlan", "SearchPipeline", "Window"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,9 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Plan:
+class SearchPlan:
+    """What one search asks of mem0: the call, its conversation (None: no dedup), how many results to fetch."""
+
     call: SearchCall
     conversation: str | None
     fetch_k: int | None
@@ -62,7 +64,7 @@ class Plan:
 class Window:
     """mem0's results for one search, split into the blocks the prompt can use."""
 
-    plan: Plan
+    plan: SearchPlan
     response: Any
     results: list[Mapping[str, Any]]  # mem0's results, ids collapsed (rank = position)
     fresh: list[ContextBlock]  # the first top_k not-yet-sent blocks, mem0 order
@@ -116,10 +118,10 @@ class SearchPipeline:
             self.shared.deduplicator.done()
 
     # ------------------------------------------------------------------ 1. plan
-    def plan(self, call: SearchCall, conversation_id: Any) -> Plan:
+    def plan(self, call: SearchCall, conversation_id: Any) -> SearchPlan:
         return self.run(self.plan_op(call, conversation_id))
 
-    def plan_op(self, call: SearchCall, conversation_id: Any) -> Op[Plan]:
+    def plan_op(self, call: SearchCall, conversation_id: Any) -> Op[SearchPlan]:
         """The plan; with a shared store, the search's one read of the conversation's record."""
         conversation = None
         if self.config.dedup and call.scope is not None:
@@ -139,7 +141,7 @@ class SearchPipeline:
                 sent = self.deduplicator.sent_count(key)
             if call.top_k is not None:
                 fetch_k = call.top_k + min(sent, self.config.max_overfetch)
-        return Plan(call, conversation, fetch_k)
+        return SearchPlan(call, conversation, fetch_k)
 
     @staticmethod
     def _conversation_key(scope: Scope, conversation: str) -> tuple[Scope, str]:
@@ -155,7 +157,7 @@ class SearchPipeline:
         return new_k if new_k > plan.fetch_k else None
 
     # ------------------------------------------------------------------ 2. window
-    def window(self, plan: Plan, response: Any) -> Window | None:
+    def window(self, plan: SearchPlan, response: Any) -> Window | None:
         """Blocks of mem0's results; None when the response is not a result list (returned untouched)."""
         raw = results_of(response)
         if raw is None:
@@ -441,6 +443,6 @@ class SearchPipeline:
             logger.debug("dedup record changed during the search; left out %d memories beyond top_k", len(beyond))
             candidates = [b for b in candidates if b.id not in beyond]
 
-    def fallback(self, plan: Plan, response: Any, exc: BaseException | None) -> Any:
+    def fallback(self, plan: SearchPlan, response: Any, exc: BaseException | None) -> Any:
         """mem0's own order, plainly rendered, top_k honoured. Never raises."""
         return fallback_response(self.config, plan.call, plan.conversation, response, exc)

@@ -34,7 +34,7 @@ from ..state.ops import run
 from .admission import store_admission
 from .calls import SearchCall, hosted_call, local_call
 from .config import ContextPilotConfig
-from .flow import adrive, drive, search_flow
+from .flow import adrive_search, drive_search, search_flow
 from .pipeline import SearchPipeline
 from .proxy import (
     OWN_NAMES,
@@ -143,8 +143,8 @@ class _Wrapper(ForwardingProxy):
             self._cp_pipeline.shared,
         )
         if self._cp_async:  # the shared store's async side: the event loop never waits on it
-            return adrive(flow, search, get, admit, None if shared is None else shared.state.astore)
-        return drive(flow, search, get, admit, None if shared is None else shared.state.store)
+            return adrive_search(flow, search, get, admit, None if shared is None else shared.state.astore)
+        return drive_search(flow, search, get, admit, None if shared is None else shared.state.store)
 
     def _cp_forget_entities(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         named: dict[str, Any] = {}

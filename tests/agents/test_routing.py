@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from cp_memory.agents.routes import BalanceScope, Placement, RouteReason, RoutingPolicy
+from cp_memory.agents.routes import BalanceScope, PlacementPolicy, RouteReason, RoutingPolicy
 from cp_memory.agents.routing import AgentRouter
 
 
@@ -188,8 +188,12 @@ def test_target_scoped_safeguard_keeps_affinity_when_the_imbalance_is_elsewhere(
 
 
 def test_settings_take_the_vocabularies_or_their_strings():
-    r = router(2, policy=RoutingPolicy.AFFINITY, balance_scope="global", placement=Placement.LOAD)
-    assert (r.policy, r.balance_scope, r.placement) == (RoutingPolicy.AFFINITY, BalanceScope.GLOBAL, Placement.LOAD)
+    r = router(2, policy=RoutingPolicy.AFFINITY, balance_scope="global", placement=PlacementPolicy.LOAD)
+    assert (r.policy, r.balance_scope, r.placement) == (
+        RoutingPolicy.AFFINITY,
+        BalanceScope.GLOBAL,
+        PlacementPolicy.LOAD,
+    )
     assert r.stats().policy == "affinity"
     for bad in ({"placement": "fifo"}, {"policy": "random"}):
         (name,) = bad

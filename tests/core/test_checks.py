@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import math
 
 import pytest
 
-from cp_memory.core.checks import fraction, int_in_range, non_negative_int, one_of, positive_int
+from cp_memory.core.checks import fraction, int_in_range, member, non_negative_int, one_of, positive_int
 
 
 def test_a_count_is_an_int_and_never_a_bool() -> None:
@@ -37,6 +38,18 @@ def test_one_of_lists_the_choices() -> None:
     assert one_of("late", "layout", ("append", "late")) == "late"
     with pytest.raises(ValueError, match=r"layout must be one of \('append', 'late'\), got 'early'"):
         one_of("early", "layout", ("append", "late"))
+
+
+class Scope(str, enum.Enum):
+    TARGET = "target"
+    GLOBAL = "global"
+
+
+def test_a_vocabulary_takes_its_member_or_its_value() -> None:
+    assert member(Scope, "global", "balance_scope") is Scope.GLOBAL
+    assert member(Scope, Scope.TARGET, "balance_scope") is Scope.TARGET
+    with pytest.raises(ValueError, match=r"balance_scope must be 'target' or 'global', got 'pool'"):
+        member(Scope, "pool", "balance_scope")
 
 
 def test_the_settings_that_share_them_refuse_a_bool() -> None:
