@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from cp_memory.core.checks import member
+from cp_memory.core.checks import member, non_negative_int, positive_int
 from cp_memory.core.engine_cache import EngineCache
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.lru import LRUMap
@@ -114,12 +114,10 @@ class AgentRouter(Generic[ClientT]):
         self.policy = member(RoutingPolicy, policy, "policy")
         self.balance_scope = member(BalanceScope, balance_scope, "balance_scope")
         self.placement = member(PlacementPolicy, placement, "placement")
-        if not isinstance(balance_abs_threshold, int) or balance_abs_threshold < 0:
-            raise ValueError(f"balance_abs_threshold must be a non-negative int, got {balance_abs_threshold!r}")
+        non_negative_int(balance_abs_threshold, "balance_abs_threshold")
         if not isinstance(balance_rel_threshold, (int, float)) or balance_rel_threshold < 1:
             raise ValueError(f"balance_rel_threshold must be >= 1, got {balance_rel_threshold!r}")
-        if not isinstance(min_match_tokens, int) or min_match_tokens < 1:
-            raise ValueError(f"min_match_tokens must be a positive int, got {min_match_tokens!r}")
+        positive_int(min_match_tokens, "min_match_tokens")
         self._clients = tuple(clients)
         self.names = tuple(names)
         self.capacity_tokens = capacity_tokens
@@ -243,8 +241,7 @@ class AgentRouter(Generic[ClientT]):
         lens = [1] * len(keys) if token_lens is None else list(token_lens)
         if len(lens) != len(keys):
             raise ValueError(f"got {len(lens)} token_lens for {len(keys)} keys")
-        if not isinstance(tail_tokens, int) or tail_tokens < 0:
-            raise ValueError(f"tail_tokens must be a non-negative int, got {tail_tokens!r}")
+        non_negative_int(tail_tokens, "tail_tokens")
         return [(i, k) for i, k in enumerate(keys)], lens
 
     def _record(

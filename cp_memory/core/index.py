@@ -28,6 +28,7 @@ from typing import Any
 from .alignment import DEFAULT_TAIL_ORDER, TAIL_ORDERS, Alignment, TailOrder, align_request
 from .alignment_mode import AlignmentMode
 from .blocks import check_block_ids
+from .checks import non_negative_int, one_of, positive_int
 from .clustering import DEFAULT_LINKAGE, LINKAGES, Linkage, cluster_orders
 from .distance import DEFAULT_ALPHA
 from .index_snapshot import MAX_SNAPSHOT_BYTES, OPTION_NAMES, dump, load, restore_options
@@ -131,16 +132,12 @@ class ContextIndex:
         if not _number(alpha) or alpha < 0:
             raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
         self.mode = AlignmentMode.resolve(mode, extra_budget, swap_budget, protect)
-        if capacity_tokens is not None and (
-            not isinstance(capacity_tokens, int) or isinstance(capacity_tokens, bool) or capacity_tokens <= 0
-        ):
-            raise ValueError(f"capacity_tokens must be a positive int or None, got {capacity_tokens!r}")
+        if capacity_tokens is not None:
+            positive_int(capacity_tokens, "capacity_tokens")
         if token_len is not None and not callable(token_len):
             raise TypeError("token_len must be callable (block id -> token count)")
-        if tail_order not in TAIL_ORDERS:
-            raise ValueError(f"tail_order must be one of {TAIL_ORDERS}, got {tail_order!r}")
-        if linkage not in LINKAGES:
-            raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
+        one_of(tail_order, "tail_order", TAIL_ORDERS)
+        one_of(linkage, "linkage", LINKAGES)
         self.alpha = float(alpha)
         self.capacity_tokens = capacity_tokens
         self.token_len = token_len
@@ -212,9 +209,8 @@ class ContextIndex:
             lens = list(token_lens)
             if len(lens) != len(ids):
                 raise ValueError(f"token_lens has {len(lens)} entries for {len(ids)} blocks")
-            bad = [t for t in lens if not isinstance(t, int) or isinstance(t, bool) or t < 0]
-            if bad:
-                raise ValueError(f"token_lens must be non-negative ints, got {bad[0]!r}")
+            for i, t in enumerate(lens):
+                non_negative_int(t, f"token_lens[{i}]")
         ids_kept, dups = _dedup_ids(ids)
         with self._changing():
             rid = self._check_request_id(request_id)
@@ -254,10 +250,7 @@ class ContextIndex:
         if block in given:
             return given[block]
         if self.token_len is not None:
-            n = self.token_len(block)
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"token_len({block!r}) returned {n!r}; expected a non-negative int")
-            return n
+            return non_negative_int(self.token_len(block), f"token_len({block!r})")
         return 1
 
     def _check_request_id(self, request_id: Hashable | None) -> Hashable:
@@ -292,8 +285,7 @@ class ContextIndex:
     def trim(self, max_requests: int) -> list[Hashable]:
         """Evict the earliest inserted live requests until at most ``max_requests`` are left (the owner's bound
         on live requests, e.g. the mem0 wrapper's ``max_requests_per_scope``); returns them, oldest first."""
-        if not isinstance(max_requests, int) or isinstance(max_requests, bool) or max_requests < 0:
-            raise ValueError(f"max_requests must be a non-negative int, got {max_requests!r}")
+        non_negative_int(max_requests, "max_requests")
         with self._changing():
             over = len(self._live.requests) - max_requests
             oldest = list(itertools.islice(self._live.requests, over)) if over > 0 else []

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.checks import positive_int
 from .kv_wire import (
     MAX_BLOCK_SIZE,
     MAX_EVENTS_PER_BATCH,
@@ -135,9 +136,8 @@ def _check_feed_args(
     timeout_ok = isinstance(replay_timeout_s, (int, float)) and not isinstance(replay_timeout_s, bool)
     if not timeout_ok or not replay_timeout_s > 0:
         raise ValueError(f"replay_timeout_s must be a positive number, got {replay_timeout_s!r}")
-    for name, value in (("max_message_bytes", max_message_bytes), ("max_events", max_events)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    positive_int(max_message_bytes, "max_message_bytes")
+    positive_int(max_events, "max_events")
     _check_endpoint(endpoint)
     if replay_endpoint is not None:
         _check_endpoint(replay_endpoint)

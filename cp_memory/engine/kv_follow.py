@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from ..core.checks import non_negative_int, positive_int
 from ..core.index import ContextIndex
 from .kv_events import KVEventFeed
 from .kv_sync import KVCacheSync
@@ -94,10 +95,8 @@ class EngineCacheFeed:
     ) -> None:
         if not callable(tokenize):
             raise TypeError(f"tokenize must be callable (text -> token ids), got {type(tokenize).__name__}")
-        if not isinstance(edge_tokens, int) or isinstance(edge_tokens, bool) or edge_tokens < 0:
-            raise ValueError(f"edge_tokens must be a non-negative int, got {edge_tokens!r}")
-        if not isinstance(max_queue, int) or max_queue < 1:
-            raise ValueError(f"max_queue must be a positive int, got {max_queue!r}")
+        non_negative_int(edge_tokens, "edge_tokens")
+        positive_int(max_queue, "max_queue")
         if sync is not None and engine_blocks is not None:
             raise ValueError("give engine_blocks to the KVCacheSync passed as sync, not to the feed")
         self.sync = sync if sync is not None else KVCacheSync(engine_blocks=engine_blocks)

@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from ..core.checks import positive_int
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 __all__ = ["DEFAULT_MAX_BLOCKS", "ENGINE_BLOCKS_FACTOR", "BlockMirror", "Lookup", "Presence"]
@@ -67,10 +68,9 @@ class BlockMirror:
     def __init__(
         self, *, block_size: int | None = None, tombstones: int = 65_536, max_blocks: int = DEFAULT_MAX_BLOCKS
     ) -> None:
-        if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
-            raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
-        if not isinstance(max_blocks, int) or isinstance(max_blocks, bool) or max_blocks < 1:
-            raise ValueError(f"max_blocks must be a positive int, got {max_blocks!r}")
+        if block_size is not None:
+            positive_int(block_size, "block_size")
+        positive_int(max_blocks, "max_blocks")
         self.block_size = block_size  # learned from the first BlockStored with blocks when None
         self.medium: str | None = None
         self.max_blocks = max_blocks

@@ -44,6 +44,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..core.checks import positive_int
 from ..core.index import ContextIndex
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent
 from .kv_mirror import DEFAULT_MAX_BLOCKS, ENGINE_BLOCKS_FACTOR, BlockMirror, Presence
@@ -100,14 +101,10 @@ class KVCacheSync:
         max_tracked: int = 100_000,
         engine_blocks: int | None = None,
     ) -> None:
-        if not isinstance(pending_batches, int) or pending_batches < 1:
-            raise ValueError(f"pending_batches must be a positive int, got {pending_batches!r}")
-        if not isinstance(max_tracked, int) or max_tracked < 1:
-            raise ValueError(f"max_tracked must be a positive int, got {max_tracked!r}")
-        if engine_blocks is not None and (
-            not isinstance(engine_blocks, int) or isinstance(engine_blocks, bool) or engine_blocks < 1
-        ):
-            raise ValueError(f"engine_blocks must be a positive int or None, got {engine_blocks!r}")
+        positive_int(pending_batches, "pending_batches")
+        positive_int(max_tracked, "max_tracked")
+        if engine_blocks is not None:
+            positive_int(engine_blocks, "engine_blocks")
         cap = DEFAULT_MAX_BLOCKS if engine_blocks is None else ENGINE_BLOCKS_FACTOR * engine_blocks
         self.mirror = BlockMirror(block_size=block_size, max_blocks=cap)
         self.pending_batches = pending_batches

@@ -136,6 +136,16 @@ def test_bad_options(kwargs):
         ContextIndex(**kwargs)
 
 
+def test_token_counts_are_ints_never_bools():
+    """The index's token counts share cp_memory.core.checks: the entry and the argument are named."""
+    with pytest.raises(ValueError, match="capacity_tokens must be an int >= 1, got True"):
+        ContextIndex(capacity_tokens=True)
+    with pytest.raises(ValueError, match=r"token_lens\[1\] must be an int >= 0, got -3"):
+        ContextIndex().insert(["a", "b"], token_lens=[2, -3])
+    with pytest.raises(ValueError, match=r"token_len\('a'\) must be an int >= 0, got 1.5"):
+        ContextIndex(capacity_tokens=10, token_len=lambda b: 1.5).insert(["a"])
+
+
 def test_any_hashable_ids_and_snapshot_round_trip():
     index = ContextIndex(capacity_tokens=10_000, extra_budget=0.1)
     ids = ["m1", 7, ("m2", "abc"), b"raw", 2.5, True]

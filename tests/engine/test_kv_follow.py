@@ -173,6 +173,8 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize="not callable")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="edge_tokens"):
         EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize=len, edge_tokens=-1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_queue must be an int >= 1, got True"):
+        EngineCacheFeed(f"ipc://{tmp_path}/kv", tokenize=len, max_queue=True)
 
 
 def test_one_flush_empties_the_engine_and_every_index_following_it(engine: BlockEngine, feed) -> None:

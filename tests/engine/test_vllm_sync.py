@@ -235,6 +235,12 @@ def test_bad_arguments_are_refused() -> None:
         KVCacheSync(pending_batches=0)
     with pytest.raises(ValueError, match="block_size"):
         BlockMirror(block_size=0)
+    # a count is an int and never a bool (cp_memory.core.checks): True was taken as 1 before
+    for bad in ({"pending_batches": True}, {"max_tracked": True}, {"engine_blocks": False}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be an int >= 1, got"):
+            KVCacheSync(**bad)
+    with pytest.raises(ValueError, match="block_size must be an int >= 1, got True"):
+        BlockMirror(block_size=True)
 
 
 # ---------------------------------------------------------------------------------------------
