@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cp_memory.core.blocks import ContextBlock, text_digest
+from cp_memory.core.checks import positive_int
 from cp_memory.core.dedup import Deduplicator
 
 from .config import ChainConfig, config_fields
@@ -391,5 +392,4 @@ class ChainOfAgents:
 
 
 def _check_concurrency(max_concurrency: int) -> None:
-    if not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+    positive_int(max_concurrency, "max_concurrency")

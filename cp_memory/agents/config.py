@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from cp_memory.core.checks import positive_int
+
 from .prompts import MANAGER_TEMPLATE, WORKER_TEMPLATE, check_worker_template
 
 __all__ = ["ChainConfig", "config_fields"]
@@ -57,9 +59,7 @@ class ChainConfig:
 
     def __post_init__(self) -> None:
         for name in ("segment_tokens", "worker_max_tokens", "manager_max_tokens", "max_conversations"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            positive_int(getattr(self, name), name)
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)):
             raise TypeError(f"temperature must be a number, got {self.temperature!r}")
         for name in ("worker_template", "manager_template"):

@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from cp_memory.core.blocks import ContextBlock, estimate_tokens
+from cp_memory.core.checks import non_negative_int, positive_int
 from cp_memory.core.index import ContextIndex
 from cp_memory.core.lru import LRUMap
 from cp_memory.core.special_tokens import DEFAULT_SPECIAL_TOKENS, SpecialTokens
@@ -123,10 +124,8 @@ class Segmenter:
         label_template: str = LABEL_TEMPLATE,
         special_tokens: SpecialTokens = DEFAULT_SPECIAL_TOKENS,
     ) -> None:
-        if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
-            raise ValueError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
-        if not isinstance(max_segments, int) or max_segments < 1:
-            raise ValueError(f"max_segments must be a positive int, got {max_segments!r}")
+        positive_int(budget_tokens, "budget_tokens")
+        positive_int(max_segments, "max_segments")
         if token_len is not None and not callable(token_len):
             raise TypeError("token_len must be callable (text -> token count)")
         if "{id}" not in label_template:
@@ -151,10 +150,7 @@ class Segmenter:
     def block_tokens(self, block: ContextBlock) -> int:
         if block.tokens is not None:
             return block.tokens
-        n = self.token_len(block.text)
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"token_len returned {n!r} for block {block.id!r}; expected a non-negative int")
-        return n
+        return non_negative_int(self.token_len(block.text), f"token_len of block {block.id!r}")
 
     def split(self, blocks: Sequence[ContextBlock]) -> tuple[Segment, ...]:
         """Pack ``blocks`` into segments; every distinct block lands in exactly one segment."""

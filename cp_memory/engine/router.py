@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..core.checks import non_negative_int
 from ._server import ManagedServer, ServerStartError, free_port
 
 if TYPE_CHECKING:
@@ -167,8 +168,8 @@ class SGLangRouter(ManagedServer):
             ("max_tree_size", max_tree_size),
             ("request_timeout_s", request_timeout_s),
         ):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+            if value is not None:
+                non_negative_int(value, name)
         if balance_rel_threshold is not None and balance_rel_threshold < 1.0:
             raise ValueError(f"balance_rel_threshold must be >= 1, got {balance_rel_threshold!r}")
         self.policy: RouterPolicy = policy
