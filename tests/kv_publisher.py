@@ -32,9 +32,21 @@ from typing import Any
 import msgspec
 import zmq
 
-__all__ = ["BlockEngine", "eventually"]
+from cp_memory.engine import EngineCacheFeed
+
+__all__ = ["BlockEngine", "eventually", "following"]
 
 _TOKEN = re.compile(r"\w+|[^\w\s]|\n")
+
+
+def following(engine: BlockEngine, **kwargs: Any) -> EngineCacheFeed:
+    """An :class:`~cp_memory.engine.EngineCacheFeed` (``kwargs``: its options) started on ``engine`` and live:
+    subscribed, and past the engine's first step (sequence 0), so it has seen everything. The caller stops it."""
+    feed = EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize, **kwargs).start()
+    engine.wait_subscribed()
+    engine.publish([])  # the engine's first step (sequence 0): the feed has seen everything
+    eventually(lambda: feed.live, "the feed to go live")
+    return feed
 
 
 def eventually(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:

@@ -20,7 +20,7 @@ from cp_memory.agents.routes import RouteReason
 from cp_memory.agents.routing import AgentRouter
 from cp_memory.core.index import ContextIndex
 from cp_memory.engine import EngineCacheFeed
-from tests.kv_publisher import BlockEngine, eventually
+from tests.kv_publisher import BlockEngine, eventually, following
 
 DOCS = {
     "a": "[Doc 1] The lighthouse keeper logged every passing ship in a green ledger .",
@@ -43,13 +43,7 @@ def pool(tmp_path: Path) -> Iterator[tuple[list[BlockEngine], list[EngineCacheFe
     for i in range(2):
         (tmp_path / f"w{i}").mkdir()
     engines = [BlockEngine(tmp_path / f"w{i}", block_size=4, num_blocks=256) for i in range(2)]
-    feeds = []
-    for e in engines:
-        f = EngineCacheFeed(e.endpoint, tokenize=e.tokenize).start()
-        e.wait_subscribed()
-        e.publish([])  # each engine's first step: its feed has seen everything
-        eventually(lambda f=f: f.live, "the feed to go live")
-        feeds.append(f)
+    feeds = [following(e) for e in engines]
     yield engines, feeds
     for f in feeds:
         f.stop()

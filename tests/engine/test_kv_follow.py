@@ -21,7 +21,7 @@ require_kv_events()
 from cp_memory.core.engine_cache import EngineCache
 from cp_memory.core.index import ContextIndex
 from cp_memory.engine import EngineCacheFeed
-from tests.kv_publisher import BlockEngine, eventually
+from tests.kv_publisher import BlockEngine, eventually, following
 
 SYSTEM = "You are a helpful assistant . Answer from the context ."
 SECTION = "[Doc 1] Alice moved to Lisbon in 2023 .\n[Doc 2] Alice works as a nurse at the city hospital ."
@@ -38,11 +38,9 @@ def engine(tmp_path: Path) -> Iterator[BlockEngine]:
 
 @pytest.fixture()
 def feed(engine: BlockEngine) -> Iterator[EngineCacheFeed]:
-    with EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize) as f:
-        engine.wait_subscribed()
-        engine.publish([])  # the engine's first step (sequence 0): the feed has seen everything
-        eventually(lambda: f.live, "the feed to go live")
-        yield f
+    f = following(engine)
+    yield f
+    f.stop()
 
 
 def sent(engine: BlockEngine, feed: EngineCacheFeed, index: ContextIndex, rid: str, prompt: str = PROMPT) -> None:
@@ -141,10 +139,7 @@ def test_a_restarted_engine_is_followed_again(tmp_path: Path, engine, feed) -> N
 
 
 def test_stopping_the_feed_hands_the_index_back(engine: BlockEngine, tmp_path: Path) -> None:
-    f = EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize).start()
-    engine.wait_subscribed()
-    engine.publish([])
-    eventually(lambda: f.live, "the feed to go live")
+    f = following(engine)
     index = capacity_index(f)
     f.stop()
     assert not f.live and index.request_ids() == ["r2"]

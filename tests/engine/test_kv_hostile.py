@@ -33,7 +33,7 @@ from cp_memory.engine.kv_events import (  # noqa: E402
     decode_batch,
 )
 from cp_memory.engine.kv_mirror import Presence  # noqa: E402
-from tests.kv_publisher import BlockEngine, eventually  # noqa: E402
+from tests.kv_publisher import BlockEngine, eventually, following  # noqa: E402
 
 SYSTEM = "You are a helpful assistant . Answer from the context ."
 SECTION = "[Doc 1] Alice moved to Lisbon in 2023 .\n[Doc 2] Alice works as a nurse at the city hospital ."
@@ -56,14 +56,6 @@ def engine(tmp_path: Path) -> Iterator[BlockEngine]:
     yield e
     if not e.sock.closed:
         e.close()
-
-
-def following(engine: BlockEngine, **kwargs: Any) -> EngineCacheFeed:
-    feed = EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize, **kwargs).start()
-    engine.wait_subscribed()
-    engine.publish([])  # the engine's first step (sequence 0): the feed has seen everything
-    eventually(lambda: feed.live, "the feed to go live")
-    return feed
 
 
 @pytest.fixture()

@@ -22,7 +22,7 @@ import msgspec  # noqa: E402
 from cp_memory.core.index import ContextIndex  # noqa: E402
 from cp_memory.engine import EngineCacheFeed  # noqa: E402
 from cp_memory.engine.kv_events import MAX_REPLAY_MESSAGES  # noqa: E402
-from tests.kv_publisher import BlockEngine, eventually  # noqa: E402
+from tests.kv_publisher import BlockEngine, eventually, following  # noqa: E402
 
 SECTION = "[Doc 1] Alice moved to Lisbon in 2023 .\n[Doc 2] Alice works as a nurse at the city hospital ."
 PROMPT = f"You are a helpful assistant .\nContext:\n{SECTION}\n\nQuestion: Where does Alice live ?\nAnswer:"
@@ -33,15 +33,6 @@ def engine(tmp_path: Path) -> Iterator[BlockEngine]:
     e = BlockEngine(tmp_path, block_size=4, num_blocks=64, replay=True)
     yield e
     e.close()
-
-
-def following(engine: BlockEngine, replay: bool) -> EngineCacheFeed:
-    endpoint = engine.replay_endpoint if replay else None
-    feed = EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize, replay_endpoint=endpoint).start()
-    engine.wait_subscribed()
-    engine.publish([])  # sequence 0: the feed has seen everything
-    eventually(lambda: feed.live, "the feed to go live")
-    return feed
 
 
 def served_and_tracked(engine: BlockEngine, feed: EngineCacheFeed) -> ContextIndex:
@@ -55,7 +46,7 @@ def served_and_tracked(engine: BlockEngine, feed: EngineCacheFeed) -> ContextInd
 
 
 def test_a_dropped_removal_is_recovered_by_replay_and_still_evicts(engine: BlockEngine) -> None:
-    feed = following(engine, replay=True)
+    feed = following(engine, replay_endpoint=engine.replay_endpoint)
     try:
         index = served_and_tracked(engine, feed)
         engine.losing = 1
@@ -70,7 +61,7 @@ def test_a_dropped_removal_is_recovered_by_replay_and_still_evicts(engine: Block
 
 
 def test_without_a_replay_socket_a_gap_puts_the_index_back_on_its_capacity_model(engine: BlockEngine) -> None:
-    feed = following(engine, replay=False)
+    feed = following(engine)
     try:
         index = served_and_tracked(engine, feed)
         engine.losing = 1
@@ -83,7 +74,7 @@ def test_without_a_replay_socket_a_gap_puts_the_index_back_on_its_capacity_model
 
 
 def test_a_replay_that_no_longer_holds_the_lost_message_gives_up(engine: BlockEngine) -> None:
-    feed = following(engine, replay=True)
+    feed = following(engine, replay_endpoint=engine.replay_endpoint)
     try:
         served_and_tracked(engine, feed)
         engine.losing = 1
@@ -97,7 +88,7 @@ def test_a_replay_that_no_longer_holds_the_lost_message_gives_up(engine: BlockEn
 
 
 def test_a_forged_jump_ahead_is_not_asked_of_the_replay_socket(engine: BlockEngine) -> None:
-    feed = following(engine, replay=True)
+    feed = following(engine, replay_endpoint=engine.replay_endpoint)
     try:
         engine.raw(msgspec.msgpack.encode([1.5, [], 0]), seq=MAX_REPLAY_MESSAGES + 5)
         eventually(lambda: not feed.live, "the jump to be reported")

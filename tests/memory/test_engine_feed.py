@@ -27,7 +27,7 @@ from cp_memory.core.render import build_prompt  # noqa: E402
 from cp_memory.embedded import default_memory  # noqa: E402
 from cp_memory.engine import EngineCacheFeed  # noqa: E402
 from cp_memory.memory import AsyncContextPilotMemory, ContextPilotMemory  # noqa: E402
-from tests.kv_publisher import BlockEngine, eventually  # noqa: E402
+from tests.kv_publisher import BlockEngine, eventually, following  # noqa: E402
 
 pytestmark = pytest.mark.mem0
 
@@ -61,11 +61,9 @@ def engine(tmp_path: Path) -> Iterator[BlockEngine]:
 
 @pytest.fixture()
 def feed(engine: BlockEngine) -> Iterator[EngineCacheFeed]:
-    with EngineCacheFeed(engine.endpoint, tokenize=engine.tokenize) as f:
-        engine.wait_subscribed()
-        engine.publish([])  # the engine's first step (sequence 0): the feed has seen everything
-        eventually(lambda: f.live, "the feed to go live")
-        yield f
+    f = following(engine)
+    yield f
+    f.stop()
 
 
 def watched(feed: EngineCacheFeed, n: int) -> None:
