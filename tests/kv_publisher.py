@@ -177,8 +177,16 @@ class BlockEngine:
             if self.sock.recv()[:1] == b"\x01":
                 return
 
+    def __enter__(self) -> BlockEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        """The engine dies: its socket goes away (the subscriber sees the disconnection)."""
+        """The engine dies: its socket goes away (the subscriber sees the disconnection); again: nothing."""
+        if self.sock.closed:
+            return
         if self._replayer is not None:
             self._replaying.clear()
             self._replayer.join(10)

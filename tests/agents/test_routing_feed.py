@@ -48,8 +48,7 @@ def pool(tmp_path: Path) -> Iterator[tuple[list[BlockEngine], list[EngineCacheFe
     for f in feeds:
         f.stop()
     for e in engines:
-        if not e.sock.closed:
-            e.close()
+        e.close()
 
 
 def test_a_worker_model_follows_the_evictions_of_its_engine(pool) -> None:

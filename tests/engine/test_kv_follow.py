@@ -30,17 +30,14 @@ PROMPT = f"{SYSTEM}\nContext:\n{SECTION}\n\nQuestion: Where does Alice live ?\nA
 
 @pytest.fixture()
 def engine(tmp_path: Path) -> Iterator[BlockEngine]:
-    e = BlockEngine(tmp_path, block_size=4, num_blocks=64)
-    yield e
-    if not e.sock.closed:
-        e.close()
+    with BlockEngine(tmp_path, block_size=4, num_blocks=64) as e:
+        yield e
 
 
 @pytest.fixture()
 def feed(engine: BlockEngine) -> Iterator[EngineCacheFeed]:
-    f = following(engine)
-    yield f
-    f.stop()
+    with following(engine) as f:
+        yield f
 
 
 def sent(engine: BlockEngine, feed: EngineCacheFeed, index: ContextIndex, rid: str, prompt: str = PROMPT) -> None:

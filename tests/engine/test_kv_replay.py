@@ -30,9 +30,8 @@ PROMPT = f"You are a helpful assistant .\nContext:\n{SECTION}\n\nQuestion: Where
 
 @pytest.fixture()
 def engine(tmp_path: Path) -> Iterator[BlockEngine]:
-    e = BlockEngine(tmp_path, block_size=4, num_blocks=64, replay=True)
-    yield e
-    e.close()
+    with BlockEngine(tmp_path, block_size=4, num_blocks=64, replay=True) as e:
+        yield e
 
 
 def served_and_tracked(engine: BlockEngine, feed: EngineCacheFeed) -> ContextIndex:

@@ -53,17 +53,14 @@ def dana(mem: Any) -> Iterator[Any]:
 
 @pytest.fixture()
 def engine(tmp_path: Path) -> Iterator[BlockEngine]:
-    e = BlockEngine(tmp_path, block_size=4, num_blocks=256)
-    yield e
-    if not e.sock.closed:
-        e.close()
+    with BlockEngine(tmp_path, block_size=4, num_blocks=256) as e:
+        yield e
 
 
 @pytest.fixture()
 def feed(engine: BlockEngine) -> Iterator[EngineCacheFeed]:
-    f = following(engine)
-    yield f
-    f.stop()
+    with following(engine) as f:
+        yield f
 
 
 def watched(feed: EngineCacheFeed, n: int) -> None:
