@@ -19,15 +19,18 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "GGUFShape",
     "RandomModelSpec",
     "cache_dir",
     "random_model_path",
     "smollm2_model_path",
+    "tokenizer_keys",
+    "write_random_gguf",
 ]
 
 #: bump when the generated file layout changes, so stale cached files are not reused
@@ -146,69 +149,154 @@ def _import_gguf() -> Any:
     return gguf
 
 
-def _copy_tokenizer(reader: Any, writer: Any, gguf: Any) -> int:
-    """Copy every ``tokenizer.*`` key; return the vocabulary size."""
-    n_vocab = 0
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        sub_type = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        writer.add_key_value(key, value, vtype, sub_type)
-        if key == "tokenizer.ggml.tokens":
-            n_vocab = len(value)
-    if n_vocab == 0:
-        raise ValueError("tokenizer source GGUF has no tokenizer.ggml.tokens")
-    return n_vocab
+@dataclass(frozen=True)
+class GGUFShape:
+    """What :func:`write_random_gguf` writes: llama.cpp's ``llama`` or ``qwen3`` architecture (``qwen3`` adds a
+    per-head q/k RMSNorm and states its head size; ``llama`` derives it from the widths)."""
+
+    arch: Literal["llama", "qwen3"]
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    context_length: int
+    rope_base: float
+    rms_eps: float
 
 
-def _write_random_gguf(path: Path, spec: RandomModelSpec, source: Path) -> None:
-    import numpy as np
+#: a tokenizer as GGUF metadata: ``tokenizer.*`` key -> (value, value type, array item type or None), the
+#: types as ``gguf.GGUFValueType`` numbers
+TokenizerKeys = dict[str, tuple[Any, int, "int | None"]]
 
+
+def tokenizer_keys(source: str | os.PathLike[str]) -> TokenizerKeys:
+    """Every ``tokenizer.*`` key of the GGUF ``source`` (vocabulary, merges, special tokens, chat template)."""
     gguf = _import_gguf()
-    reader = gguf.GGUFReader(str(source))
-    writer = gguf.GGUFWriter(str(path), "llama")
-    n_vocab = _copy_tokenizer(reader, writer, gguf)
+    keys: TokenizerKeys = {}
+    for key, field in gguf.GGUFReader(str(source)).fields.items():
+        if key.startswith("tokenizer."):
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            keys[key] = (field.contents(), int(vtype), None if sub is None else int(sub))
+    if "tokenizer.ggml.tokens" not in keys:
+        raise ValueError(f"tokenizer source GGUF {os.fspath(source)!r} has no tokenizer.ggml.tokens")
+    return keys
 
-    writer.add_name(f"cp_memory random llama {spec.slug()}")
-    writer.add_description("Random weights for cache/latency tests; tokenizer copied from " + source.name)
-    writer.add_block_count(spec.n_layer)
-    writer.add_context_length(spec.context_length)
-    writer.add_embedding_length(spec.n_embd)
-    writer.add_feed_forward_length(spec.n_ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head_kv)
-    writer.add_rope_dimension_count(spec.head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
+
+def _metadata(writer: Any, gguf: Any, shape: GGUFShape, n_vocab: int) -> None:
+    writer.add_block_count(shape.n_layer)
+    writer.add_context_length(shape.context_length)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    if shape.arch == "llama":
+        writer.add_rope_dimension_count(shape.head_dim)
+    else:
+        writer.add_key_length(shape.head_dim)
+        writer.add_value_length(shape.head_dim)
+    writer.add_rope_freq_base(shape.rope_base)
+    writer.add_layer_norm_rms_eps(shape.rms_eps)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
-    rng = np.random.default_rng(spec.seed)
 
-    def weight(rows: int, cols: int) -> Any:
-        # numpy (rows, cols) is GGUF ne = [cols, rows]: cols is the input dimension
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+def _tensors(shape: GGUFShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, numpy dims, is a weight) in file order; numpy (rows, cols) is GGUF ne ``[cols, rows]``. A norm
+    weight is float32 ones, a weight float16 random values."""
+    d, hd = shape.n_embd, shape.head_dim
+    out = [("token_embd.weight", (n_vocab, d), True), ("output_norm.weight", (d,), False)]
+    for i in range(shape.n_layer):
+        b = f"blk.{i}."
+        out += [
+            (b + "attn_norm.weight", (d,), False),
+            (b + "attn_q.weight", (shape.n_head * hd, d), True),
+            (b + "attn_k.weight", (shape.n_head_kv * hd, d), True),
+            (b + "attn_v.weight", (shape.n_head_kv * hd, d), True),
+            (b + "attn_output.weight", (d, shape.n_head * hd), True),
+        ]
+        if shape.arch == "qwen3":
+            out += [(b + "attn_q_norm.weight", (hd,), False), (b + "attn_k_norm.weight", (hd,), False)]
+        out += [
+            (b + "ffn_norm.weight", (d,), False),
+            (b + "ffn_gate.weight", (shape.n_ff, d), True),
+            (b + "ffn_up.weight", (shape.n_ff, d), True),
+            (b + "ffn_down.weight", (d, shape.n_ff), True),
+        ]
+    return out
 
-    def ones(n: int) -> Any:
-        return np.ones(n, dtype=np.float32)
 
-    d, hd = spec.n_embd, spec.head_dim
-    writer.add_tensor("token_embd.weight", weight(n_vocab, d))
-    writer.add_tensor("output_norm.weight", ones(d))
-    for i in range(spec.n_layer):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", ones(d))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(spec.n_head * hd, d))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(spec.n_head_kv * hd, d))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(spec.n_head_kv * hd, d))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(d, spec.n_head * hd))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones(d))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(spec.n_ff, d))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(spec.n_ff, d))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(d, spec.n_ff))
+def write_random_gguf(
+    path: str | os.PathLike[str],
+    shape: GGUFShape,
+    tokenizer: TokenizerKeys,
+    *,
+    name: str,
+    description: str | None = None,
+    seed: int = 0,
+    tiled: bool = False,
+) -> tuple[int, int]:
+    """Write a random-weight GGUF of ``shape`` with ``tokenizer``'s keys; returns (parameters, bytes).
 
+    Tensors are streamed (memory stays at one tensor). A weight is drawn from ``seed``'s generator, one
+    tensor after another (the llama test model), or, with ``tiled``, tiled from one block of random values
+    at a different phase per tensor (billions of parameters at disk speed: the GPU run's model)."""
+    import numpy as np
+
+    gguf = _import_gguf()
+    writer = gguf.GGUFWriter(os.fspath(path), shape.arch)
+    for key, (value, vtype, sub) in tokenizer.items():
+        writer.add_key_value(key, value, gguf.GGUFValueType(vtype), None if sub is None else gguf.GGUFValueType(sub))
+    n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
+    writer.add_name(name)
+    if description is not None:
+        writer.add_description(description)
+    _metadata(writer, gguf, shape, n_vocab)
+    tensors = _tensors(shape, n_vocab)
+    for tensor, dims, weight in tensors:
+        dtype = np.dtype(np.float16 if weight else np.float32)
+        writer.add_tensor_info(tensor, dims, dtype, int(np.prod(dims)) * dtype.itemsize)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    block = (rng.standard_normal(1 << 20, dtype=np.float32) * 0.02).astype(np.float16) if tiled else None
+    params = nbytes = 0
+    data: Any
+    for i, (_tensor, dims, weight) in enumerate(tensors):
+        if not weight:
+            data = np.ones(dims, dtype=np.float32)
+        elif block is not None:
+            data = np.resize(np.roll(block, -((i * 7919) % block.size)), int(np.prod(dims))).reshape(dims)
+        else:
+            data = (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float16)
+        writer.write_tensor_data(data)
+        params, nbytes = params + data.size, nbytes + data.nbytes
     writer.close()
+    return params, nbytes
+
+
+def _write_random_gguf(path: Path, spec: RandomModelSpec, source: Path) -> None:
+    """The llama test model: :class:`RandomModelSpec`'s shape, the tokenizer of ``source``."""
+    shape = GGUFShape(
+        arch="llama",
+        n_layer=spec.n_layer,
+        n_embd=spec.n_embd,
+        n_head=spec.n_head,
+        n_head_kv=spec.n_head_kv,
+        head_dim=spec.head_dim,
+        n_ff=spec.n_ff,
+        context_length=spec.context_length,
+        rope_base=10000.0,
+        rms_eps=1e-5,
+    )
+    write_random_gguf(
+        path,
+        shape,
+        tokenizer_keys(source),
+        name=f"cp_memory random llama {spec.slug()}",
+        description="Random weights for cache/latency tests; tokenizer copied from " + source.name,
+        seed=spec.seed,
+    )

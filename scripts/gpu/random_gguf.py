@@ -12,143 +12,74 @@ changes the embedding table and the last position's logits). ``tiny``: the same 
 layers x 256 for CPU rehearsals.
 
 Weights are written tensor by tensor (streamed: memory stays at one tensor), filled by tiling one block
-of random values, so 7.5 GB are written at disk speed. Needs ``numpy`` and the ``gguf`` package (on a
+of random values, so 7.5 GB are written at disk speed. The writer is the package's own
+(``cp_memory/engine/random_model.py``, which also writes the llama test model), loaded from its file so the
+``cp_memory`` package and its dependencies are not needed: only ``numpy`` and the ``gguf`` package (on a
 bare machine: ``PYTHONPATH=gguf-<v>-py3-none-any.whl``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 logger = logging.getLogger("random_gguf")
 
 
-@dataclass(frozen=True)
-class Shape:
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_ff: int
-    context_length: int = 40960
-    rope_base: float = 1_000_000.0
+def _random_model() -> ModuleType:
+    """cp_memory/engine/random_model.py loaded from its file (standard library only at import): the
+    package's ``__init__`` and its HTTP stack are never imported."""
+    path = Path(__file__).resolve().parents[2] / "cp_memory" / "engine" / "random_model.py"
+    spec = importlib.util.spec_from_file_location("cp_memory_random_model", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the GGUF writer from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
 
+RM = _random_model()
+_QWEN3 = {"arch": "qwen3", "context_length": 40960, "rope_base": 1_000_000.0, "rms_eps": 1e-6}
 SHAPES = {
-    "qwen3-4b": Shape(n_layer=36, n_embd=2560, n_head=32, n_head_kv=8, head_dim=128, n_ff=9728),
-    "tiny": Shape(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=768),
+    "qwen3-4b": RM.GGUFShape(n_layer=36, n_embd=2560, n_head=32, n_head_kv=8, head_dim=128, n_ff=9728, **_QWEN3),
+    "tiny": RM.GGUFShape(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=768, **_QWEN3),
 }
-
-
-def _gguf() -> Any:
-    try:
-        import gguf
-    except ImportError as exc:
-        raise SystemExit(f"the gguf package is needed (pip install gguf, or PYTHONPATH=gguf-*.whl): {exc}") from exc
-    return gguf
 
 
 def write_tokenizer(src: str, out: str) -> None:
     """``src``'s ``tokenizer.*`` keys (vocabulary, merges, special tokens, chat template) as JSON: reading
     them back from JSON takes a fraction of a second, from a GGUF (gguf's reader) tens of seconds."""
-    import json
-
-    gguf = _gguf()
-    keys = {}
-    for key, field in gguf.GGUFReader(src).fields.items():
-        if key.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            keys[key] = {"type": int(vtype), "sub": None if sub is None else int(sub), "value": field.contents()}
-    if "tokenizer.ggml.tokens" not in keys:
-        raise SystemExit(f"{src} has no tokenizer.ggml.tokens")
+    keys = {k: {"type": vtype, "sub": sub, "value": value} for k, (value, vtype, sub) in RM.tokenizer_keys(src).items()}
     with open(out, "w", encoding="utf-8") as fh:
         json.dump({"source": src, "keys": keys}, fh, ensure_ascii=False, separators=(",", ":"))
     logger.info("tokenizer of %s (%d tokens) -> %s", src, len(keys["tokenizer.ggml.tokens"]["value"]), out)
 
 
-def _copy_tokenizer(path: str, writer: Any, gguf: Any) -> int:
-    import json
-
+def read_tokenizer(path: str) -> dict[str, tuple[Any, int, int | None]]:
+    """The JSON of :func:`write_tokenizer` as the writer's tokenizer keys."""
     with open(path, encoding="utf-8") as fh:
         keys = json.load(fh)["keys"]
-    for key, item in keys.items():
-        sub = None if item["sub"] is None else gguf.GGUFValueType(item["sub"])
-        writer.add_key_value(key, item["value"], gguf.GGUFValueType(item["type"]), sub)
-    return len(keys["tokenizer.ggml.tokens"]["value"])
+    return {k: (item["value"], item["type"], item["sub"]) for k, item in keys.items()}
 
 
-def write_model(tokenizer: str, out: str, shape: Shape, seed: int = 0) -> dict[str, Any]:
-    """The random-weight ``qwen3`` GGUF; returns what was written (parameters, bytes, seconds)."""
-    import numpy as np
-
-    gguf = _gguf()
+def write_model(tokenizer: str, out: str, shape: Any, seed: int = 0, name: str | None = None) -> dict[str, Any]:
+    """The random-weight ``qwen3`` GGUF of ``shape`` (a ``GGUFShape``, one of :data:`SHAPES`); returns what
+    was written (parameters, bytes, seconds)."""
+    keys = read_tokenizer(tokenizer)
     t0 = time.perf_counter()
-    writer = gguf.GGUFWriter(out, "qwen3")
-    n_vocab = _copy_tokenizer(tokenizer, writer, gguf)
-    writer.add_name(f"cp_memory random qwen3 {shape}")
-    writer.add_block_count(shape.n_layer)
-    writer.add_context_length(shape.context_length)
-    writer.add_embedding_length(shape.n_embd)
-    writer.add_feed_forward_length(shape.n_ff)
-    writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_head_kv)
-    writer.add_key_length(shape.head_dim)
-    writer.add_value_length(shape.head_dim)
-    writer.add_rope_freq_base(shape.rope_base)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-
-    d, hd = shape.n_embd, shape.head_dim
-    tensors: list[tuple[str, tuple[int, ...], Any]] = [
-        ("token_embd.weight", (n_vocab, d), np.float16),
-        ("output_norm.weight", (d,), np.float32),
-    ]
-    for i in range(shape.n_layer):
-        b = f"blk.{i}."
-        tensors += [
-            (b + "attn_norm.weight", (d,), np.float32),
-            (b + "attn_q.weight", (shape.n_head * hd, d), np.float16),
-            (b + "attn_k.weight", (shape.n_head_kv * hd, d), np.float16),
-            (b + "attn_v.weight", (shape.n_head_kv * hd, d), np.float16),
-            (b + "attn_output.weight", (d, shape.n_head * hd), np.float16),
-            (b + "attn_q_norm.weight", (hd,), np.float32),
-            (b + "attn_k_norm.weight", (hd,), np.float32),
-            (b + "ffn_norm.weight", (d,), np.float32),
-            (b + "ffn_gate.weight", (shape.n_ff, d), np.float16),
-            (b + "ffn_up.weight", (shape.n_ff, d), np.float16),
-            (b + "ffn_down.weight", (d, shape.n_ff), np.float16),
-        ]
-    for name, dims, dtype in tensors:  # numpy (rows, cols) = GGUF ne [cols, rows]
-        n = int(np.prod(dims))
-        writer.add_tensor_info(name, dims, np.dtype(dtype), n * np.dtype(dtype).itemsize)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    rng = np.random.default_rng(seed)
-    block = (rng.standard_normal(1 << 20, dtype=np.float32) * 0.02).astype(np.float16)
-    params = nbytes = 0
-    for i, (_name, dims, dtype) in enumerate(tensors):
-        n = int(np.prod(dims))
-        if dtype == np.float32:  # norm weights: ones
-            data = np.ones(dims, dtype=np.float32)
-        else:  # tiled random values, a different phase per tensor
-            start = (i * 7919) % block.size
-            data = np.resize(np.roll(block, -start), n).reshape(dims)
-        writer.write_tensor_data(data)
-        params += n
-        nbytes += data.nbytes
-    writer.close()
+    name = name or f"cp_memory random qwen3 {shape}"
+    params, nbytes = RM.write_random_gguf(out, shape, keys, name=name, seed=seed, tiled=True)
     info = {
-        "shape": shape.__dict__,
-        "n_vocab": n_vocab,
+        "shape": {k: v for k, v in shape.__dict__.items() if k not in ("arch", "rms_eps")},
+        "n_vocab": len(keys["tokenizer.ggml.tokens"][0]),
         "parameters": params,
         "bytes": nbytes,
         "seconds": round(time.perf_counter() - t0, 2),
@@ -181,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "tokenizer":
         write_tokenizer(args.src, args.out)
     else:
-        import json
-
         info = write_model(args.tokenizer, args.out, SHAPES[args.shape], args.seed)
         sys.stdout.write(json.dumps(info) + "\n")
     return 0
