@@ -32,36 +32,39 @@ __all__ = ["EngineFollow"]
 logger = logging.getLogger(__name__)
 
 
-class EngineFollow:
-    """The feed a wrapper follows (None: none), with every call guarded. Thread-safe as the feed is."""
+class EngineFollow(GuardedFeed):
+    """The feed a wrapper follows (None: none), every call guarded (:class:`GuardedFeed`: ``detach``,
+    ``track``, ``untrack`` as they are), plus the wrapper's own part: the block section to track, switching
+    feeds, and untracking what leaves an index. Thread-safe as the feed is."""
 
     def __init__(self, config: ContextPilotConfig) -> None:
+        super().__init__(None, logger, "this index")
         self.config = config
-        self._guard = GuardedFeed(None, logger, "this index")
         self._subscribed: weakref.WeakSet[ContextIndex] = weakref.WeakSet()
 
     @property
     def engine(self) -> EngineCache | None:
-        return self._guard.feed
+        return self.feed
 
     def section(self, blocks: Sequence[ContextBlock]) -> str | None:
         """The block lines of a prompt showing ``blocks``; None when no feed is followed (nothing to track)."""
-        if self.engine is None or not blocks:
+        if self.feed is None or not blocks:
             return None
         return render_blocks(list(blocks), special_tokens=self.config.special_tokens, labels=self.config.labels)
 
     def follow(self, engine: EngineCache | None, indexes: Callable[[], list[ContextIndex]]) -> None:
-        """Switch to ``engine`` (None: none); ``indexes()``, read after the switch (an index created
-        meanwhile is attached either way), leave the old feed and join the new one."""
+        """Switch to ``engine`` (None: none; its failures warned anew); ``indexes()``, read after the switch
+        (an index created meanwhile is attached either way), leave the old feed and join the new one."""
         if engine is not None and not isinstance(engine, EngineCache):
             raise TypeError(
                 "follow_engine takes an engine's KV-cache feed (attach, detach, track_text, untrack: "
                 f"cp_memory.engine.EngineCacheFeed) or None, got {type(engine).__name__}"
             )
-        old, self._guard = self._guard, GuardedFeed(engine, logger, "this index")
+        old = GuardedFeed(self.feed, logger, "this index")
+        self.feed, self._warned = engine, set()
         for index in indexes():
             old.detach(index)
-            self._guard.attach(index)
+            super().attach(index)
 
     def attach(self, index: ContextIndex) -> None:
         """Attach ``index`` to the feed followed now; the first time, subscribe to its evictions: a request
@@ -70,20 +73,9 @@ class EngineFollow:
             self._subscribed.add(index)
             ref = weakref.ref(index)
             index.subscribe(lambda rid: self._untrack_evicted(ref, rid))
-        self._guard.attach(index)
+        super().attach(index)
 
     def _untrack_evicted(self, ref: weakref.ref[ContextIndex], request_id: Hashable) -> None:
         index = ref()
         if index is not None:
-            self._guard.untrack(index, request_id)
-
-    def detach(self, index: ContextIndex) -> None:
-        self._guard.detach(index)
-
-    def track(
-        self, index: ContextIndex, request_id: Hashable | None, section: str | None, preamble: str | None = None
-    ) -> None:
-        self._guard.track(index, request_id, section, preamble)
-
-    def untrack(self, index: ContextIndex, request_id: Hashable | None) -> None:
-        self._guard.untrack(index, request_id)
+            self.untrack(index, request_id)
