@@ -265,9 +265,11 @@ class AgentRouter(Generic[ClientT]):
         head = (home_key if home_key is not None else tagged[0][1]) if tagged else None
         return _Request(tagged, lens, rid, tail_tokens, tail_key, head, text, preamble)
 
-    def _commit(self, req: _Request, worker: int, reason: RouteReason) -> int:
-        """Under the lock: the request goes into ``worker``'s model, counters and home; the blocks it matched."""
+    def _commit(self, req: _Request, worker: int, reason: RouteReason, known: int = 0) -> int:
+        """Under the lock: the request goes into ``worker``'s model, counters and home; the blocks it matched
+        (in the model, or ``known`` blocks another router's record says the worker holds)."""
         matched = self._record(worker, req.tagged, req.lens, req.rid, req.tail_tokens, req.tail_key)
+        matched = max(matched, min(known, len(req.tagged)))
         self._account(worker, reason, req.rid, req.head, sum(req.lens[matched:]) + req.tail_tokens)
         self._feeds.routed(worker, self._indexes[worker], req.rid, req.text, req.preamble)
         return matched
@@ -303,16 +305,19 @@ class AgentRouter(Generic[ClientT]):
                 worker, reason = self._choose(req.tagged, req.lens, req.head, req.need)
             else:
                 worker, reason = self._choose_shared(req, view, chain, shared)
+        home = view.home if view is not None else None
         if view is not None and req.head is not None and reason is not RouteReason.BALANCE:
             mine = SharedHome(worker, view.pool.intake[worker], view.pool.epochs[worker], chain)
             new = reason in (RouteReason.LEAST_LOADED, RouteReason.HOME)
             adopt = (lambda h: self._home_usable(h, view)) if new else None
             adopted = yield from shared.claim(req.head, mine, view.home_token, adopt=adopt)
             if adopted is not None and adopted != worker:
-                worker, reason = adopted, RouteReason.HOME
+                worker, reason, home = adopted, RouteReason.HOME, None
+        # what the shared home says the worker holds (another router routed it there) counts as cached
+        known = home.matched_blocks(chain) if home is not None and home.worker == worker else 0
         with self._lock:
             before = self._intake[worker]
-            matched = self._commit(req, worker, reason)
+            matched = self._commit(req, worker, reason, known)
             written, load = self._intake[worker] - before, list(self._load)
         if view is not None:
             yield from shared.push(worker=worker, written=written, load=load)
@@ -333,7 +338,7 @@ class AgentRouter(Generic[ClientT]):
                 w = home.worker
                 global_ok = self.balance_scope is not BalanceScope.GLOBAL or not self._imbalanced(max(self._view))
                 best_w, best = self._best_match(req.tagged, req.lens)
-                got = home.matched_tokens(chain, req.lens)
+                got = sum(req.lens[: home.matched_blocks(chain)])
                 if global_ok and not self._imbalanced(self._view[w]) and (best_w == w or got >= best):
                     return w, RouteReason.AFFINITY if max(got, best) >= self.min_match_tokens else RouteReason.HOME
             home_w = home.worker if home is not None else None

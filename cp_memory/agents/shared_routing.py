@@ -107,7 +107,7 @@ class RouterStateConfig:
             raise ValueError(f"retry_s must be a non-negative number, got {self.retry_s!r}")
 
 
-def digest(key: Hashable) -> str:
+def key_digest(key: Hashable) -> str:
     """A process-independent digest of a block or home key (its ``repr``: str, int, bytes and tuples of them
     are stable across processes; an object whose repr names its address is not)."""
     return hashlib.sha256(repr(key).encode("utf-8", "backslashreplace")).hexdigest()[:16]
@@ -122,14 +122,14 @@ class SharedHome:
     epoch: int
     chain: tuple[str, ...]
 
-    def matched_tokens(self, chain: Sequence[str], lens: Sequence[int]) -> int:
-        """Tokens of the longest common prefix of ``chain`` (the new segment's digests) with this one."""
+    def matched_blocks(self, chain: Sequence[str]) -> int:
+        """Blocks of the longest common prefix of ``chain`` (the new segment's digests) with this one."""
         n = 0
         for mine, theirs in zip(self.chain, chain):
             if mine != theirs:
                 break
             n += 1
-        return sum(lens[:n])
+        return n
 
 
 @dataclass(frozen=True)
@@ -273,11 +273,11 @@ class RouterState:
         self._warned: LRUMap[str, bool] = LRUMap(256)
 
     def home_key(self, head: Hashable) -> str:
-        return self.keys.router_home(self.config.name, self.names, digest(head))
+        return self.keys.router_home(self.config.name, self.names, key_digest(head))
 
     @staticmethod
     def chain(tagged: Sequence[tuple[int, Hashable]]) -> tuple[str, ...]:
-        return tuple(digest(k) for _, k in tagged[:CHAIN_DIGESTS])
+        return tuple(key_digest(k) for _, k in tagged[:CHAIN_DIGESTS])
 
     # ------------------------------------------------------------------ store calls
     def _read(self, key: str) -> Op[Versioned | None]:
