@@ -80,7 +80,7 @@ _MAX_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class RouterStateConfig:
-    """Where a router's state lives: ``url`` (``redis://...``; ``memory://`` = this config's routers only)
+    """Where a router's state lives: ``url`` (``redis://...``; ``memory://``: this router only, through the seam)
     and its namespace: ``tenant`` (the application) and ``name`` (routers of one name over the same worker
     names share one state)."""
 
