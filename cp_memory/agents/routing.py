@@ -60,7 +60,7 @@ from .routes import (
     _member,
     _names,
 )
-from .shared_routing import RouterState, RouterStateConfig, SharedHome, SharedView
+from .shared_routing import Placed, RouterState, RouterStateConfig, SharedView
 from .worker_feeds import WorkerFeeds
 
 __all__ = ["AgentRouter"]
@@ -305,16 +305,15 @@ class AgentRouter(Generic[ClientT]):
                 worker, reason = self._choose(req.tagged, req.lens, req.head, req.need)
             else:
                 worker, reason = self._choose_shared(req, view, chain, shared)
-        home = view.home if view is not None else None
         if view is not None and req.head is not None and reason is not RouteReason.BALANCE:
-            mine = SharedHome(worker, view.pool.intake[worker], view.pool.epochs[worker], chain)
+            mine = Placed(worker, view.pool.intake[worker], view.pool.epochs[worker], chain)
             new = reason in (RouteReason.LEAST_LOADED, RouteReason.HOME)
-            adopt = (lambda h: self._home_usable(h, view)) if new else None
-            adopted = yield from shared.claim(req.head, mine, view.home_token, adopt=adopt)
+            adopt = (lambda p: self._placed_usable(p, view)) if new else None
+            adopted = yield from shared.claim(req.head, mine, view.home, view.home_token, adopt=adopt)
             if adopted is not None and adopted != worker:
-                worker, reason, home = adopted, RouteReason.HOME, None
-        # what the shared home says the worker holds (another router routed it there) counts as cached
-        known = home.matched_blocks(chain) if home is not None and home.worker == worker else 0
+                worker, reason = adopted, RouteReason.HOME
+        # what the shared record says the worker holds (another router routed it there) counts as cached
+        known = max((p.matched_blocks(chain) for p in self._usable(view) if p.worker == worker), default=0)
         with self._lock:
             before = self._intake[worker]
             matched = self._commit(req, worker, reason, known)
@@ -333,15 +332,15 @@ class AgentRouter(Generic[ClientT]):
         others = view.pool.others(shared.instance, time.time(), shared.config.load_lease_s)
         self._view = [a + b for a, b in zip(self._load, others)]
         try:
-            home = view.home if view.home is not None and self._home_usable(view.home, view) else None
-            if home is not None and home.worker is not None and self.policy is RoutingPolicy.AFFINITY and req.tagged:
-                w = home.worker
+            pick = self._shared_pick(view, chain)
+            if pick is not None and self.policy is RoutingPolicy.AFFINITY and req.tagged:
+                w, got = pick.worker, sum(req.lens[: pick.matched_blocks(chain)])
                 global_ok = self.balance_scope is not BalanceScope.GLOBAL or not self._imbalanced(max(self._view))
                 best_w, best = self._best_match(req.tagged, req.lens)
-                got = sum(req.lens[: home.matched_blocks(chain)])
                 if global_ok and not self._imbalanced(self._view[w]) and (best_w == w or got >= best):
                     return w, RouteReason.AFFINITY if max(got, best) >= self.min_match_tokens else RouteReason.HOME
-            home_w = home.worker if home is not None else None
+            front = view.home.placed[0] if view.home is not None and view.home.placed else None
+            home_w = front.worker if front is not None and self._placed_usable(front, view) else None
             local = view.home is None  # nothing in the store: this router's own home (if any)
             return self._choose(req.tagged, req.lens, req.head, req.need, home_of=None if local else (lambda: home_w))
         finally:
@@ -357,13 +356,28 @@ class AgentRouter(Generic[ClientT]):
                     if hw == w:
                         self._homes.pop(head)
 
-    def _home_usable(self, home: SharedHome, view: SharedView) -> bool:
-        """A shared home still names a cache that may hold the segment: same reset epoch, and fewer than
+    def _placed_usable(self, placed: Placed, view: SharedView) -> bool:
+        """A shared placement still names a cache that may hold the segment: same reset epoch, and fewer than
         ``capacity_tokens`` tokens written into it since."""
-        w = home.worker
-        if w is None or home.epoch != view.pool.epochs[w]:
+        w = placed.worker
+        if placed.epoch != view.pool.epochs[w]:
             return False
-        return self.capacity_tokens is None or view.pool.intake[w] - home.at < self.capacity_tokens
+        return self.capacity_tokens is None or view.pool.intake[w] - placed.at < self.capacity_tokens
+
+    def _usable(self, view: SharedView | None) -> list[Placed]:
+        placed = view.home.placed if view is not None and view.home is not None else ()
+        return [p for p in placed if view is not None and self._placed_usable(p, view)]
+
+    def _shared_pick(self, view: SharedView, chain: tuple[str, ...]) -> Placed | None:
+        """The usable placement that holds the longest prefix of the segment (ties: the latest); the home
+        when none holds any of it; None when the home is not usable either."""
+        best, best_n = None, 0
+        home = view.home.placed[0] if view.home is not None and view.home.placed else None
+        for p in self._usable(view):
+            n = p.matched_blocks(chain)
+            if n > best_n or (best is None and p is home):
+                best, best_n = p, n
+        return best
 
     @staticmethod
     def _checked(

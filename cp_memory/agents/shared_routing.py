@@ -8,9 +8,10 @@ What is shared, per router name and pool (keys in :class:`~cp_memory.state.keys.
   is nobody's home, in every router), and each router instance's requests in flight (*load*: one slice per
   instance, stamped with the wall clock, ignored once older than ``load_lease_s`` so a router that died
   with requests in flight stops counting);
-* one **home** record per segment (its home key): the worker that cached it last, that worker's intake
-  then, the reset epoch, and digests of the segment's first :data:`CHAIN_DIGESTS` block keys (so another
-  router can tell how much of a new segment that worker holds).
+* one **home** record per document (its home key): its last :data:`HOME_CHAINS` placements, the latest
+  (its home) first: the worker, that worker's intake then, the reset epoch, and digests of the segment's
+  first :data:`CHAIN_DIGESTS` block keys (so another router can tell how much of a new segment each of
+  those workers holds).
 
 A route reads both (two round trips), decides under the router's lock with the shared intake, load and home,
 *claims* the home by compare-and-set (a router that lost the race for a new segment's home adopts the
@@ -52,12 +53,14 @@ from cp_memory.state.store import (
 
 __all__ = [
     "CHAIN_DIGESTS",
+    "HOME_CHAINS",
     "ROUTER_LOAD_LEASE_S",
     "ROUTER_STATE_TTL_S",
     "WRITE_ATTEMPTS",
     "Pool",
     "RouterState",
     "RouterStateConfig",
+    "Placed",
     "SharedHome",
     "SharedView",
 ]
@@ -71,6 +74,8 @@ ROUTER_STATE_TTL_S = 7 * 86_400
 ROUTER_LOAD_LEASE_S = 600.0
 #: block keys of a segment whose digests a home record keeps
 CHAIN_DIGESTS = 64
+#: placements of one document a home record keeps (its segments that start with it, the latest first)
+HOME_CHAINS = 8
 #: compare-and-set attempts of one update before it stays in this router's local state
 WRITE_ATTEMPTS = 5
 
@@ -114,10 +119,11 @@ def key_digest(key: Hashable) -> str:
 
 
 @dataclass(frozen=True)
-class SharedHome:
-    """A segment's home as the store holds it (``worker`` None: its last worker failed it)."""
+class Placed:
+    """One segment of a document placed on a worker: that worker's intake and reset epoch then, and the
+    digests of the segment's first block keys."""
 
-    worker: int | None
+    worker: int
     at: int
     epoch: int
     chain: tuple[str, ...]
@@ -130,6 +136,27 @@ class SharedHome:
                 break
             n += 1
         return n
+
+
+@dataclass(frozen=True)
+class SharedHome:
+    """A document's placements as the store holds them, the latest first (at most :data:`HOME_CHAINS`): the
+    first is its *home*; the others are its other segments' (another set of documents after it) workers."""
+
+    placed: tuple[Placed, ...]
+
+    @property
+    def worker(self) -> int | None:
+        """The home (None: its last worker failed it)."""
+        return self.placed[0].worker if self.placed else None
+
+    def with_placed(self, new: Placed) -> SharedHome:
+        """``new`` first (the new home); the same segment on the same worker, and the oldest, dropped."""
+        rest = [p for p in self.placed if not (p.worker == new.worker and p.chain == new.chain)]
+        return SharedHome((new, *rest[: HOME_CHAINS - 1]))
+
+    def without(self, worker: int) -> SharedHome:
+        return SharedHome(tuple(p for p in self.placed if p.worker != worker))
 
 
 @dataclass(frozen=True)
@@ -234,20 +261,26 @@ def decode_pool(data: bytes, owner: str, n: int) -> Pool:
 
 
 def encode_home(home: SharedHome, owner: str) -> bytes:
-    doc = {"v": _VERSION, "owner": owner, "w": home.worker, "at": home.at, "epoch": home.epoch}
-    doc["chain"] = list(home.chain)
-    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    placed = [[p.worker, p.at, p.epoch, list(p.chain)] for p in home.placed]
+    return json.dumps({"v": _VERSION, "owner": owner, "placed": placed}, separators=(",", ":")).encode("utf-8")
+
+
+def _placed(row: Any, n: int) -> Placed:
+    if not isinstance(row, list) or len(row) != 4:
+        raise ValueError("a placement is not [worker, at, epoch, chain]")
+    worker, at, epoch, chain = row
+    if _nat(worker, "worker") >= n:
+        raise ValueError(f"worker {worker} is not in a pool of {n}")
+    if not isinstance(chain, list) or len(chain) > CHAIN_DIGESTS or not all(isinstance(c, str) for c in chain):
+        raise ValueError(f"chain is not a list of at most {CHAIN_DIGESTS} str")
+    return Placed(worker, _nat(at, "at"), _nat(epoch, "epoch"), tuple(chain))
 
 
 def decode_home(data: bytes, owner: str, n: int) -> SharedHome:
-    doc = _doc(data, owner)
-    worker = doc.get("w")
-    if worker is not None and (_nat(worker, "w") >= n):
-        raise ValueError(f"worker {worker} is not in a pool of {n}")
-    chain = doc.get("chain")
-    if not isinstance(chain, list) or len(chain) > CHAIN_DIGESTS or not all(isinstance(c, str) for c in chain):
-        raise ValueError(f"chain is not a list of at most {CHAIN_DIGESTS} str")
-    return SharedHome(worker, _nat(doc.get("at"), "at"), _nat(doc.get("epoch"), "epoch"), tuple(chain))
+    rows = _doc(data, owner).get("placed")
+    if not isinstance(rows, list) or len(rows) > HOME_CHAINS:
+        raise ValueError(f"placed is not a list of at most {HOME_CHAINS} placements")
+    return SharedHome(tuple(_placed(r, n) for r in rows))
 
 
 class RouterState:
@@ -344,34 +377,36 @@ class RouterState:
             return None
         return SharedView(pool, got.token, self._home(key, found), found.token)
 
-    def claim(self, head: Hashable, home: SharedHome, token: str, *, adopt: Any = None) -> Op[int | None]:
-        """Write ``head``'s home by compare-and-set on ``token`` (the one read). On a conflict: read the winner's;
-        when ``adopt`` (a predicate) accepts it, return its worker (the route goes there: a segment gets one
-        home), else write over it. None: ours is written, or the store cannot say."""
+    def claim(
+        self, head: Hashable, new: Placed, home: SharedHome | None, token: str, *, adopt: Any = None
+    ) -> Op[int | None]:
+        """Make ``new`` ``head``'s home (``home``: the record read, under ``token``) by compare-and-set. On a
+        conflict: read the winner's record; when ``adopt`` (a predicate) accepts its home, return that worker
+        (the route goes there: a document gets one home), else put ``new`` first in it. None: ``new`` is
+        written, or the store cannot say."""
         key = self.home_key(head)
         owner = StateKeys.owner(key)
         for _ in range(WRITE_ATTEMPTS):
-            written = yield from self._write(key, encode_home(home, owner), token)
+            record = (home or SharedHome(())).with_placed(new)
+            written = yield from self._write(key, encode_home(record, owner), token)
             if written != "":
                 return None
             got = yield from self._read(key)
             if got is None:
                 return None
-            theirs = self._home(key, got)
-            if adopt is not None and theirs is not None and theirs.worker is not None and adopt(theirs):
-                return theirs.worker
-            token = got.token
+            home, token = self._home(key, got), got.token
+            if adopt is not None and home is not None and home.worker is not None and adopt(home.placed[0]):
+                return home.worker
         logger.debug("the home of %s stays local after %d conflicts", key, WRITE_ATTEMPTS)
         return None
 
     def clear(self, head: Hashable, worker: int) -> Op[None]:
-        """``worker`` failed ``head``'s request: its home record, if it still names ``worker``, names nobody."""
+        """``worker`` failed ``head``'s request: if the home is still ``worker``, the document forgets it."""
         key = self.home_key(head)
         got = yield from self._read(key)
         home = self._home(key, got) if got is not None else None
         if got is not None and home is not None and home.worker == worker:
-            cleared = SharedHome(None, home.at, home.epoch, home.chain)
-            yield from self._write(key, encode_home(cleared, StateKeys.owner(key)), got.token)
+            yield from self._write(key, encode_home(home.without(worker), StateKeys.owner(key)), got.token)
 
     def push(
         self, *, worker: int | None = None, written: int = 0, load: Sequence[int], resets: Sequence[int] = ()

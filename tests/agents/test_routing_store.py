@@ -110,6 +110,22 @@ def test_a_race_for_a_new_segment_gives_it_one_home(redis_url):
     assert send(a, 0).worker == send(b, 0).worker == b_route.worker
 
 
+def test_a_document_on_two_workers_sends_each_segment_to_the_one_holding_more_of_it(redis_url):
+    """Session d opens two segments: [d, s1] on one worker, then (that worker busy) [d, s2] on the other. A
+    third router routes [d, s1, s3]: the store's record of d names both placements, so it goes where
+    [d, s1] is cached, not to d's latest home."""
+    a, b, c = routers(redis_url, n=3, workers=2, balance_abs_threshold=0, balance_rel_threshold=1)
+    first = a.route([("d", "v1"), ("s1", "v1")], [DOC, DOC])  # in flight: that worker is the busier one
+    second = b.route([("d", "v1"), ("s2", "v1")], [DOC, DOC])
+    assert second.worker != first.worker and second.reason == "least_loaded"
+    a.release(first)
+    b.release(second)
+    third = c.route([("d", "v1"), ("s1", "v1"), ("s3", "v1")], [DOC, DOC, DOC])
+    assert third.worker == first.worker and third.reason == "affinity"
+    assert third.matched_tokens == 2 * DOC  # what the record says that worker holds counts as cached
+    assert c.route([("d", "v1"), ("s2", "v1")], [DOC, DOC]).worker == second.worker
+
+
 def test_load_in_flight_on_one_router_steers_the_other(redis_url):
     a, b = routers(redis_url, workers=2, placement="load")
     busy = a.route(*segment(0))  # in flight on router A
