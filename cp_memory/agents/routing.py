@@ -584,6 +584,11 @@ class AgentRouter(Generic[ClientT]):
         if self._shared is not None:
             self._shared.close()
 
+    async def aclose(self) -> None:
+        """Close this event loop's async connection to a ``state_store`` (after :meth:`aroute`)."""
+        if self._shared is not None:
+            await self._shared.aclose()
+
 
 @dataclass(frozen=True)
 class _Request:

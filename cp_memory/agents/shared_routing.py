@@ -34,7 +34,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,11 @@ __all__ = [
     "Placed",
     "SharedHome",
     "SharedView",
+    "decode_home",
+    "decode_pool",
+    "encode_home",
+    "encode_pool",
+    "key_digest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -378,7 +383,13 @@ class RouterState:
         return SharedView(pool, got.token, self._home(key, found), found.token)
 
     def claim(
-        self, head: Hashable, new: Placed, home: SharedHome | None, token: str, *, adopt: Any = None
+        self,
+        head: Hashable,
+        new: Placed,
+        home: SharedHome | None,
+        token: str,
+        *,
+        adopt: Callable[[Placed], bool] | None = None,
     ) -> Op[int | None]:
         """Make ``new`` ``head``'s home (``home``: the record read, under ``token``) by compare-and-set. On a
         conflict: read the winner's record; when ``adopt`` (a predicate) accepts its home, return that worker
@@ -438,3 +449,6 @@ class RouterState:
 
     def close(self) -> None:
         self.store.close()
+
+    async def aclose(self) -> None:
+        await self.astore.aclose()

@@ -20,7 +20,17 @@ from pathlib import Path
 import pytest
 
 from cp_memory.agents.routing import AgentRouter
-from cp_memory.agents.shared_routing import RouterStateConfig
+from cp_memory.agents.shared_routing import (
+    HOME_CHAINS,
+    Placed,
+    Pool,
+    RouterStateConfig,
+    SharedHome,
+    decode_home,
+    decode_pool,
+    encode_home,
+    encode_pool,
+)
 from cp_memory.state.keys import KEY_PREFIX, StateKeys
 from cp_memory.state.ops import answer, run
 from tests.redis_server import RedisServer, StallProxy, running_redis
@@ -231,3 +241,37 @@ async def test_async_routers_agree_and_leave_the_loop_running(redis_server, redi
         os.kill(redis_server.proc.pid, signal.SIGCONT)
     task.cancel()
     assert route.worker == next(iter(seen[0])) and ticks >= 5
+    for r in (a, b):
+        await r.aclose()
+        r.close()
+
+
+def test_records_another_writer_planted_are_refused():
+    """What a router reads is checked: its key's owner, the pool's size, every field (no Redis needed)."""
+    key = StateKeys("t").router_pool("coa", ["w0", "w1"])
+    owner = StateKeys.owner(key)
+    pool = Pool((3, 4), (0, 1), {"me": (1.0, (1, 0))})
+    assert decode_pool(encode_pool(pool, owner), owner, 2) == pool
+    home = SharedHome((Placed(1, 5, 0, ("a", "b")), Placed(0, 2, 1, ("a",))))
+    assert decode_home(encode_home(home, owner), owner, 2) == home
+    for bad in (
+        lambda: decode_pool(encode_pool(pool, owner), StateKeys.owner("another key"), 2),  # another key's
+        lambda: decode_pool(encode_pool(pool, owner), owner, 3),  # another pool
+        lambda: decode_home(encode_home(home, owner), owner, 1),  # a worker the pool does not have
+        lambda: decode_home(b'{"v":1,"owner":"%s","placed":[[0,-1,0,[]]]}' % owner.encode(), owner, 2),
+        lambda: decode_pool(b"\xff", owner, 2),
+    ):
+        with pytest.raises(ValueError):
+            bad()
+    for p in range(HOME_CHAINS + 2):  # a document keeps its latest placements only
+        home = home.with_placed(Placed(p % 2, p, 0, (f"s{p}",)))
+    assert len(home.placed) == HOME_CHAINS and home.placed[0].chain == (f"s{HOME_CHAINS + 1}",)
+
+
+def test_a_bad_state_store_is_a_clear_error():
+    with pytest.raises(ValueError, match="redis://"):
+        AgentRouter([object()], state_store="http://localhost:6379")
+    with pytest.raises(ValueError, match="timeout_s"):
+        RouterStateConfig("redis://localhost:6379/0", timeout_s=0)
+    with pytest.raises(TypeError, match="RouterStateConfig"):
+        AgentRouter([object()], state_store=6379)  # type: ignore[arg-type]
