@@ -157,6 +157,16 @@ def test_a_reset_on_one_router_is_followed_by_the_other(redis_url):
     assert len(b.index(home)) == 0 and send(a, 0).worker == again.worker  # the new home, for both
 
 
+def test_a_failed_request_drops_the_home_for_every_router(redis_url):
+    a, b = routers(redis_url, workers=2)
+    route = a.route(*segment(0), home_key="agent0")
+    a.release(route, ok=False)  # the engine failed it: its cache may not hold the document
+    again = b.route(*segment(0), home_key="agent0")
+    assert again.reason == "least_loaded" and again.matched_tokens == 0
+    b.release(again)
+    assert a.route(*segment(0), home_key="agent0").worker == again.worker  # the new home, for both
+
+
 def test_keys_are_namespaced_by_tenant_router_and_pool(redis_url, redis_server):
     cfg = {"timeout_s": 0.2, "retry_s": 0.0}
     names = ["engine-0", "engine-1"]
