@@ -18,6 +18,7 @@ from .records import CallStats, ChainOfAgentsError, CoAPlan, CoAQuery, CoAResult
 from .routes import BalanceScope, PlacementPolicy, Route, RouteReason, RouterStats, RoutingPolicy, WorkerStats
 from .routing import AgentRouter
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
+from .shared_routing import RouterStateConfig
 
 __all__ = [
     "MANAGER_TEMPLATE",
@@ -36,6 +37,7 @@ __all__ = [
     "PlacementPolicy",
     "Route",
     "RouteReason",
+    "RouterStateConfig",
     "RouterStats",
     "RoutingPolicy",
     "Segment",

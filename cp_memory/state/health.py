@@ -14,12 +14,17 @@ __all__ = ["StoreHealth"]
 
 logger = logging.getLogger(__name__)
 
+_FALLBACK = "turns send full memories and indexes use this process's local state"
+_BACK = "shared indexes and dedup records"
+
 
 class StoreHealth:
     """The store's state as its callers saw it last (thread-safe)."""
 
-    def __init__(self, name: str, *, retry_s: float) -> None:
+    def __init__(self, name: str, *, retry_s: float, fallback: str = _FALLBACK, back: str = _BACK) -> None:
         self.name = name
+        self.fallback = fallback
+        self.back = back
         self.retry_s = retry_s
         self._lock = threading.Lock()
         self._retry_at = 0.0
@@ -38,10 +43,10 @@ class StoreHealth:
             self.down = True
         if first:
             logger.warning(
-                "the state store %s cannot answer (%s): turns send full memories and indexes use this process's "
-                "local state until it is back (tried again every %.1f s)",
+                "the state store %s cannot answer (%s): %s until it is back (tried again every %.1f s)",
                 self.name,
                 reason,
+                self.fallback,
                 self.retry_s,
             )
 
@@ -50,4 +55,4 @@ class StoreHealth:
             back = self.down
             self.down = False
         if back:
-            logger.info("the state store %s answers again: shared indexes and dedup records are back", self.name)
+            logger.info("the state store %s answers again: %s are back", self.name, self.back)

@@ -5,6 +5,8 @@
     cpm:v1:<tenant>:gw:<gateway tenant>:s:<session>                 a gateway session (sent logs, savings)
     cpm:v1:<tenant>:gw:<gateway tenant>:t                           a gateway tenant's savings
     cpm:v1:<tenant>:gw:<gateway tenant>:z                           its sessions by last use (a sorted set)
+    cpm:v1:<tenant>:rt:<router>.<workers>:w                         a CoA router's pool: intake, load, epochs
+    cpm:v1:<tenant>:rt:<router>.<workers>:h:<home key>              a segment's home worker in that pool
 
 Each field is the first 20 hex digits of SHA-256 over ``key NUL value`` (``_`` when absent), as the snapshot
 file names are (:mod:`cp_memory.memory.snapshots`): no id can make two scopes, two tenants or two
@@ -15,6 +17,7 @@ conversations share a key, and no id can inject a separator. Each value also car
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.scope import ENTITY_KEYS, Scope
@@ -65,6 +68,17 @@ class StateKeys:
 
     def gateway_sessions(self, tenant: str) -> str:
         return f"{self.prefix}:gw:{_field('gw-tenant', tenant)}:z"
+
+    def router_pool(self, router: str, workers: Sequence[str]) -> str:
+        """The key of a CoA router's pool record: its name and its workers' names (in order) scope it."""
+        return f"{self._router(router, workers)}:w"
+
+    def router_home(self, router: str, workers: Sequence[str], home: str) -> str:
+        """The key of one segment's home in that pool (``home``: the segment's home key, as a stable str)."""
+        return f"{self._router(router, workers)}:h:{_field('home', home)}"
+
+    def _router(self, router: str, workers: Sequence[str]) -> str:
+        return f"{self.prefix}:rt:{_field('router', router)}.{_field('workers', chr(0).join(workers))}"
 
     @staticmethod
     def owner(key: str) -> str:
