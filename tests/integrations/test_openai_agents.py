@@ -228,7 +228,8 @@ async def test_concurrent_runs_of_one_conversation_commit_only_their_own_searche
     last = searched[-1]
     assert len(outputs) == 3 and last.conversation_id == ctx.conversation_id, "B's history holds the committed turns"
     assert any(s["turn"] == 2 for s in last.sent), "turn 3 points into turn 2"
-    for sent in last.sent:
-        line = next(x for x in outputs[sent["turn"] - 1].splitlines() if x.startswith(sent["label"] + " "))
+    for sent in last.sent:  # the pointer names the position-th line of that output ("- memory": bullets)
+        line = outputs[sent["turn"] - 1].split("\n\n")[0].splitlines()[sent["position"] - 1]
+        assert line.startswith(sent["label"] + " ")
         block, memory = line[len(sent["label"]) + 1 :], store.get(sent["id"])["memory"]
         assert block == memory, f"{sent['annotation']} points at {block!r}, not at {memory!r}"
