@@ -88,7 +88,7 @@ async def test_searches_in_a_conversation_point_at_earlier_outputs(store: Any, s
             assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
     first, second = _tool_outputs(sent[1].messages)
-    assert first.startswith("1 ")
+    assert first.startswith("- ")  # mem0's own list form; pointers name a line by its position
     assert "Also relevant, shown before: turn 1 item" in second
 
 
@@ -108,7 +108,7 @@ async def test_a_history_without_the_earlier_outputs_gets_full_memories(store: A
     await tools.run(agent, QUESTIONS[0], context=ctx)
     await tools.run(agent, QUESTIONS[0], context=ctx)  # the app dropped the history
     (output,) = _tool_outputs(probe.last.messages)
-    assert output.startswith("1 ") and "shown before" not in output
+    assert output.startswith("- ") and "shown before" not in output
 
 
 async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any) -> None:
