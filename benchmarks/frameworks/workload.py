@@ -79,12 +79,12 @@ def load_workload(locomo: str | None, conversation: int, chats: int, turns: int)
     return conv, [Chat(c, tuple(questions[c * turns : (c + 1) * turns])) for c in range(chats)]
 
 
-_BLOCK_LINE = re.compile(r"(?:\[Doc \d+\]|\d+\.?) ")
+_BLOCK_LINE = re.compile(r"(?:\[Doc \d+\]|\d+\.?|-) ")
 _POINTED = re.compile(r"items? ((?:\d+, )*\d+)")
 
 
 def count_shown(text: str) -> tuple[int, int]:
-    """(memories shown in full, pointers) in a context text of either label style: ``[Doc i]`` / ``i.``
+    """(memories shown in full, pointers) in a context text of any label style: ``[Doc i]`` / ``i`` / ``-``
     block lines; one ``Please refer to`` line per pointer, or the numbered style's one grouped line."""
     section, _, notes = text.partition("\n\n")
     if section.startswith("Context:\n"):

@@ -15,7 +15,7 @@
 
 One wording each, as module constants; every function takes a ``template`` to override it.
 
-Two label styles (:data:`LabelStyle`, ``ContextPilotConfig.labels``):
+Three label styles (:data:`LabelStyle`, ``ContextPilotConfig.labels``):
 
 * ``"doc"`` (default, the paper's): ``[Doc 3] text``, one location annotation per line, as above;
 * ``"number"`` (the chat integrations'): ``3 text``, a numbered list without the period. Measured with the
@@ -25,6 +25,11 @@ Two label styles (:data:`LabelStyle`, ``ContextPilotConfig.labels``):
   ``Also relevant, shown before: turn 1 items 3, 7; turn 2 item 1.`` (:func:`grouped_locations`: ~2
   tokens per further pointer instead of ~17 for the paper's sentence), and the order annotation names
   items by number: ``Read the items in this priority order: 2 > 1 > 3, then answer the question.``
+* ``"bullet"`` (the chat integrations' default): ``- text``, mem0's own list form, so the block lines cost
+  exactly what mem0's pattern costs at any ``top_k`` (``10 text`` costs one token more than ``- text``). A
+  bullet has no number: the pointers and the order annotation name an item by its position in the list
+  (``turn 1 items 3, 7`` = the third and seventh ``-`` line of turn 1's context), which the model reads by
+  counting; the lines are the same, only the number is not written out.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ __all__ = [
     "DOC_LABEL_TEMPLATE",
     "GROUPED_LOCATION_TEMPLATE",
     "LABEL_STYLES",
+    "BULLET_LABEL",
     "NUMBER_LABEL_TEMPLATE",
     "NUMBER_ORDER_TEMPLATE",
     "LabelStyle",
@@ -73,13 +79,15 @@ DOC_LABEL_TEMPLATE = "[Doc {n}]"
 #: The label of the block at position {n} in the ``"number"`` style: "3" (a numbered list, ``3 text``: no
 #: period, which cost one token a line more than mem0's ``- text``; the pointers name items by this number).
 NUMBER_LABEL_TEMPLATE = "{n}"
-#: The order annotation of the ``"number"`` style (``{ranking}``: "2 > 1 > 3").
+#: The label of every block in the ``"bullet"`` style: mem0's ``- text`` list (pointers name the position).
+BULLET_LABEL = "-"
+#: The order annotation of the ``"number"`` and ``"bullet"`` styles (``{ranking}``: "2 > 1 > 3").
 NUMBER_ORDER_TEMPLATE = "Read the items in this priority order: {ranking}, then answer the question."
 #: The one line holding every pointer of a turn in the ``"number"`` style (``{where}``: "turn 1 items 3, 7").
 GROUPED_LOCATION_TEMPLATE = "Also relevant, shown before: {where}."
 
-LabelStyle = Literal["doc", "number"]
-LABEL_STYLES: tuple[str, ...] = ("doc", "number")
+LabelStyle = Literal["doc", "number", "bullet"]
+LABEL_STYLES: tuple[str, ...] = ("doc", "number", "bullet")
 
 Label = Callable[[Hashable], str] | Mapping[Hashable, str] | None
 
@@ -90,7 +98,10 @@ def doc_label(position: int) -> str:
 
 
 def block_label(position: int, style: LabelStyle = "doc") -> str:
-    """The label of the block at 1-based ``position`` in ``style``: ``[Doc 3]`` or ``3``."""
+    """The label of the block at 1-based ``position`` in ``style``: ``[Doc 3]``, ``3`` or ``-`` (a bullet:
+    the same for every position, which the pointers name instead)."""
+    if style == "bullet":
+        return BULLET_LABEL
     if style == "number":
         return NUMBER_LABEL_TEMPLATE.format(n=position)
     if style == "doc":
@@ -120,7 +131,7 @@ def order_differs(ranking: Sequence[Hashable], shown: Sequence[Hashable], *, top
 
 
 def grouped_locations(pointers: Sequence[tuple[int, int]], *, turn: int) -> str:
-    """One line for all pointers of a turn in the ``"number"`` style: ``pointers`` are (earlier turn,
+    """One line for all pointers of a turn in the ``"number"`` and ``"bullet"`` styles: ``pointers`` are (earlier turn,
     position there); a position in ``turn`` itself (a same-text copy within this search) reads ``item 2 above``.
 
     >>> grouped_locations([(1, 3), (2, 1), (1, 7)], turn=3)
@@ -220,7 +231,8 @@ def owed_order_annotation(
 
     ``shown``: the blocks in prompt order (unranked extras included); ``ranking``: the retrieved blocks among
     them, best first; ``labels``: each shown block's label (``[Doc 3]``, or ``3`` in the ``"number"`` style,
-    which names items by number; a trailing period is ignored). ``top``: name only that many best-ranked
+    which names items by number; a trailing period is ignored; the ``"bullet"`` style names items by their
+    position in ``shown``, as its pointers do). ``top``: name only that many best-ranked
     blocks (:func:`order_differs` decides with the same ``top``); fewer than two ranked blocks need no
     annotation.
 
@@ -232,5 +244,8 @@ def owed_order_annotation(
         return ""
     if style == "doc":
         return order_annotation(ranking, shown, label=labels, top=top)
-    numbers = {b: label.rstrip(".") for b, label in labels.items()}
+    if style == "bullet":
+        numbers = {b: str(i) for i, b in enumerate(shown, start=1)}
+    else:
+        numbers = {b: label.rstrip(".") for b, label in labels.items()}
     return order_annotation(ranking, shown, label=numbers, template=NUMBER_ORDER_TEMPLATE, top=top)

@@ -156,11 +156,11 @@ def rendered_context(
     labels: LabelStyle = "doc",
     shared: int = 0,
 ) -> RenderedContext:
-    """Render a context once: one ``[Doc i] text`` line per block (``labels="number"``: ``i. text``) in the
-    given (aligned) order, then a blank line, the location annotations and the order annotation, one line
-    each; annotations never precede a block. Line breaks inside a text become spaces and control-token texts
-    are made inert (``special_tokens``), so N blocks give exactly N lines. ``shared``: leading blocks the
-    index already held."""
+    """Render a context once: one ``[Doc i] text`` line per block (``labels="number"``: ``i text``;
+    ``"bullet"``: ``- text``) in the given (aligned) order, then a blank line, the location annotations and
+    the order annotation, one line each; annotations never precede a block. Line breaks inside a text become
+    spaces and control-token texts are made inert (``special_tokens``), so N blocks give exactly N lines.
+    ``shared``: leading blocks the index already held."""
     if isinstance(location_annotations, str):
         location_annotations = (location_annotations,)
     policy = _check_policy(special_tokens)
@@ -181,12 +181,14 @@ def rendered_context(
 @dataclass(frozen=True)
 class PromptPointer:
     """A memory a dedup turn left out because an earlier prompt shows it: the ``turn`` and ``label`` of the
-    line that shows it (``turn`` = this search's own turn for a same-text copy among its own blocks) and the
-    memory's ``text``."""
+    line that shows it (``turn`` = this search's own turn for a same-text copy among its own blocks), the
+    memory's ``text`` and the line's 1-based ``position`` among that turn's blocks (what the pointer names in
+    the ``"bullet"`` style, whose labels are all ``-``; None: a record that did not say)."""
 
     turn: int
     label: str
     text: str
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -329,7 +331,9 @@ def _pointer_of(sent: Any) -> PromptPointer:
     if isinstance(sent, Mapping):
         turn, label, text = sent.get("turn"), sent.get("label"), sent.get("text")
         if isinstance(turn, int) and not isinstance(turn, bool) and isinstance(label, str) and isinstance(text, str):
-            return PromptPointer(turn, label, text)
+            at = sent.get("position")
+            position = at if isinstance(at, int) and not isinstance(at, bool) and at >= 1 else None
+            return PromptPointer(turn, label, text, position)
     return PromptPointer(0, "", "")
 
 

@@ -81,10 +81,12 @@ DEFAULT_LAYOUT: Layout = "append"
 #: (the paper's dedup: a turn's ``top_k`` memories are shown fresh or as pointers; over-fetching adds more
 #: fresh memories and a pointer for each earlier one it re-finds, which costs more than it saves), no
 #: alignment (the memories follow the history, so reordering cannot create a prefix hit, and an order
-#: annotation would only add tokens) and numbered labels (``3 text``: a one-digit number costs what mem0's
-#: ``- text`` costs, ``10`` one token more; ``[Doc 3]`` costs 4). A plain mem0 ``Memory`` is wrapped with these;
-#: ``ContextPilotMemory(memory, config=CHAT_CONFIG)`` builds such a wrapper yourself.
-CHAT_CONFIG = ContextPilotConfig(max_overfetch=0, align=False, labels="number")
+#: annotation would only add tokens) and bullet labels (``- text``: mem0's own list form, so turn 1 costs
+#: what mem0's pattern costs; a pointer names an item by its position, ``turn 1 items 3, 7``; numbered
+#: ``3 text`` costs the same up to 9 items, ``10`` one token more; ``[Doc 3]`` costs 4). A plain mem0
+#: ``Memory`` is wrapped with these; ``ContextPilotMemory(memory, config=CHAT_CONFIG)`` builds such a
+#: wrapper yourself.
+CHAT_CONFIG = ContextPilotConfig(max_overfetch=0, align=False, labels="bullet")
 _CHAT_FIELDS = ("max_overfetch", "align", "labels")
 
 
@@ -130,24 +132,27 @@ def pointers_resolve(response: Mapping[str, Any] | Sequence[Any], contexts: Sequ
         return True
     if len(contexts) != turn - 1:
         return False
-    for pointer in contract.pointers:
-        if pointer.turn == turn:  # a same-text copy of a block this very search shows
-            if not _shows(contract.context.blocks, pointer.label, pointer.text):
+    for p in contract.pointers:
+        if p.turn == turn:  # a same-text copy of a block this very search shows
+            if not _shows(contract.context.blocks, p.label, p.text, p.position):
                 return False
-        elif not 1 <= pointer.turn < turn or not shows_block(contexts[pointer.turn - 1], pointer.label, pointer.text):
+        elif not 1 <= p.turn < turn or not shows_block(contexts[p.turn - 1], p.label, p.text, position=p.position):
             return False
     return True
 
 
-def _shows(blocks: Sequence[PromptBlock], label: str, memory: str) -> bool:
-    """Whether one of a contract's own block lines is ``label memory`` (texts compared as in shows_block)."""
+def _shows(blocks: Sequence[PromptBlock], label: str, memory: str, position: int | None) -> bool:
+    """Whether one of a contract's own block lines (the one at ``position``, when given) is ``label memory``
+    (texts compared as in shows_block)."""
     want = _shown_form(memory)
-    return any(b.label == label and _shown_form(b.text) == want for b in blocks)
+    lines = blocks if position is None else blocks[position - 1 : position] if position >= 1 else ()
+    return any(b.label == label and _shown_form(b.text) == want for b in lines)
 
 
-def shows_block(text: str, label: str, memory: str) -> bool:
+def shows_block(text: str, label: str, memory: str, *, position: int | None = None) -> bool:
     """Whether ``text`` (a context of the history, or a user message carrying one) has the block line
-    ``label memory``.
+    ``label memory``; with ``position``, as its ``position``-th block line (1-based), which is what a pointer
+    names in the ``"bullet"`` style (every label there is ``-``).
 
     Only the block section counts (the lines before the first blank line of the context; never the
     annotations or the question); texts are compared as content dedup compares them (whitespace folded,
@@ -156,9 +161,11 @@ def shows_block(text: str, label: str, memory: str) -> bool:
         return False
     if text.startswith(CONTEXT_HEAD):
         text = text[len(CONTEXT_HEAD) :]
-    section = text.split("\n\n", 1)[0]
+    lines = text.split("\n\n", 1)[0].splitlines()
+    if position is not None:
+        lines = lines[position - 1 : position] if position >= 1 else []
     head, want = f"{label} ", _shown_form(memory)
-    return any(line.startswith(head) and _shown_form(line[len(head) :]) == want for line in section.splitlines())
+    return any(line.startswith(head) and _shown_form(line[len(head) :]) == want for line in lines)
 
 
 def _shown_form(text: str) -> str:
@@ -176,7 +183,7 @@ def shows_memories(response: Any) -> bool:
 
 def as_wrapper(memory: Any) -> Any:
     """``memory`` if it is a ContextPilot wrapper; a plain mem0 ``Memory``/``AsyncMemory`` gets wrapped with
-    :data:`CHAT_CONFIG` (no over-fetch, no alignment, numbered labels: what prefills the least in a chat,
+    :data:`CHAT_CONFIG` (no over-fetch, no alignment, bullet labels: what prefills the least in a chat,
     docs/integrations.md). A wrapper of your own whose settings differ is used as it is, with a warning."""
     from ..memory import AsyncContextPilotMemory, ContextPilotMemory
 

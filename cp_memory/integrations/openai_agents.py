@@ -5,8 +5,9 @@ Needs ``pip install 'cp-memory[openai-agents]'``.
 mem0's guide exposes ``mem0.search`` as a function tool returning ``"- memory"`` lines, with the user id as a
 model-filled argument. :class:`MemoryTools` gives a ``search_memory(query)`` tool (strict JSON schema) that
 reads the user from the run context, never from the model, and returns the memories aligned and annotated;
-within a conversation, memories an earlier search already returned are replaced by pointers to that
-search's ``[Doc i]`` (its output stays in the conversation history, where the model can read it)::
+within a conversation, memories an earlier search already returned are replaced by pointers to their line
+in that search's output (``turn 1 item 3``: its third ``-`` line; the output stays in the conversation
+history, where the model can read it)::
 
     from agents import Agent
     from cp_memory.integrations.openai_agents import MemoryContext, MemoryTools
@@ -22,7 +23,7 @@ They keep one record per *run* (its ``RunContextWrapper``), so concurrent runs o
 their searches: after a model call, each of its ``search_memory`` calls remembers which earlier search
 outputs that call's input held (the history the model saw); the search is de-duplicated only when those
 are exactly the conversation's committed searches and every pointer names the memory that output shows at
-that label. A search is committed after the next model call *of its run* that carried its output
+that line. A search is committed after the next model call *of its run* that carried its output
 succeeded; the run's searches its next model input does not carry, and those of a failed run, are rolled
 back. A run without the history (or without the hooks, or without a ``conversation_id``) simply gets every
 memory in full.

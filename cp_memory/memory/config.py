@@ -54,7 +54,9 @@ class ContextPilotConfig(BaseModel):
         "integrations: their memories follow the history, where no reordering can create a prefix hit)",
     )
     labels: LabelStyle = Field(
-        "doc", description="block labels: 'doc' ([Doc i], the paper's) or 'number' (i., shorter; the chat integrations)"
+        "doc",
+        description="block labels: 'doc' ([Doc i], the paper's), 'number' (i, shorter) or 'bullet' (- like mem0's "
+        "list, pointers name the position; the chat integrations)",
     )
     tail_order: TailOrder = Field(DEFAULT_TAIL_ORDER, description="order of blocks after the shared prefix")
     extra_budget: float = Field(

@@ -104,7 +104,7 @@ class ContextPilotInfo(_Frozen):
         )
         return PromptContract(
             context=context,
-            pointers=tuple(PromptPointer(s.turn, s.label, s.text) for s in self.sent),
+            pointers=tuple(PromptPointer(s.turn, s.label, s.text, s.position) for s in self.sent),
             scope=self.scope,
             conversation_id=self.conversation_id,
             turn=self.turn,

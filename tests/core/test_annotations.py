@@ -139,3 +139,16 @@ def test_the_numbered_style_puts_every_pointer_of_a_turn_on_one_line():
     )
     assert grouped_locations([(2, 1)], turn=2) == "Also relevant, shown before: item 1 above."
     assert grouped_locations([], turn=1) == ""
+
+
+def test_the_bullet_style_names_items_by_their_position():
+    """Bullets are mem0's ``- memory`` lines: no number is written, so the order annotation and the pointers
+    name an item by its position in the list, as the numbered style names it by its number."""
+    from cp_memory.core.annotations import block_label, owed_order_annotation
+
+    assert [block_label(i, "bullet") for i in (1, 10)] == ["-", "-"]
+    bullets = {"a": "-", "b": "-", "c": "-"}
+    assert owed_order_annotation(["a", "b", "c"], ["b", "a", "c"], bullets, style="bullet") == (
+        "Read the items in this priority order: 2 > 1 > 3, then answer the question."
+    )
+    assert owed_order_annotation(["a", "b", "c"], ["a", "b", "c"], bullets, style="bullet") == ""

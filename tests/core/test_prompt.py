@@ -59,6 +59,8 @@ def test_a_context_is_rendered_once_into_its_text_blocks_annotations_and_shared_
     assert ctx.section == "\n".join(f"[Doc {i}] {t}" for i, t in enumerate(TEXTS, 1))
     numbered = rendered_context(TEXTS[:2], labels="number")
     assert [b.line for b in numbered.blocks] == ["1 Alice moved to Lisbon in 2023.", "2 Alice has a cat named Miso."]
+    bullets = rendered_context(TEXTS[:2], labels="bullet")  # mem0's own list form
+    assert bullets.section == "- Alice moved to Lisbon in 2023.\n- Alice has a cat named Miso."
     with pytest.raises(ValueError, match="shared"):
         RenderedContext("x", (PromptBlock("[Doc 1]", "x"),), shared=2)
 

@@ -72,6 +72,21 @@ def test_a_pointer_must_name_the_memory_the_history_shows_at_that_label() -> Non
     assert not pointers_resolve(_response(2, [miso]), [forged])  # a question's line is no block
 
 
+def test_a_bullet_pointer_names_the_line_at_its_position() -> None:
+    """The bullet style (mem0's ``- memory`` lines) has no number on a line: "turn 1 item 2" is the second
+    line of turn 1's list, so the pointer resolves only where that line shows its memory."""
+    turn1 = "Context:\n- Alice moved to Lisbon in 2023.\n- Alice has a cat named Miso.\n\nQuestion: q1"
+    swapped = "Context:\n- Alice has a cat named Miso.\n- Alice moved to Lisbon in 2023.\n\nQuestion: q1"
+    miso = {"id": "m2", "turn": 1, "position": 2, "label": "-", "annotation": "...", "rank": 0}
+    miso["text"] = "Alice has a cat named Miso."
+    assert pointers_resolve(_response(2, [miso]), [turn1])
+    assert not pointers_resolve(_response(2, [miso]), [swapped])  # line 2 there is another memory
+    assert not pointers_resolve(_response(2, [dict(miso, position=1)]), [turn1])
+    assert not pointers_resolve(_response(2, [dict(miso, position=3)]), [turn1])  # turn 1 has two lines
+    short = "Context:\n- Alice moved to Lisbon in 2023.\n\nAlso relevant, shown before: turn 1 item 2.\n\nQuestion: q"
+    assert not pointers_resolve(_response(3, [dict(miso, turn=2, position=2)]), [turn1, short])  # a note is no line
+
+
 def test_a_same_text_copy_within_the_search_points_into_its_own_turn() -> None:
     """Regression: two memories with one text in one search get a pointer into the *current* turn; it was
     taken for a pointer into a missing turn and turned dedup off for the whole conversation."""
@@ -121,12 +136,13 @@ def test_append_layout_points_at_memories_sent_in_earlier_turns(store: Any) -> N
     t1, t2 = _chat(chat, ["Where does Alice live?", "Where does Alice live and work?"], "chat-append")
     assert t1.conversation_id == "chat-append" and not t1.sent
     assert t2.sent, "turn 2 retrieves turn 1's memories again: they become pointers"
-    for sent in t2.sent:
-        assert sent["label"] == f"{sent['position']}" and sent["turn"] == 1
+    for sent in t2.sent:  # bullets: the pointer names the line's position in turn 1's list
+        assert sent["label"] == "-" and sent["turn"] == 1
         assert re.search(rf"shown before: turn 1 items? (\d+, )*{sent['position']}\b", t2.content)
         block = next(b for b in t1.response["context_pilot"]["blocks"] if b["id"] == sent["id"])
         assert block["text"] not in t2.content  # the memory itself is not sent twice
-        assert f"{sent['label']} {block['text']}" in t1.content
+        lines = t1.content.removeprefix("Context:\n").split("\n\n")[0].splitlines()
+        assert lines[sent["position"] - 1] == f"- {block['text']}"
     for t in (t1, t2):
         assert all(fact not in t.content for fact in BOB)
 

@@ -88,7 +88,7 @@ async def test_searches_in_a_conversation_point_at_earlier_outputs(store: Any, s
             assert ex.messages[: len(sent[i - 1].messages)] == sent[i - 1].messages
             assert ex.cached_tokens is not None and ex.cached_tokens >= sent[i - 1].prompt_tokens - 8
     first, second = _tool_outputs(sent[1].messages)
-    assert first.startswith("1 ")
+    assert first.startswith("- ")  # mem0's own list form; pointers name a line by its position
     assert "Also relevant, shown before: turn 1 item" in second
 
 
@@ -108,7 +108,7 @@ async def test_a_history_without_the_earlier_outputs_gets_full_memories(store: A
     await tools.run(agent, QUESTIONS[0], context=ctx)
     await tools.run(agent, QUESTIONS[0], context=ctx)  # the app dropped the history
     (output,) = _tool_outputs(probe.last.messages)
-    assert output.startswith("1 ") and "shown before" not in output
+    assert output.startswith("- ") and "shown before" not in output
 
 
 async def test_a_failed_run_commits_nothing(store: Any, server: Any, probe: Any) -> None:
@@ -228,7 +228,8 @@ async def test_concurrent_runs_of_one_conversation_commit_only_their_own_searche
     last = searched[-1]
     assert len(outputs) == 3 and last.conversation_id == ctx.conversation_id, "B's history holds the committed turns"
     assert any(s["turn"] == 2 for s in last.sent), "turn 3 points into turn 2"
-    for sent in last.sent:
-        line = next(x for x in outputs[sent["turn"] - 1].splitlines() if x.startswith(sent["label"] + " "))
+    for sent in last.sent:  # the pointer names the position-th line of that output ("- memory": bullets)
+        line = outputs[sent["turn"] - 1].split("\n\n")[0].splitlines()[sent["position"] - 1]
+        assert line.startswith(sent["label"] + " ")
         block, memory = line[len(sent["label"]) + 1 :], store.get(sent["id"])["memory"]
         assert block == memory, f"{sent['annotation']} points at {block!r}, not at {memory!r}"
