@@ -150,14 +150,16 @@ def provider() -> Iterator[Any]:
     class Recording(ProviderServer):
         """The modelled server, keeping every chat body it was sent."""
 
-        bodies: list[dict[str, Any]]
+        def __init__(self) -> None:
+            super().__init__()
+            self.bodies: list[dict[str, Any]] = []
 
         def chat(self, body: dict[str, Any], run: str) -> Any:
             self.bodies.append(body)
             return super().chat(body, run)
 
-    with Recording() as server:
-        server.bodies = []
+    server = Recording()
+    with server:
         yield server
 
 
