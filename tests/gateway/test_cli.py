@@ -99,3 +99,14 @@ def _counter(page: str, name: str) -> float:
     found = re.search(rf"^{name} (\S+)$", page, re.MULTILINE)
     assert found, name
     return float(found.group(1))
+
+
+def test_a_short_secret_is_refused_at_start() -> None:
+    """A secret under 16 bytes would make every OpenAI request fail open (its prompt_cache_key hash refuses it):
+    the configuration says so instead."""
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="at least 16 bytes"):
+        GatewayConfig(upstream="http://127.0.0.1:9", secret="bench")
+    assert GatewayConfig(upstream="http://127.0.0.1:9", secret="").secret is not None  # empty: random per process
