@@ -201,3 +201,30 @@ def test_a_session_crossing_openais_minimum_on_the_modelled_rules(store: Any, pr
     assert cached[3] >= OPENAI_MIN_TOKENS and cached[3] > usages[2]["prompt_tokens"] - 128  # all of turn 3
     assert 'cp_gateway_mem0_placements_total{placement="fresh"} 2.0' in metrics
     assert 'cp_gateway_mem0_placements_total{placement="cached"} 2.0' in metrics
+
+
+def test_a_session_crossing_anthropics_minimum_on_the_modelled_rules(store: Any, provider: Any) -> None:
+    """The same on the modelled Anthropic rules (claude-sonnet-4-5, 1,024 tokens): no breakpoint and no write
+    while below it; the switch request is written, and the next one reads all of it back."""
+    headers = {"authorization": "Bearer key-q", "x-cp-session": "chat-q", "x-bench-run": "q"}
+    with running_gateway(
+        provider.url, "anthropic", memory=store, mem0="embedded", secret="test-secret-0123456789"
+    ) as gw:
+        tenant = gw.gateway.identify(Api.MESSAGES, {"authorization": "Bearer key-q"}, {}).tenant
+        for fact in FACTS:
+            store.add(fact, user_id=f"{tenant}:alice", infer=False)
+        messages: list[Any] = []
+        usages = []
+        for question in ("Where does Alice live?", "What is her job?", "Does Alice have a dog?", "And tea?"):
+            messages.append({"role": "user", "content": question})
+            body = {"model": "claude-sonnet-4-5", "system": SYSTEM["content"], "messages": messages, "max_tokens": 8}
+            body["metadata"] = {"user_id": "alice"}
+            answer = httpx.post(gw.url + "/v1/messages", json=body, headers=headers, timeout=120)
+            assert answer.status_code == 200, answer.text
+            usages.append(answer.json()["usage"])
+            messages.append({"role": "assistant", "content": ANSWER})
+    written = [u["cache_creation_input_tokens"] for u in usages]
+    read = [u["cache_read_input_tokens"] for u in usages]
+    assert written[:2] == [0, 0] and read[:3] == [0, 0, 0]  # fresh below the minimum: nothing written or read
+    assert written[2] > 1024  # the switch request: its breakpoint writes the whole prompt
+    assert read[3] == written[2]  # the next request reads all of it back (its memories replayed)
