@@ -1,22 +1,32 @@
-"""A LoCoMo user's chat with mem0 memories: through the gateway (memories placed after the cached prefix) vs
-mem0's proxy pattern (memories rewritten into the last user message each turn), prefilled tokens per turn.
+"""A LoCoMo user's chat with mem0 memories: through the gateway vs mem0's proxy pattern (memories rewritten into
+the last user message each turn), prefilled tokens per turn on an engine and input cost on the providers' rules.
 
-Both arms talk to the same engine (llama-server, one slot, prompt cache on; flushed between arms), with the
-same system prompt (mem0's proxy's ``MEMORY_ANSWER_PROMPT``), the same scripted history (the user asks the
-conversation's first LoCoMo questions; the assistant's turns are LoCoMo's gold answers, so both arms carry
-the same history) and the same mem0 store (the user's LoCoMo observations, embedded mem0):
+Every arm sends the same system prompt (mem0's proxy's ``MEMORY_ANSWER_PROMPT``, plus ``--system-rules``
+numbered house rules for an app-sized one), the same scripted history (the user asks the conversation's first
+LoCoMo questions; the assistant's turns are LoCoMo's gold answers, so every arm carries the same history) and
+searches the same mem0 store (the user's LoCoMo observations, embedded mem0):
 
 * ``mem0``: what ``mem0.proxy.main.Mem0`` does each turn — search on the last 6 messages
   (``"role: content"`` lines), the newest user message replaced by ``- Relevant Memories/Facts: ...
   - Entities: [] - User Question: ...``; the history goes out as the client holds it (without memories);
 * ``gateway``: the client's plain messages sent to the cp_memory gateway (``mem0="embedded"``, the user in
-  ``user``); it searches through ContextPilotMemory on the recent user turns, places the memories at the
-  start of the newest user message and replays earlier turns as it sent them (memories included), with
-  location annotations for memories already sent.
+  ``user`` / ``metadata.user_id``), which searches through ContextPilotMemory on the recent user turns and
+  places the memories (docs/gateway.md, "mem0 memories": replayed with their turn where the upstream will
+  cache the request, in the newest message only while a provider's request is below its cache minimum).
 
-Prefilled tokens are the engine's own counts (llama-server's ``timings.prompt_n``: prompt tokens not served
-from its cache); prompt tokens are ``usage.prompt_tokens``. No turn is added to mem0 in either arm (the store
-stays the LoCoMo observations). ``python -m benchmarks.gateway_chat --json docs/results/gateway_chat.json``
+Two upstreams, each arm on each:
+
+* the **engine** (``--engine llama``: llama-server, one slot, prompt cache on; ``--engine vllm``: vLLM CPU,
+  automatic prefix caching), flushed between arms: prefilled tokens are the engine's own counts
+  (llama-server's ``timings.prompt_n``; vLLM's ``prompt_tokens - prompt_tokens_details.cached_tokens``);
+* the **modelled providers** (:class:`benchmarks.hosted.server.ProviderServer`, the documented cache rules
+  of OpenAI and Anthropic on a local server, o200k tokens): OpenAI Chat Completions (``gpt-5``) and
+  Anthropic Messages (``claude-sonnet-4-5``; both clients mark their system prompt, the one stable block of
+  mem0's pattern), a fresh cache per arm; the gateway in front of them is configured for that provider
+  (``upstream_kind`` openai / anthropic). Input cost in uncached-token units from the usage they report.
+
+No turn is added to mem0 in any arm (the store stays the LoCoMo observations).
+``python -m benchmarks.gateway_chat --json docs/results/gateway_chat.json``
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +48,39 @@ from benchmarks.common import harness
 logger = logging.getLogger("benchmarks.gateway_chat")
 
 MEM0_QUERY_MESSAGES = 6  # mem0's proxy searches on the last 6 messages
+CLIENT_KEY = "bench-client-key-0001"  # every arm's key (vLLM's too): one tenant, one mem0 scope
+GATEWAY_SECRET = "bench-gateway-secret-0001"  # 16 bytes or more: OpenAI prompt_cache_key hashes need it
+OPENAI_MODEL = "gpt-5"
+ANTHROPIC_MODEL = "claude-sonnet-4-5"
+ENGINE_MODEL = "m"
+TARGETS = ("engine", "openai", "anthropic")
 
 
 @dataclass(frozen=True)
 class TurnCount:
+    """One turn of one arm on one target: prompt tokens, prefilled (not served from a cache), cached (read),
+    written (Anthropic cache writes)."""
+
     arm: str
     turn: int
     prompt_tokens: int
     prefilled: int
     cached: int
+    target: str = "engine"
+    written: int = 0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an arm's requests go: ``url`` (the mem0 arm's, the gateway's upstream), the gateway's
+    ``kind`` for it, the body's ``model``, and whether it speaks Anthropic Messages."""
+
+    name: str
+    url: str
+    kind: str
+    model: str
+    messages_api: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -59,6 +93,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--system-rules", type=int, default=0, help="numbered rules (~15 tokens each) after the system prompt"
     )
+    ap.add_argument("--block-size", type=int, default=32, help="vLLM's prefix-cache block in tokens (32)")
+    ap.add_argument("--no-modelled", action="store_true", help="the engine only (no modelled provider arms)")
+    harness.add_engine(ap)
     harness.add_model(ap, "random")
     harness.add_threads(ap, 2)
     harness.add_locomo(ap)
@@ -85,8 +122,8 @@ def load_chat(a: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
 
 
 @contextmanager
-def serve_gateway(upstream: str, memory: Any, k: int) -> Iterator[tuple[str, Any]]:
-    """The gateway (uvicorn in a thread) in front of ``upstream`` with ``memory`` as its mem0 store."""
+def serve_gateway(upstream: str, memory: Any, k: int, kind: str = "llamacpp") -> Iterator[tuple[str, Any]]:
+    """The gateway (uvicorn in a thread) in front of ``upstream`` (``kind``) with ``memory`` as its mem0 store."""
     import uvicorn
 
     from cp_memory.gateway import GatewayConfig, build_app
@@ -94,10 +131,10 @@ def serve_gateway(upstream: str, memory: Any, k: int) -> Iterator[tuple[str, Any
 
     config = GatewayConfig(
         upstream=upstream,
-        upstream_kind="llamacpp",
+        upstream_kind=kind,
         port=0,
         mem0="embedded",
-        secret="bench",
+        secret=GATEWAY_SECRET,
         memories_add=False,
         memories_top_k=k,
     )
@@ -126,14 +163,50 @@ def system_prompt(rules: int) -> str:
     return "\n".join([MEMORY_ANSWER_PROMPT, *extra])
 
 
-def _count(arm: str, turn: int, answer: dict[str, Any]) -> TurnCount:
-    usage, timings = answer.get("usage") or {}, answer.get("timings") or {}
+def request(target: Target, history: list[dict[str, str]], a: Any, user: str | None = None) -> tuple[str, Any]:
+    """(path, body) of one turn: Chat Completions, or Anthropic Messages with the system prompt marked."""
+    if target.messages_api:
+        system = [{"type": "text", "text": history[0]["content"], "cache_control": {"type": "ephemeral"}}]
+        body: dict[str, Any] = {"model": target.model, "system": system, "messages": history[1:]}
+        body.update(max_tokens=a.max_tokens, temperature=0)
+        if user is not None:
+            body["metadata"] = {"user_id": user}
+        return "/v1/messages", body
+    body = {"model": target.model, "messages": history, "max_tokens": a.max_tokens, "temperature": 0}
+    if user is not None:
+        body["user"] = user
+    return "/v1/chat/completions", body
+
+
+def count(target: str, arm: str, turn: int, answer: dict[str, Any]) -> TurnCount:
+    """One turn's counts from the answer: llama-server's ``timings``, else the usage the API reports
+    (OpenAI's ``cached_tokens``, Anthropic's cache reads and writes)."""
+    usage = answer.get("usage") or {}
+    if "input_tokens" in usage:  # Anthropic: input_tokens are the uncached ones
+        read, written = (
+            int(usage.get("cache_read_input_tokens") or 0),
+            int(usage.get("cache_creation_input_tokens") or 0),
+        )
+        prompt = int(usage["input_tokens"]) + read + written
+        return TurnCount(arm, turn, prompt, prompt - read, read, target, written)
     prompt = int(usage.get("prompt_tokens", 0))
-    prefilled = int(timings.get("prompt_n", prompt))
-    return TurnCount(arm, turn, prompt, prefilled, prompt - prefilled)
+    if "timings" in answer:
+        prefilled = int(answer["timings"].get("prompt_n", prompt))
+    else:
+        prefilled = prompt - int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return TurnCount(arm, turn, prompt, prefilled, prompt - prefilled, target)
 
 
-def mem0_arm(url: str, memory: Any, user: str, questions: list[str], answers: list[str], a: Any) -> list[TurnCount]:
+def _headers(target: Target, session: str | None = None) -> dict[str, str]:
+    out = {"authorization": f"Bearer {CLIENT_KEY}", **{k.lower(): v for k, v in target.headers.items()}}
+    if session is not None:
+        out["x-cp-session"] = session
+    return out
+
+
+def mem0_arm(
+    target: Target, memory: Any, user: str, questions: list[str], answers: list[str], a: Any
+) -> list[TurnCount]:
     """mem0's proxy pattern, as ``mem0.proxy.main.Completions.create`` builds its request."""
     history: list[dict[str, str]] = [{"role": "system", "content": system_prompt(a.system_rules)}]
     out = []
@@ -143,99 +216,126 @@ def mem0_arm(url: str, memory: Any, user: str, questions: list[str], answers: li
         found = memory.search(query, filters={"user_id": user}, top_k=a.k)
         memories = "\n".join(r["memory"] for r in found["results"])
         text = f"- Relevant Memories/Facts: {memories}\n\n- Entities: []\n\n- User Question: {question}"
-        sent = [*history[:-1], {"role": "user", "content": text}]
-        body = {"model": "m", "messages": sent, "max_tokens": a.max_tokens, "temperature": 0}
-        answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=600).json()
-        out.append(_count("mem0", i, answer))
+        path, body = request(target, [*history[:-1], {"role": "user", "content": text}], a)
+        answer = httpx.post(target.url + path, json=body, headers=_headers(target), timeout=600).json()
+        out.append(count(target.name, "mem0", i, answer))
         history.append({"role": "assistant", "content": gold})
     return out
 
 
-def gateway_arm(url: str, user: str, questions: list[str], answers: list[str], a: Any) -> list[TurnCount]:
-    """The client's plain chat, through the gateway (memories searched, placed and replayed there)."""
+def gateway_arm(
+    url: str, target: Target, user: str, questions: list[str], answers: list[str], a: Any
+) -> list[TurnCount]:
+    """The client's plain chat, through the gateway (memories searched and placed there)."""
     history: list[dict[str, str]] = [{"role": "system", "content": system_prompt(a.system_rules)}]
-    headers = {"authorization": "Bearer bench", "x-cp-session": "chat-1"}
+    headers = _headers(target, f"chat-{target.name}")
     out = []
     for i, (question, gold) in enumerate(zip(questions, answers), start=1):
         history.append({"role": "user", "content": question})
-        body = {"model": "m", "messages": history, "user": user, "max_tokens": a.max_tokens, "temperature": 0}
-        answer = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=600).json()
-        out.append(_count("gateway", i, answer))
+        path, body = request(target, history, a, user)
+        answer = httpx.post(url + path, json=body, headers=headers, timeout=600).json()
+        out.append(count(target.name, "gateway", i, answer))
         history.append({"role": "assistant", "content": gold})
     return out
+
+
+@contextmanager
+def engine(a: argparse.Namespace) -> Iterator[tuple[Target, Any]]:
+    """The engine target and its cache flush: llama-server (one slot) or vLLM CPU (prefix caching)."""
+    if a.engine == "vllm":
+        from cp_memory.engine import VLLMServer
+
+        model = harness.resolve_model(a.model, "vllm")
+        extra = a.vllm_args.split() if a.vllm_args else []
+        with VLLMServer(
+            model,
+            served_model_name=ENGINE_MODEL,
+            max_model_len=8192,
+            block_size=a.block_size,
+            max_num_seqs=2,
+            enforce_eager=True,
+            api_key=CLIENT_KEY,
+            extra_args=extra,
+        ) as vllm:
+            yield Target("engine", vllm.base_url, "vllm", ENGINE_MODEL), vllm.flush_cache
+        return
+    from cp_memory.engine import LlamaServer
+
+    model_path = harness.resolve_model(a.model, "llama")
+    with LlamaServer(model_path, slots=1, ctx_size=16384, cache_ram_mib=512, threads=a.threads) as llama:
+        yield Target("engine", llama.base_url, "llamacpp", ENGINE_MODEL), llama.flush_cache
+
+
+def modelled_arms(memory: Any, user: str, questions: list[str], answers: list[str], a: Any) -> list[TurnCount]:
+    """Both arms on the modelled OpenAI and Anthropic rules (a fresh cache per arm: ``x-bench-run``)."""
+    from benchmarks.hosted.server import ProviderServer
+
+    rows: list[TurnCount] = []
+    with ProviderServer() as server:
+        for name, model, messages in (("openai", OPENAI_MODEL, False), ("anthropic", ANTHROPIC_MODEL, True)):
+            direct = Target(name, server.url, name, model, messages, {"x-bench-run": f"{name}-mem0"})
+            rows += mem0_arm(direct, memory.wrapped, user, questions, answers, a)
+            via = Target(name, server.url, name, model, messages, {"x-bench-run": f"{name}-gateway"})
+            with serve_gateway(server.url, memory, a.k, name) as (gw_url, _):
+                rows += gateway_arm(gw_url, via, "locomo-" + str(a.conversation), questions, answers, a)
+    return rows
 
 
 def run(a: argparse.Namespace) -> list[TurnCount]:
     from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
     from cp_memory.embedded import default_memory
-    from cp_memory.engine import LlamaServer
+    from cp_memory.gateway import GatewayConfig, UpstreamKind
+    from cp_memory.gateway.flow import Gateway
     from cp_memory.gateway.protocols import Api
     from cp_memory.memory import ContextPilotMemory
 
     questions, answers, observations = load_chat(a)
     memory = ContextPilotMemory(default_memory(), **CHAT_MEMORY_OPTIONS)  # what the gateway opens
-    model = harness.resolve_model(a.model, "llama")
-    with LlamaServer(model, slots=1, ctx_size=16384, cache_ram_mib=512, threads=a.threads) as llama:
-        with serve_gateway(llama.base_url, memory, a.k) as (gw_url, gateway):
-            tenant = gateway.identify(Api.CHAT, {"authorization": "Bearer bench"}, {}).tenant
-            user = f"{tenant}:locomo-{a.conversation}"
-            for text in observations:
-                memory.wrapped.add(text, user_id=user, infer=False)
-            logger.info("%d memories stored for %s", len(observations), user)
-            llama.flush_cache()
-            rows = mem0_arm(llama.base_url, memory.wrapped, user, questions, answers, a)
-            llama.flush_cache()
-            rows += gateway_arm(gw_url, "locomo-" + str(a.conversation), questions, answers, a)
+    probe = Gateway(GatewayConfig(upstream="http://127.0.0.1:9", secret=GATEWAY_SECRET), UpstreamKind.COMPATIBLE)
+    tenant = probe.identify(Api.CHAT, {"authorization": f"Bearer {CLIENT_KEY}"}, {}).tenant
+    user = f"{tenant}:locomo-{a.conversation}"
+    for text in observations:
+        memory.wrapped.add(text, user_id=user, infer=False)
+    logger.info("%d memories stored for %s", len(observations), user)
+    rows: list[TurnCount] = []
+    with engine(a) as (target, flush):
+        flush()
+        rows += mem0_arm(target, memory.wrapped, user, questions, answers, a)
+        flush()
+        with serve_gateway(target.url, memory, a.k, target.kind) as (gw_url, _):
+            rows += gateway_arm(gw_url, target, "locomo-" + str(a.conversation), questions, answers, a)
+    if not a.no_modelled:
+        rows += modelled_arms(memory, user, questions, answers, a)
     memory.close()
     return rows
 
 
-def modelled_costs(rows: list[TurnCount]) -> dict[str, dict[str, float]]:
-    """Input cost in uncached-token units on the providers' documented rules (cp_memory.providers.rules),
-    estimated from the engine's counts: a turn's cacheable prefix is what the engine reused from the turn
-    before. OpenAI (GPT-5 prices): nothing below 1,024 tokens, hits in 128-token steps. Anthropic
-    (claude-sonnet-4-5, one 5-minute breakpoint at the end of every request, both arms): the previous
-    request is read back only when it is a prefix of this one and was long enough to be written."""
-    from cp_memory.providers.rules import (
-        ANTHROPIC_READ_RATIO,
-        ANTHROPIC_WRITE_RATIO,
-        OPENAI_MIN_TOKENS,
-        OPENAI_STEP_TOKENS,
-        anthropic_min_tokens,
-        openai_prices,
-    )
+def costs(rows: list[TurnCount]) -> dict[str, dict[str, float]]:
+    """Input cost of each arm in uncached-token units, from the usage the modelled providers reported:
+    OpenAI (GPT-5 prices: cached reads 0.1x, writes free), Anthropic (claude-sonnet-4-5: writes 1.25x at the
+    5-minute TTL, reads 0.1x). Ratios from :mod:`cp_memory.providers.rules`."""
+    from cp_memory.providers.rules import ANTHROPIC_READ_RATIO, ANTHROPIC_WRITE_RATIO, openai_prices
 
-    read_ratio = openai_prices("gpt-5")[0].read
-    minimum = anthropic_min_tokens("claude-sonnet-4-5")[0]
+    ratios = {
+        "openai": (openai_prices(OPENAI_MODEL)[0].read, 1.0),
+        "anthropic": (ANTHROPIC_READ_RATIO, ANTHROPIC_WRITE_RATIO["5m"]),
+    }
     out: dict[str, dict[str, float]] = {}
     for arm in ("mem0", "gateway"):
-        mine = sorted((r for r in rows if r.arm == arm), key=lambda r: r.turn)
-        openai_cost = anthropic_cost = 0.0
-        previous: TurnCount | None = None
-        for r in mine:
-            hit = 0 if r.cached < OPENAI_MIN_TOKENS else r.cached - (r.cached - OPENAI_MIN_TOKENS) % OPENAI_STEP_TOKENS
-            openai_cost += (r.prompt_tokens - hit) + read_ratio * hit
-            whole = previous is not None and previous.prompt_tokens >= minimum and r.cached >= previous.prompt_tokens
-            read = previous.prompt_tokens if whole and previous is not None else 0
-            write = r.prompt_tokens - read if r.prompt_tokens >= minimum else 0
-            anthropic_cost += (r.prompt_tokens - read - write) + ANTHROPIC_WRITE_RATIO["5m"] * write
-            anthropic_cost += ANTHROPIC_READ_RATIO * read
-            previous = r
-        out[arm] = {"openai_gpt5": round(openai_cost, 1), "anthropic_sonnet45": round(anthropic_cost, 1)}
+        out[arm] = {}
+        for target, (read, write) in ratios.items():
+            mine = [r for r in rows if r.arm == arm and r.target == target]
+            if mine:
+                total = sum(r.prefilled - r.written + write * r.written + read * r.cached for r in mine)
+                out[arm][target] = round(total, 1)
     return out
 
 
-def markdown(rows: list[TurnCount], header: str, command: str) -> str:
-    turns = sorted({r.turn for r in rows})
-    by = {(r.arm, r.turn): r for r in rows}
+def _turn_table(rows: list[TurnCount], target: str, what: str) -> list[str]:
+    by = {(r.arm, r.turn): r for r in rows if r.target == target}
+    turns = sorted({t for _, t in by})
     lines = [
-        "# Gateway chat with mem0 memories: prefilled tokens per turn",
-        "",
-        header,
-        "",
-        f"Command: `{command}`",
-        "",
-        "| turn | mem0 pattern: prompt / prefilled | gateway: prompt / prefilled | prefilled, gateway - mem0 |",
+        f"| turn | mem0 pattern: prompt / {what} | gateway: prompt / {what} | {what}, gateway - mem0 |",
         "|---:|---:|---:|---:|",
     ]
     for t in turns:
@@ -244,20 +344,42 @@ def markdown(rows: list[TurnCount], header: str, command: str) -> str:
         lines.append(f"| {t} | {m.prompt_tokens} / {m.prefilled} | {g.prompt_tokens} / {g.prefilled} | {diff:+d} |")
     tm = sum(by[("mem0", t)].prefilled for t in turns)
     tg = sum(by[("gateway", t)].prefilled for t in turns)
-    lines.append(f"| all | {tm} prefilled | {tg} prefilled | {tg - tm:+d} ({(tg - tm) / max(tm, 1):+.1%}) |")
-    costs = modelled_costs(rows)
+    lines.append(f"| all | {tm} {what} | {tg} {what} | {tg - tm:+d} ({(tg - tm) / max(tm, 1):+.1%}) |")
+    return lines
+
+
+def markdown(rows: list[TurnCount], header: str, command: str) -> str:
+    lines = [
+        "# Gateway chat with mem0 memories: prefilled tokens per turn, modelled input cost",
+        "",
+        header,
+        "",
+        f"Command: `{command}`",
+        "",
+        "Engine counts (prompt tokens not served from the engine's prefix cache):",
+        "",
+        *_turn_table(rows, "engine", "prefilled"),
+    ]
+    found = costs(rows)
+    if "openai" not in found["mem0"]:
+        return "\n".join(lines) + "\n"
+    for target, title in (("openai", "OpenAI (gpt-5)"), ("anthropic", "Anthropic (claude-sonnet-4-5)")):
+        lines += ["", f"**Modelled** {title}: prompt tokens not read from the cache, per turn:", ""]
+        lines += _turn_table(rows, target, "uncached")
     lines += [
         "",
-        "Input cost of the 8 turns in uncached-token units, **modelled** on the providers' documented rules "
-        "from the engine's counts (`modelled_costs`):",
+        "Input cost of the turns in uncached-token units, **modelled** (a local server applying the providers' "
+        "documented cache rules; `costs`):",
         "",
-        "| rules | mem0 pattern | gateway |",
-        "|---|---:|---:|",
-        f"| OpenAI (GPT-5: >= 1,024 tokens, 128-token steps, reads 0.1x) | {costs['mem0']['openai_gpt5']:,.1f} "
-        f"| {costs['gateway']['openai_gpt5']:,.1f} |",
-        f"| Anthropic (claude-sonnet-4-5: a 5-minute breakpoint per request, writes 1.25x, reads 0.1x) "
-        f"| {costs['mem0']['anthropic_sonnet45']:,.1f} | {costs['gateway']['anthropic_sonnet45']:,.1f} |",
+        "| rules | mem0 pattern | gateway | gateway - mem0 |",
+        "|---|---:|---:|---:|",
     ]
+    for target, title in (
+        ("openai", "OpenAI (GPT-5: >= 1,024 tokens, 128-token steps, reads 0.1x)"),
+        ("anthropic", "Anthropic (claude-sonnet-4-5: >= 1,024 tokens, writes 1.25x, reads 0.1x)"),
+    ):
+        m, g = found["mem0"][target], found["gateway"][target]
+        lines.append(f"| {title} | {m:,.1f} | {g:,.1f} | {(g - m) / max(m, 1):+.1%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -266,13 +388,18 @@ def main(argv: list[str] | None = None) -> int:
     harness.setup_logging(a.verbose)
     rows = run(a)
     m = harness.machine()
+    engine_label = (
+        f"vLLM CPU (model {a.model}, {a.block_size}-token blocks, automatic prefix caching), engine counts "
+        "(usage.prompt_tokens_details.cached_tokens)"
+        if a.engine == "vllm"
+        else f"llama-server (model {a.model}, 1 slot, prompt cache on), engine counts (timings.prompt_n)"
+    )
     header = (
         f"LoCoMo conversation {a.conversation}, {a.turns} user turns, k={a.k}, {a.max_memories} memories, "
-        f"{a.system_rules} extra system rules; "
-        f"llama-server (model {a.model}, 1 slot, prompt cache on), engine counts (timings.prompt_n); {m.summary}"
+        f"{a.system_rules} extra system rules; {engine_label}; {m.summary}"
     )
     payload = harness.envelope(
-        "benchmarks.gateway_chat", argv, config=vars(a), rows=[asdict(r) for r in rows], costs=modelled_costs(rows)
+        "benchmarks.gateway_chat", argv, config=vars(a), rows=[asdict(r) for r in rows], costs=costs(rows)
     )
     md = markdown(rows, header, payload["command"])
     stem = Path(a.json).stem if a.json else "gateway_chat"

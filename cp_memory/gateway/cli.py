@@ -16,14 +16,34 @@ from collections.abc import Sequence
 from pydantic import SecretStr, ValidationError
 
 from .config import STATE_STORE_ENV, GatewayConfig, Mem0Source, UpstreamKind
+from .content.switches import DEFAULT_STEPS, ContentStep
 
-__all__ = ["config_from", "console", "main", "parser"]
+__all__ = ["config_from", "console", "content_steps", "main", "parser"]
 
 _FIELDS = GatewayConfig.model_fields
 
 
 def _default(name: str) -> object:
     return _FIELDS[name].default
+
+
+def content_steps(value: str) -> frozenset[ContentStep]:
+    """``--content``: ``on`` (the default steps), ``off`` (none) or steps, comma-separated (``find,dedup``);
+    every step but ``find`` needs ``find``. A bad value is an ``argparse`` error naming the choices."""
+    words = [w.strip().lower() for w in value.split(",") if w.strip()]
+    if words == ["on"]:
+        return DEFAULT_STEPS
+    if words == ["off"]:
+        return frozenset()
+    known = {s.value: s for s in ContentStep}
+    unknown = [w for w in words if w not in known]
+    if unknown or not words:
+        choices = ", ".join(known)
+        raise argparse.ArgumentTypeError(f"{value!r}: use on, off or steps from {choices} (comma-separated)")
+    steps = frozenset(known[w] for w in words)
+    if ContentStep.FIND not in steps:
+        raise argparse.ArgumentTypeError(f"{value!r}: every content step needs 'find' (e.g. find,{words[0]})")
+    return steps
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,6 +70,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mem0", choices=[m.value for m in Mem0Source], default=Mem0Source.OFF.value, help="mem0 store")
     p.add_argument("--mem0-config", default=None, help="--mem0 config: a mem0 config JSON file")
     p.add_argument("--mem0-path", default=None, help="--mem0 embedded: its folder (default: in memory)")
+    p.add_argument(
+        "--content",
+        type=content_steps,
+        default=DEFAULT_STEPS,
+        metavar="on|off|STEPS",
+        help="content rules on the new part of each request: on (find,align,dedup,chunks), off, or steps "
+        "comma-separated from find, align, dedup, chunks, order-note (X-CP-Content narrows them per request)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -75,6 +103,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         mem0=Mem0Source(args.mem0),
         mem0_config=args.mem0_config,
         mem0_path=args.mem0_path,
+        content_steps=args.content,
     )
 
 

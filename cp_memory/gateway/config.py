@@ -26,6 +26,8 @@ __all__ = ["GATEWAY_KEY_ENV", "STATE_STORE_ENV", "GatewayConfig", "Mem0Source", 
 GATEWAY_KEY_ENV = "CP_GATEWAY_KEY"
 #: the environment variable that holds the secret of the gateway's keyed hashes (tenants, cache keys)
 GATEWAY_SECRET_ENV = "CP_GATEWAY_SECRET"
+#: the shortest secret the keyed hashes accept (:class:`~cp_memory.providers.openai.PromptCacheKeys`' own bound)
+MIN_SECRET_BYTES = 16
 #: the environment variable that may name the state store (``--state-store`` overrides it; it may hold a password)
 STATE_STORE_ENV = "CP_GATEWAY_STATE_STORE"
 
@@ -146,6 +148,16 @@ class GatewayConfig(BaseModel):
         if value is not None and not value.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
             scheme = value.get_secret_value().split(":")[0]
             raise ValueError(f"state_store must be a redis://, rediss:// or unix:// URL, got {scheme!r}")
+        return value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_length(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and 0 < len(value.get_secret_value().encode("utf-8")) < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"secret must be at least {MIN_SECRET_BYTES} bytes (it keys the tenant, session and OpenAI "
+                "prompt_cache_key hashes)"
+            )
         return value
 
     @model_validator(mode="after")

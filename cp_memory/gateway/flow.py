@@ -22,7 +22,7 @@ from ..providers.tokens import Counting, default_counting
 from ..providers.usage import CacheUsage
 from .config import GatewayConfig, UpstreamKind
 from .content import ContentResult, PendingContent, effective_steps, new_part_start, run_content
-from .memories import Memories, MemoryQuery, MemoryStage
+from .memories import Memories, MemoryQuery, MemoryStage, Placement, leaf_text
 from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SentLog, digest, replay
 from .rules import RuleResult, apply_rules
@@ -53,19 +53,10 @@ class Plan:
     stream: bool = False
     notes: list[str] = field(default_factory=list)
     memories: Memories | None = None  # the mem0 memories placed (commit their turn once the upstream answered)
+    placement: Placement | None = None  # how they were placed (``fresh``: roll their dedup turn back)
     content_pending: PendingContent | None = None  # the content stage's registrations, committed with the log
     content_pointers: int = 0
-
-
-def _leaf_text(value: Any) -> str:
-    """The strings of a segment (its tokens' source, roughly), for the attribution's token estimate."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        return "".join(_leaf_text(v) for k, v in value.items() if k != "cache_control")
-    if isinstance(value, list):
-        return "".join(_leaf_text(v) for v in value)
-    return ""
+    content_rewrites: int = 0  # segments the content rules rewrote in this request
 
 
 def _blocks_before(api: Api, segs: list[Any], n_head: int, upto: int) -> int:
@@ -91,7 +82,11 @@ class Gateway:
         self.store: SessionStore = open_session_store(config)
         self.counting = counting or default_counting()
         self.memory_stage = MemoryStage(
-            query_turns=config.memories_query_turns, dedup=config.replay, max_sessions=config.max_sessions
+            query_turns=config.memories_query_turns,
+            dedup=config.replay,
+            max_sessions=config.max_sessions,
+            kind=kind,
+            counting=self.counting,
         )
 
     def identify(self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any]) -> Identity:
@@ -117,6 +112,7 @@ class Gateway:
         except Exception:  # fail open: the client's own request goes out, and a log line says why
             logger.exception("gateway: planning a %s request failed; forwarding it unchanged", api.value)
             plan.content, plan.changed, plan.failed_open, plan.log, plan.memories = raw, False, True, None, None
+            plan.placement = None
         return plan
 
     def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any], memories: Memories | None) -> None:
@@ -131,7 +127,10 @@ class Gateway:
             shaped = with_segments(api, body, content.segments, n_head)
         else:
             shaped = with_segments(api, body, replayed.segments, n_head) if replayed.substituted else body
-        shaped, placed = self.memory_stage.place(api, shaped, memories) if memories is not None else (shaped, None)
+        before = shaped
+        placed, placement = None, None
+        if memories is not None:
+            shaped, placed, placement = self.memory_stage.place(api, shaped, memories, plan.identity)
         previous_end = self._previous_end(api, log, replayed, n_head)
         rules = apply_rules(
             self.kind,
@@ -152,8 +151,13 @@ class Gateway:
         plan.changed = bool(replayed.substituted or rules.added or changed or placed is not None)
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        plan.log = self._sent_log(api, segments(api, out)[0], segs, log, replayed.replayed, content, placed)
-        plan.memories = memories if placed is not None else None
+        sent = segments(api, out)[0]
+        if placement is Placement.FRESH and placed is not None:  # not replayed: the next request has it without
+            sent[placed] = segments(api, before)[0][placed]
+            placed = None
+        plan.log = self._sent_log(api, sent, segs, log, replayed.replayed, content, placed)
+        plan.memories = memories if placement is not None else None
+        plan.placement = placement
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
         plan.marks = tuple(m.where for m in rules.marks)
         plan.fields = rules.added
@@ -198,6 +202,7 @@ class Gateway:
             plan.notes.append("content stage failed: replay + rules only")
             return None
         plan.content_pending = result.pending or None
+        plan.content_rewrites = len(result.changed)
         plan.content_pointers = result.pointers + result.chunk_pointers
         return result
 
@@ -231,7 +236,7 @@ class Gateway:
     def _bound(self, replayed: ReplayResult, rules: RuleResult, segs: list[Any]) -> int | None:
         bounds: list[int] = []
         if replayed.first_rewritten is not None:
-            bounds.append(self.counting.tokens(_leaf_text(segs[: replayed.first_rewritten])))
+            bounds.append(self.counting.tokens(leaf_text(segs[: replayed.first_rewritten])))
         if rules.marks and rules.client_mark_tokens is not None:
             bounds.append(rules.client_mark_tokens)
         return min(bounds) if bounds else None
@@ -244,6 +249,8 @@ class Gateway:
         state.logs[plan.api] = plan.log
         if plan.content_pending is not None:
             state.content.commit(plan.api, plan.content_pending)
+        if plan.placement is not None:
+            self.memory_stage.settle(plan.identity, plan.placement)
 
     def record(self, plan: Plan, usage: CacheUsage) -> int:
         """Book ``usage`` for the plan's session and tenant; returns the tokens attributed to the gateway."""

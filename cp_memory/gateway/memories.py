@@ -10,9 +10,19 @@
   the prefix of this one (edited history, another conversation under the same session id, replay off), a new
   epoch starts and nothing earlier is pointed at (a pointer only ever names a turn the history shows).
 * **The placement** (:func:`cp_memory.core.chat_memories.place_memories`, shared with the mem0 proxy
-  drop-in): the rendered memories at the start of the newest user message, after every cached byte; the
-  sent log records the client's digest for that message, so the next request's copy (without memories) is
-  replayed as sent, memories included.
+  drop-in): the rendered memories at the start of the newest user message, after every cached byte. Then
+  one of two (:class:`Placement`), per session:
+
+  - ``cached`` (engines, and a provider once the request reaches its cache minimum): the sent log records
+    the client's digest for that message, so the next request's copy (without memories) is replayed as
+    sent, memories included; the cached prefix grows with them, and memories sent before become pointers.
+  - ``fresh`` (a hosted provider while the request is below its documented minimum cacheable prefix,
+    :func:`cache_minimum`: nothing of it is cached, so there is no cached byte to keep): the memories go
+    into the newest message only, mem0's own pattern; the next request carries the client's copy without
+    them (a shorter prompt), and the search's dedup turn is rolled back, so no later pointer names
+    memories the history does not show. The first request that reaches the minimum switches the session
+    to ``cached`` for good: its history shows no memories and its dedup conversation has no committed
+    turn, so it starts a clean epoch (everything shown in full, pointers only from then on).
 
 The search itself (mem0 through :class:`~cp_memory.memory.wrappers.ContextPilotMemory`) is I/O: the app's
 driver runs it (:mod:`cp_memory.gateway.mem0_store`) and hands the found :class:`Memories` to
@@ -24,16 +34,32 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from ..core.chat_memories import ChatShape, MemoryPlacement, memories_text, place_memories, query_text, text_of
 from ..core.lru import LRUMap
 from ..core.prompt import PromptContract
+from ..providers.anthropic import block_texts
+from ..providers.rules import OPENAI_MIN_TOKENS, anthropic_min_tokens
+from ..providers.tokens import Counting
+from .config import UpstreamKind
 from .protocols import Api, segments
 from .replay import SentLog, digest
 from .tenancy import Identity
 
-__all__ = ["USER_HEADER", "Memories", "MemoryQuery", "MemoryStage", "answer_text", "user_of"]
+__all__ = [
+    "USER_HEADER",
+    "Memories",
+    "MemoryQuery",
+    "MemoryStage",
+    "Placement",
+    "answer_text",
+    "cache_minimum",
+    "leaf_text",
+    "request_tokens",
+    "user_of",
+]
 
 USER_HEADER = "x-cp-user"
 _SHAPES = {Api.CHAT: ChatShape.OPENAI, Api.RESPONSES: ChatShape.RESPONSES, Api.MESSAGES: ChatShape.ANTHROPIC}
@@ -82,18 +108,71 @@ class Memories:
     contract: PromptContract
 
 
+class Placement(str, Enum):
+    """How a request's memories were placed (the module's docstring): ``cached`` replayed with their turn,
+    ``fresh`` in the newest message only (below the provider's cache minimum)."""
+
+    CACHED = "cached"
+    FRESH = "fresh"
+
+
+def cache_minimum(kind: UpstreamKind, api: Api, body: Mapping[str, Any]) -> int | None:
+    """The provider's documented minimum cacheable prefix for this request (:mod:`cp_memory.providers.rules`):
+    OpenAI's 1,024 tokens, the Anthropic model's own (Messages API); None where any prefix can be cached (a
+    self-hosted engine) or no rule is known."""
+    if kind is UpstreamKind.OPENAI and api in (Api.CHAT, Api.RESPONSES):
+        return OPENAI_MIN_TOKENS
+    if kind is UpstreamKind.ANTHROPIC and api is Api.MESSAGES:
+        model = body.get("model")
+        return anthropic_min_tokens(model if isinstance(model, str) else None)[0]
+    return None
+
+
+def leaf_text(value: Any) -> str:
+    """The strings of a segment (its tokens' source, roughly), ``cache_control`` aside."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return "".join(leaf_text(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return "".join(leaf_text(v) for v in value)
+    return ""
+
+
+def request_tokens(api: Api, body: Mapping[str, Any], counting: Counting) -> int:
+    """The request's prompt tokens as the provider rules count them: Anthropic's blocks (tools, system,
+    messages; what the gateway's breakpoints are measured on), else every string of every segment."""
+    if api is Api.MESSAGES:
+        system = body.get("system")
+        system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) and system else _seq(system)
+        texts = block_texts(_seq(body.get("tools")), system_blocks, _seq(body.get("messages")))
+        return sum(counting.tokens(text) for text, _ in texts)
+    try:
+        segs = segments(api, body)[0]
+    except TypeError:
+        return 0
+    return counting.tokens(leaf_text(segs))
+
+
 def _messages(api: Api, body: Mapping[str, Any]) -> list[Any]:
     items = body.get("input" if api is Api.RESPONSES else "messages")
     return list(items) if isinstance(items, list) else []
 
 
 class MemoryStage:
-    """The per-session dedup epochs (bounded LRU) and the stage's two steps: :meth:`query`, :meth:`place`."""
+    """The per-session dedup epochs and placements (bounded LRUs) and the stage's steps: :meth:`query`,
+    :meth:`place`, :meth:`settle`. ``kind`` and ``counting``: the upstream and the token counter its cache
+    minimum is checked with (the provider rules' own)."""
 
-    def __init__(self, *, query_turns: int, dedup: bool, max_sessions: int) -> None:
+    def __init__(
+        self, *, query_turns: int, dedup: bool, max_sessions: int, kind: UpstreamKind, counting: Counting
+    ) -> None:
         self.query_turns = query_turns
         self.dedup = dedup
+        self.kind = kind
+        self.counting = counting
         self._epochs: LRUMap[tuple[str, str], int] = LRUMap(max_sessions)
+        self._cached: LRUMap[tuple[str, str], bool] = LRUMap(max_sessions)  # sessions switched to ``cached``
 
     def query(
         self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any], who: Identity, log: SentLog | None
@@ -120,20 +199,37 @@ class MemoryStage:
             self._epochs.set(key, epoch)
         return f"{who.session}:{epoch}"
 
-    def place(self, api: Api, body: dict[str, Any], memories: Memories) -> tuple[dict[str, Any], int | None]:
-        """``body`` with the memories in its newest user message, and that message's segment index (None:
-        nothing placed)."""
+    def place(
+        self, api: Api, body: dict[str, Any], memories: Memories, who: Identity
+    ) -> tuple[dict[str, Any], int | None, Placement | None]:
+        """``body`` with the memories in its newest user message, that message's segment index and the
+        placement (None, None: nothing placed)."""
         text = memories_text(memories.contract)
         shape = _SHAPES.get(api)
         if text is None or shape is None:
-            return body, None
+            return body, None, None
         placed: MemoryPlacement | None = place_memories(shape, _messages(api, body), text)
         if placed is None:
-            return body, None
+            return body, None, None
         out = dict(body)
         out["input" if api is Api.RESPONSES else "messages"] = placed.messages
         n_head = segments(api, body)[1]
-        return out, n_head + placed.index
+        return out, n_head + placed.index, self._placement(api, out, who)
+
+    def _placement(self, api: Api, body: Mapping[str, Any], who: Identity) -> Placement:
+        """``cached`` when the session switched already, the upstream caches any prefix, or this request
+        (memories placed) reaches the provider's minimum; else ``fresh``."""
+        if self._cached.get((who.tenant, who.session)):
+            return Placement.CACHED
+        minimum = cache_minimum(self.kind, api, body)
+        if minimum is None or self.counting.reaches(request_tokens(api, body, self.counting), minimum):
+            return Placement.CACHED
+        return Placement.FRESH
+
+    def settle(self, who: Identity, placement: Placement) -> None:
+        """A request with memories went out: a ``cached`` placement switches its session for good."""
+        if placement is Placement.CACHED and self.kind in (UpstreamKind.OPENAI, UpstreamKind.ANTHROPIC):
+            self._cached.set((who.tenant, who.session), True)
 
 
 def _extends(api: Api, body: Mapping[str, Any], log: SentLog) -> bool:

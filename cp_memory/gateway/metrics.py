@@ -42,6 +42,21 @@ class GatewayMetrics:
         )
         self.marks = Counter("cp_gateway_marks_added", "Anthropic breakpoints added", ["where"], registry=r)
         self.fields = Counter("cp_gateway_fields_added", "Cache fields added", ["field"], registry=r)
+        self.content_rewrites = Counter(
+            "cp_gateway_content_rewritten_segments", "Segments the content rules rewrote", registry=r
+        )
+        self.content_pointers = Counter(
+            "cp_gateway_content_pointers",
+            "Location annotations the content rules put for blocks sent before",
+            registry=r,
+        )
+        self.placements = Counter(
+            "cp_gateway_mem0_placements",
+            "Requests that carried mem0 memories, by placement (cached: replayed with their turn; fresh: below "
+            "the provider's cache minimum)",
+            ["placement"],
+            registry=r,
+        )
         self.overhead = Histogram(
             "cp_gateway_overhead_seconds",
             "Time the gateway spent on a request before forwarding it",

@@ -129,7 +129,9 @@ def upstream() -> Iterator[FakeEngine]:
 
 @pytest.fixture()
 def gateway(store: Any, upstream: FakeEngine) -> Iterator[Running]:
-    with running_gateway(upstream.url, "llamacpp", memory=store, mem0="embedded", secret="test-secret") as running:
+    with running_gateway(
+        upstream.url, "llamacpp", memory=store, mem0="embedded", secret="test-secret-0123456789"
+    ) as running:
         yield running
 
 
