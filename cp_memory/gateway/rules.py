@@ -5,11 +5,7 @@
   (:func:`cp_memory.providers.marks.count_marks`); none is ever removed or moved. Candidates: ``turn`` (the
   last block of the last message, unless the client asked for automatic caching, which puts one there) and
   ``bridge`` (where the previous request of the session ended, when that is more than the 20-block lookback
-  before the ``turn`` mark, so the next request still finds the entry written there), then ``opening`` (the
-  first block of the first message when that message holds more blocks after it: agent harnesses open every
-  session with the same preamble block, e.g. Claude Code's system reminder, ahead of the session's own task,
-  so a new session reads the tools, system and that preamble written by an earlier one; a breakpoint is
-  free, only the tokens written are billed, so it costs nothing where nothing reads it). A candidate below the
+  before the ``turn`` mark, so the next request still finds the entry written there). A candidate below the
   model's minimum cacheable prefix (token counts from :func:`cp_memory.providers.tokens.default_counting`)
   is skipped, and so is a 5-minute mark that would precede a client's 1-hour one (the API rejects that).
   A client request already carrying more than 4 marks is forwarded unchanged (the API answers it).
@@ -50,7 +46,7 @@ def salt_routes(kind: UpstreamKind) -> frozenset[Api]:
 
 @dataclass(frozen=True)
 class AddedMark:
-    """A breakpoint the gateway added: why (``turn``/``bridge``/``opening``), at which block (prefix order)."""
+    """A breakpoint the gateway added: why (``turn``/``bridge``), at which block (prefix order)."""
 
     where: str
     block: int
@@ -119,9 +115,6 @@ def _anthropic(body: dict[str, Any], previous_end: int | None, counting: Countin
         return RuleResult(body, client_marks=len(marks), client_mark_tokens=client_tokens)
     minimum, _ = anthropic_min_tokens(body.get("model") if isinstance(body.get("model"), str) else None)
     wanted = _candidates(len(texts), previous_end, body.get("cache_control") is not None)
-    opening = _opening(len(tools) + len(_system_list(body.get("system"))), messages)
-    if opening is not None and opening < len(texts) - 1:
-        wanted.append(("opening", opening))
     taken = {m.block for m in marks if m.where != "top"}
     one_hour_after = [m.block for m in marks if m.ttl == "1h"]
     flat = _flat_blocks(tools, _system_list(body.get("system")), messages)
@@ -166,13 +159,6 @@ def _candidates(n_blocks: int, previous_end: int | None, automatic: bool) -> lis
     if previous_end is not None and 0 <= previous_end < last and last - previous_end >= ANTHROPIC_LOOKBACK_BLOCKS:
         wanted.append(("bridge", previous_end))
     return wanted
-
-
-def _opening(before: int, messages: list[Any]) -> int | None:
-    """The prefix-order index of the first message's first block, when that message has blocks after it."""
-    first = messages[0] if messages and isinstance(messages[0], Mapping) else None
-    blocks = _listed(first.get("content")) if first is not None else []
-    return before if len(blocks) >= 2 else None
 
 
 def _prefix_tokens(texts: list[tuple[str, str | None]], upto: int, counting: Counting, stop: int | None) -> int:

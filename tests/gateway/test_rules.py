@@ -78,19 +78,3 @@ def test_engines_get_a_salt_per_tenant_and_other_upstreams_nothing() -> None:
     assert rules({**body, "cache_salt": "mine"}, kind=UpstreamKind.VLLM).body["cache_salt"] == "mine"
     for kind in (UpstreamKind.LLAMACPP, UpstreamKind.SGLANG, UpstreamKind.COMPATIBLE):
         assert rules(body, kind=kind).body is body
-
-
-def test_a_spare_mark_goes_after_the_sessions_opening_preamble_so_the_next_session_reads_it() -> None:
-    """Claude Code opens every session with the same system-reminder block ahead of the session's own task and
-    marks its system blocks and its newest message itself: with the fourth breakpoint on the reminder, a new
-    session of the same tenant reads tools + system + reminder written by an earlier one."""
-    reminder = {"type": "text", "text": "<system-reminder>the same for every session</system-reminder>"}
-    first = {"role": "user", "content": [reminder, {"type": "text", "text": "[task] fix calc.py"}]}
-    system = [{**SYSTEM[0], "cache_control": CC}, {"type": "text", "text": "more", "cache_control": CC}]
-    body = {"model": "claude-sonnet-4-5", "system": system, "messages": [first, *tool_turns(1)[1:]]}
-    body["messages"][-1]["content"][0]["cache_control"] = CC
-    out = rules(body)
-    assert [(m.where, m.block) for m in out.marks] == [("opening", 2)]
-    assert out.body["messages"][0]["content"][0]["cache_control"] == CC and count_marks(out.body) == 4
-    one_block = rules({**body, "messages": tool_turns(1)})
-    assert [m.where for m in one_block.marks] == ["turn"]  # a one-block opening message: no preamble
