@@ -7,8 +7,9 @@ cache and on the modelled provider rules.
 For each trace (default: the committed Claude Code and Codex traces in tests/gateway/traces) and engine
 (:mod:`benchmarks.agents.engines`), every arm (:mod:`benchmarks.agents.arms`) replays the trace's first
 ``--requests`` requests on an emptied cache (:mod:`benchmarks.agents.replay`), ``--rounds`` times on a real
-engine with the arms' order rotated each round (TTFT pairs: the median of the rounds). The modelled engine
-serves Anthropic Messages only: an OpenAI Responses trace (Codex) is replayed on the real engines alone. Writes
+engine with the arms' order rotated each round (TTFT pairs: the median of the rounds). On the modelled engine
+an Anthropic trace meets Anthropic's documented cache rules and an OpenAI Responses trace (Codex) OpenAI's
+(the gateway told ``--upstream-kind openai``), priced by :func:`benchmarks.agents.replay.prices_for`. Writes
 ``agents_replay.json`` / ``.md`` / ``.png`` into ``--out`` (:mod:`benchmarks.agents.report`).
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from benchmarks.agents.arms import ARMS, ArmUnavailable, start_arm
 from benchmarks.agents.engines import ENGINES, Engine, start_engine
-from benchmarks.agents.replay import Sent, edit_body, replay_arm, stability
+from benchmarks.agents.replay import MODELLED_OPENAI_MODEL, Sent, edit_body, replay_arm, stability
 from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
 from benchmarks.agents.tap import Tap
 from benchmarks.agents.trace import load_trace
@@ -62,7 +63,8 @@ def _one_arm(
 ) -> list[Sent]:
     anthropic = records[0].get("protocol") == "anthropic"
     workdir = Path(opts.workdir) / run
-    with start_arm(name, tap.url, kind=engine.kind, workdir=workdir, anthropic=anthropic) as arm:
+    kind = "openai" if engine.modelled and not anthropic else engine.kind
+    with start_arm(name, tap.url, kind=kind, workdir=workdir, anthropic=anthropic) as arm:
         engine.flush(run)
         tap.headers = dict(engine.headers)
         edit = partial(edit_body, model=engine.model, max_tokens=opts.max_tokens)
@@ -74,9 +76,10 @@ def _one_arm(
 def run_trace(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace) -> dict[str, Any]:
     """Replay one trace through every arm on ``engine``; the run's figures (see the module docstring)."""
     records = _generation_records(path, opts.requests)
-    head = {"trace": path.name, "engine": engine.name, "engine_label": engine.label, "requests": len(records)}
+    label = engine.label
     if engine.modelled and records and records[0].get("protocol") != "anthropic":
-        return head | {"skipped": "the modelled rules server serves Anthropic Messages (and Chat), not Responses"}
+        label = f"modelled OpenAI prompt cache (documented rules, local server; {MODELLED_OPENAI_MODEL} price ratios)"
+    head = {"trace": path.name, "engine": engine.name, "engine_label": label, "requests": len(records)}
     rounds: dict[str, list[list[Sent]]] = {}
     unavailable: dict[str, str] = {}
     with Tap(engine.url, headers=engine.headers) as tap:

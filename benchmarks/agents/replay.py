@@ -27,12 +27,16 @@ from benchmarks.agents.tap import Tap, Tapped
 from benchmarks.agents.trace import SCRUBBED, session_of, strip_marks
 from cp_memory.gateway.protocols import Api, api_of
 from cp_memory.providers.account import call_cost
-from cp_memory.providers.rules import ANTHROPIC_PRICES
+from cp_memory.providers.rules import ANTHROPIC_PRICES, PriceRatios, openai_prices
 from cp_memory.providers.usage import CacheUsage
 
-__all__ = ["Sent", "edit_body", "replay_arm", "stability"]
+__all__ = ["MODELLED_OPENAI_MODEL", "Sent", "edit_body", "prices_for", "replay_arm", "stability"]
 
 log = logging.getLogger(__name__)
+
+#: the OpenAI model whose list-price ratios price a replayed OpenAI trace (its recorded model is the scripted
+#: server's name): the GPT-5 family's, cached reads 0.1x, writes free
+MODELLED_OPENAI_MODEL = "gpt-5"
 
 #: trace headers not sent again (recomputed by the client library, or hop-by-hop)
 _DROP = frozenset({"content-length", "connection", "accept-encoding", "transfer-encoding"})
@@ -70,6 +74,12 @@ def edit_body(body: Mapping[str, Any], *, model: str | None, max_tokens: int) ->
     else:
         out["max_tokens"] = max_tokens
     return out
+
+
+def prices_for(protocol: str | None) -> PriceRatios:
+    """The price ratios a trace's modelled cost is counted in: Anthropic's for an Anthropic trace, the OpenAI
+    :data:`MODELLED_OPENAI_MODEL`'s for any other."""
+    return ANTHROPIC_PRICES if protocol == "anthropic" else openai_prices(MODELLED_OPENAI_MODEL)[0]
 
 
 def _headers(recorded: Mapping[str, str], arm: Arm) -> dict[str, str]:
@@ -116,6 +126,7 @@ def replay_arm(
     tap.take()
     rows: list[Sent] = []
     upstream: list[Any] = []
+    prices = prices_for(str(records[0].get("protocol")) if records else None)
     with httpx.Client(timeout=timeout) as client:
         for record in records:
             data = json.dumps(edit(record["body"]), ensure_ascii=False).encode()
@@ -130,7 +141,7 @@ def replay_arm(
                     prompt_tokens=usage.input_tokens,
                     cache_read_tokens=usage.cache_read_tokens,
                     cache_write_tokens=usage.cache_write_tokens,
-                    cost=call_cost(usage, ANTHROPIC_PRICES),
+                    cost=call_cost(usage, prices),
                     ttft_s=ttft,
                     upstream_calls=len(calls),
                 )

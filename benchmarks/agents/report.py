@@ -2,7 +2,8 @@
 
 Per arm (:func:`summarise_arm`): prompt tokens sent, prefilled (uncached) tokens, cache read / write tokens
 (total, mean and P99 over requests), the modelled input cost (Anthropic's price ratios: uncached 1, read 0.1,
-5-minute write 1.25; in input-token units), the time to first byte (per request the median over the rounds;
+5-minute write 1.25, for an Anthropic trace; GPT-5's, read 0.1 and writes free, for an OpenAI one; in
+input-token units), the time to first byte (per request the median over the rounds;
 the arm's mean, and the paired difference to passthrough: median over requests, with the min-max of the
 rounds' means), and the byte-stability verdicts (requests whose upstream bytes changed a prefix the arm had sent
 before; ``added``: those where passthrough, i.e. the client's own re-rendering, kept the bytes or broke them

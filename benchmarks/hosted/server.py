@@ -1,12 +1,16 @@
 """A local stand-in for the OpenAI and Anthropic APIs (127.0.0.1 only) that applies the providers' documented
 cache rules (:mod:`benchmarks.common.provider_cache`) and answers in their shapes, streamed or not.
 
-``POST /v1/chat/completions`` (OpenAI Chat Completions, ``stream`` + ``stream_options.include_usage``) and
-``POST /v1/messages`` (Anthropic Messages, SSE ``message_start`` ... ``message_delta`` ... ``message_stop``).
-The official SDKs talk to it unchanged (``base_url=server.url``), so their request building, streaming and
-usage types are the real ones. Prompts are tokenized with ``o200k_base`` (``bpe-openai``; a word/punctuation
-split without it): OpenAI's prompt is every tool definition then every message (a role token + its text);
-Anthropic's blocks are the tools, the system blocks and each message's content blocks, in that order.
+``POST /v1/chat/completions`` (OpenAI Chat Completions, ``stream`` + ``stream_options.include_usage``),
+``POST /v1/responses`` (OpenAI Responses, as Codex speaks it: SSE ``response.created`` ... ``response.completed``
+with the usage, ``input_tokens_details.cached_tokens``; the same OpenAI cache rules as Chat: 1,024-token
+minimum, 128-token increments, routed by ``prompt_cache_key``) and ``POST /v1/messages`` (Anthropic Messages,
+SSE ``message_start`` ... ``message_delta`` ... ``message_stop``). The official SDKs talk to it unchanged
+(``base_url=server.url``), so their request building, streaming and usage types are the real ones. Prompts
+are tokenized with ``o200k_base`` (``bpe-openai``; a word/punctuation split without it): OpenAI's prompt is
+every tool definition, then the Responses ``instructions``, then every message or input item (a role or item
+type token + its text: a function call's name and arguments, a call output's text); Anthropic's blocks are the
+tools, the system blocks and each message's content blocks, in that order.
 
 Time is simulated: each request advances the clock by ``step_s`` seconds, so TTLs and request rates are
 deterministic. Each value of the ``x-bench-run`` header gets its own caches (arms never share a cache). The
@@ -85,11 +89,12 @@ class ProviderServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 run, path = self.headers.get("x-bench-run") or "default", self.path.split("?")[0].rstrip("/")
                 openai = path.endswith("/chat/completions")
-                if not openai and not path.endswith("/messages"):
+                route = server.route(path)
+                if route is None:
                     self.send_error(404)
                     return
                 try:
-                    events, payload = (server.chat if openai else server.messages)(body, run)
+                    events, payload = route(body, run)
                 except ValueError as exc:  # what the real API rejects with a 400
                     self._json(400, {"error": {"type": "invalid_request_error", "message": str(exc)}})
                     return
@@ -125,6 +130,13 @@ class ProviderServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def route(self, path: str) -> Callable[[dict[str, Any], str], tuple[Events, dict[str, Any]]] | None:
+        """The handler of a request path (None: not served)."""
+        for suffix, handler in (("/chat/completions", self.chat), ("/responses", self.responses)):
+            if path.endswith(suffix):
+                return handler
+        return self.messages if path.endswith("/messages") else None
+
     def _tick(self) -> float:
         self.now += self.step_s
         return self.now
@@ -134,12 +146,16 @@ class ProviderServer:
         tokens: list[Hashable] = []
         for tool in body.get("tools") or []:
             tokens += list(self.tokenize(json.dumps(tool, sort_keys=True)))
-        for m in body.get("messages") or body.get("input") or []:
-            tokens.append(f"<|{m.get('role')}|>")
-            tokens += list(self.tokenize(_text_of(m.get("content"))))
+        if isinstance(body.get("instructions"), str):
+            tokens += ["<|system|>", *self.tokenize(body["instructions"])]
+        items = body.get("messages") or body.get("input") or []
+        for m in [{"role": "user", "content": items}] if isinstance(items, str) else items:
+            tag, text = _item_text(m)
+            tokens.append(f"<|{tag}|>")
+            tokens += list(self.tokenize(text))
         return tokens
 
-    def chat(self, body: dict[str, Any], run: str) -> tuple[Events, dict[str, Any]]:
+    def _serve_openai(self, body: dict[str, Any], run: str) -> tuple[float, Any]:
         with self.lock:
             now = self._tick()
             cache = self.openai.setdefault(run, OpenAIPromptCache(machines=self.machines))
@@ -148,6 +164,10 @@ class ProviderServer:
                 tokens, key=body.get("prompt_cache_key"), retention=body.get("prompt_cache_retention"), now=now
             )
             self.log.append({"api": "openai", "run": run, "now": now, **asdict(served)})
+        return now, served
+
+    def chat(self, body: dict[str, Any], run: str) -> tuple[Events, dict[str, Any]]:
+        now, served = self._serve_openai(body, run)
         out = len(self.tokenize(ANSWER))
         usage = {
             "prompt_tokens": served.prompt,
@@ -170,6 +190,31 @@ class ProviderServer:
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append((None, {**chunk, "choices": [], "usage": usage}))
         return events, payload
+
+    def responses(self, body: dict[str, Any], run: str) -> tuple[Events, dict[str, Any]]:
+        """OpenAI Responses: the Chat cache rules; the usage as ``input_tokens`` / ``input_tokens_details``."""
+        now, served = self._serve_openai(body, run)
+        out = len(self.tokenize(ANSWER))
+        usage = {
+            "input_tokens": served.prompt,
+            "input_tokens_details": {"cached_tokens": served.cached},
+            "output_tokens": out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": served.prompt + out,
+        }
+        n = len(self.log)
+        part = {"type": "output_text", "text": ANSWER, "annotations": []}
+        item = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant", "content": [part]}
+        payload = {
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": int(now),
+            "status": "completed",
+            "model": body.get("model", "model"),
+            "output": [item],
+            "usage": usage,
+        }
+        return _responses_events(payload, item), payload
 
     # ------------------------------------------------------------------ Anthropic
     def anthropic_blocks(self, body: dict[str, Any]) -> list[CacheBlock]:
@@ -216,6 +261,44 @@ class ProviderServer:
             "usage": usage,
         }
         return _anthropic_events(message, usage, out), payload
+
+
+def _item_text(item: Any) -> tuple[str, str]:
+    """A Chat message's or a Responses input item's (tag, text) for the prompt's tokens."""
+    if not isinstance(item, dict):
+        return "user", str(item)
+    kind = item.get("type")
+    if kind == "function_call":
+        return "function_call", f"{item.get('name', '')}{item.get('arguments', '')}"
+    if kind == "function_call_output":
+        output = item.get("output")
+        return "function_call_output", output if isinstance(output, str) else _text_of(output)
+    if kind == "reasoning":
+        return "reasoning", _text_of(item.get("summary"))
+    return str(item.get("role")), _text_of(item.get("content"))
+
+
+def _responses_events(response: dict[str, Any], item: dict[str, Any]) -> Events:
+    """A streamed Responses answer (one text message), each event named and numbered as OpenAI sends them."""
+    pending = {**response, "status": "in_progress", "output": [], "usage": None}
+    base = {"output_index": 0, "item_id": item["id"]}
+    part = item["content"][0]
+    raw: list[dict[str, Any]] = [
+        {"type": "response.created", "response": pending},
+        {"type": "response.in_progress", "response": pending},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**item, "status": "in_progress", "content": []},
+        },
+        {"type": "response.content_part.added", **base, "content_index": 0, "part": {**part, "text": ""}},
+        {"type": "response.output_text.delta", **base, "content_index": 0, "delta": part["text"]},
+        {"type": "response.output_text.done", **base, "content_index": 0, "text": part["text"]},
+        {"type": "response.content_part.done", **base, "content_index": 0, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": response},
+    ]
+    return [(str(e["type"]), {**e, "sequence_number": n}) for n, e in enumerate(raw)]
 
 
 def _event(name: str, **fields: Any) -> tuple[str, dict[str, Any]]:

@@ -96,3 +96,46 @@ def test_litellm_injects_anthropic_cache_control() -> None:
     config = litellm_injecting_config("http://127.0.0.1:9", anthropic=True)
     assert "cache_control_injection_points" in config and 'model: "anthropic/*"' in config
     assert 'api_base: "http://127.0.0.1:9/v1"' in litellm_injecting_config("http://127.0.0.1:9", anthropic=False)
+
+
+def test_the_modelled_rules_server_serves_codex_its_responses_with_openai_cache_rules() -> None:
+    """The Codex trace on the modelled OpenAI rules (through the recording tap, as the replay sends it): the
+    first request reads nothing, every later request of a session reads its cached prefix in 128-token steps
+    (a session's first may read another's shared head, where their cache keys meet on a machine), reported
+    as ``input_tokens_details.cached_tokens`` in the streamed ``response.completed``; cost in GPT-5 price
+    ratios (cached reads 0.1x)."""
+    from benchmarks.agents.replay import prices_for
+    from benchmarks.hosted.server import ProviderServer
+
+    records = load_trace(CODEX)[:8]
+    with ProviderServer() as server, Tap(server.url, headers={"x-bench-run": "codex"}) as tap:
+        rows, _ = replay_arm(
+            Arm("passthrough", tap.url), records, tap, edit=partial(edit_body, model=None, max_tokens=4)
+        )
+    firsts = {r.session: r.seq for r in reversed(rows)}
+    assert all(r.status == 200 and r.prompt_tokens > 1024 for r in rows)
+    assert rows[0].cache_read_tokens == 0 and all(r.cache_read_tokens % 128 == 0 for r in rows)
+    later = [r for r in rows if firsts[r.session] != r.seq]
+    assert later and all(r.cache_read_tokens > 1024 and r.cache_read_tokens % 128 == 0 for r in later)
+    assert prices_for("responses").read == 0.1
+    assert rows[-1].cost == (rows[-1].prompt_tokens - rows[-1].cache_read_tokens) + 0.1 * rows[-1].cache_read_tokens
+
+
+def test_the_openai_sdk_streams_a_response_from_the_modelled_server() -> None:
+    from openai import OpenAI
+
+    from benchmarks.hosted.server import ANSWER, ProviderServer
+
+    body = load_trace(CODEX)[0]["body"]
+    with ProviderServer() as server:
+        client = OpenAI(base_url=server.url + "/v1", api_key="sk-modelled")
+        kwargs = {k: body[k] for k in ("input", "tools", "prompt_cache_key")}
+        usage = []
+        for _ in range(2):
+            with client.responses.stream(model="gpt-5", **kwargs) as stream:
+                final = stream.get_final_response()
+            usage.append(final.usage)
+    assert final.output_text == ANSWER
+    assert usage[0] is not None and usage[1] is not None
+    assert usage[0].input_tokens_details.cached_tokens == 0
+    assert usage[1].input_tokens_details.cached_tokens == usage[0].input_tokens // 128 * 128

@@ -97,10 +97,30 @@ LINES = re.compile(
 )
 
 
+EXEC = re.compile(r"\A((?:[A-Z][^\n]*\n)*?Output:\n)(.*)\Z", re.S)
+
+
+def exec_output(body: str, run: int) -> str:
+    """A shell run's result as Codex shows it: a header that changes every run, then the command's output."""
+    return (
+        f"Chunk ID: {run:06x}\nWall time: 0.00{run % 10} seconds\nProcess exited with code 0\n"
+        f"Original token count: {len(body) // 4}\nOutput:\n{body}"
+    )
+
+
+def _exec_body(text: str) -> str:
+    m = EXEC.match(text)
+    return m.group(2) if m else text
+
+
 def _expand(text: str, seen: dict[str, str]) -> str:
     whole = WHOLE.match(text) or SAME.match(text)
     if whole:
         return seen[whole.group(1)]  # KeyError: a pointer to something the history does not show
+    run = EXEC.match(text)
+    inner = (WHOLE.match(run.group(2)) or SAME.match(run.group(2))) if run else None
+    if run and inner:  # a shell run's output replaced by a pointer to an earlier run's output
+        return run.group(1) + _exec_body(seen[inner.group(1)])
     out = []
     for line in text.splitlines(keepends=True):
         m = LINES.match(line.rstrip("\n"))

@@ -73,7 +73,7 @@ def test_a_json_array_of_search_results_with_exact_element_spans() -> None:
         [{"text": "a"}, {"title": "no text field"}],  # not every element has the field
         [{"text": "a"}, "a string"],
         [{"text": "a"}],  # one element
-        {"results": [{"text": "a"}, {"text": "b"}]},  # not an array at the top
+        {"hits": [{"text": "a"}, {"text": "b"}]},  # an object whose array is not ``results``
     ],
 )
 def test_json_that_is_not_a_result_array_finds_nothing(value: object) -> None:

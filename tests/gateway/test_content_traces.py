@@ -26,10 +26,10 @@ FILES = {
     Api.RESPONSES: TRACES / "codex_0.169.0_docs_code.jsonl.xz",
 }
 
-#: pointers written: Claude Code's 4 sessions each re-read one file (a whole-result pointer each); Codex's
-#: shell output starts with a header that differs on every run (chunk id, wall time), so only its two long
-#: re-reads (2,012 characters) get one chunk pointer each, its 331-character ones none
-REREADS = {Api.MESSAGES: 4, Api.RESPONSES: 2}
+#: pointers written: each of the 4 sessions re-reads one file: Claude Code's re-read is one whole-result
+#: pointer; Codex's shell output starts with a header that differs on every run (chunk id, wall time), so its
+#: re-read keeps its new header and its output becomes one pointer (the ``exec_output`` rule)
+REREADS = {Api.MESSAGES: 4, Api.RESPONSES: 4}
 
 
 def _through(api: Api, records: list[dict[str, Any]], steps: Any = None) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 rules").
 
 In a request's new part (after everything prefix replay kept and the client's cache marks protect), context
-blocks are found by unambiguous rules (:mod:`.finders`: XML documents, numbered passages, JSON search
+blocks are found by unambiguous rules (:mod:`.finders`: shell run outputs, XML documents, numbered passages, JSON search
 results, markdown sections, long tool results), multi-block contexts are aligned with the session's context
 index (:mod:`.align`), blocks the model already sees earlier in the history become location annotations and
 long re-read texts become pointers to their unchanged content-defined chunks plus the new part

@@ -3,9 +3,14 @@
 ==================  ==================================================================  ===============
 rule                unambiguous when                                                    may be reordered
 ==================  ==================================================================  ===============
+``exec_output``     the text starts with a shell tool's run header (Codex's: lines      no (one block:
+                    ``Chunk ID: ...``, ``Wall time: 0.1 seconds``, ``Process exited     the output)
+                    with code 0``, ``Original token count: 477``, ``Exit code: 0``,
+                    ``Total output lines: 9``; ``Wall time`` among them) and then a
+                    line ``Output:``; the body is everything after it, non-empty
 ``json_results``    the whole text is a JSON array of >= 2 objects that all share a     yes (no object
-                    non-empty string field ``text``, ``content`` or ``snippet``           has ``index``,
-                                                                                        ``rank``,
+                    non-empty string field ``text``, ``content`` or ``snippet``, or a   has ``index``,
+                    JSON object whose member ``results`` is such an array               ``rank``,
                                                                                         ``position``)
 ``xml_tag``         >= 2 well-formed, non-nested ``<document>``, ``<doc>``, ``<file>``,  yes, when no tag
                     ``<source>``, ``<search_result>`` or ``<result>`` elements of one   carries a number
@@ -20,8 +25,10 @@ rule                unambiguous when                                            
 ==================  ==================================================================  ===============
 
 The first rule (in this order) that finds blocks owns the holder; the others are not asked. A block's
-*body* is the part a pointer may replace: the element's inner text (the tags stay), a passage after its
-``[n] `` marker, a section after its heading line, a JSON element whole (replaced by a JSON string).
+*body* is the part a pointer may replace: a shell run's output after its header (the header changes on
+every run: chunk id, wall time; the output it carries is what an agent re-reads), the element's inner text
+(the tags stay), a passage after its ``[n] `` marker, a section after its heading line, a JSON element whole
+(replaced by a JSON string).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ __all__ = ["BlockRule", "FoundBlock", "FoundContext", "find_context"]
 class BlockRule(str, Enum):
     """The rule that found a block (module doc)."""
 
+    EXEC_OUTPUT = "exec_output"
     JSON_RESULTS = "json_results"
     XML_TAG = "xml_tag"
     NUMBERED = "numbered"
@@ -77,15 +85,30 @@ _NUMBERED = re.compile(r"^\[(\d+)\][ \t]", re.M)
 _HEADING = re.compile(r"^(#{1,6})[ \t]+\S[^\n]*", re.M)
 _FENCE = re.compile(r"^```", re.M)
 _LABEL_MAX = 80
+_EXEC_LINE = (
+    r"(?:Chunk ID: [^\n]{1,64}|Wall time: \d+(?:\.\d+)? seconds|Process exited with code -?\d+"
+    r"|Process running with session ID \d+|Original token count: \d+|Exit code: -?\d+|Total output lines: \d+)\n"
+)
+_EXEC_HEADER = re.compile(rf"\A(?:{_EXEC_LINE}){{1,8}}\n?Output:\n")
+_WRAPPER_KEY = "results"
 
 
 def find_context(text: str) -> FoundContext | None:
     """The blocks of the first rule that finds any (module doc), or None."""
-    for rule in (_json_results, _xml_tags, _numbered, _markdown):
+    for rule in (_exec_output, _json_results, _xml_tags, _numbered, _markdown):
         found = rule(text)
         if found is not None:
             return found
     return None
+
+
+# ------------------------------------------------------------------ exec_output
+def _exec_output(text: str) -> FoundContext | None:
+    header = _EXEC_HEADER.match(text)
+    if header is None or "\nWall time: " not in "\n" + header.group(0) or header.end() >= len(text):
+        return None
+    block = FoundBlock(BlockRule.EXEC_OUTPUT, 0, len(text), header.end(), len(text), "")
+    return FoundContext(BlockRule.EXEC_OUTPUT, (block,), False)
 
 
 # ------------------------------------------------------------------ json_results
@@ -95,11 +118,13 @@ def _skip(text: str, i: int) -> int:
     return i
 
 
-def _json_spans(text: str) -> list[tuple[int, int, object]] | None:
-    """The spans of a top-level JSON array's elements (exact offsets), or None when the text is not one."""
+def _json_spans(text: str, start: int = 0, stop: int | None = None) -> list[tuple[int, int, object]] | None:
+    """The spans of the elements of the JSON array that is exactly ``text[start:stop]`` (exact offsets in
+    ``text``; white space around it allowed), or None when that is not one."""
+    stop = len(text) if stop is None else stop
     decoder = json.JSONDecoder()
-    i = _skip(text, 0)
-    if i >= len(text) or text[i] != "[":
+    i = _skip(text, start)
+    if i >= stop or text[i] != "[":
         return None
     i, spans = i + 1, []
     while True:
@@ -110,18 +135,48 @@ def _json_spans(text: str) -> list[tuple[int, int, object]] | None:
             return None
         spans.append((i, end, value))
         i = _skip(text, end)
-        if i < len(text) and text[i] == ",":
+        if i < stop and text[i] == ",":
             i += 1
             continue
-        if i < len(text) and text[i] == "]" and _skip(text, i + 1) == len(text):
+        if i < stop and text[i] == "]" and _skip(text, i + 1) >= stop:
             return spans
         return None
 
 
-def _json_results(text: str) -> FoundContext | None:
-    if not text.lstrip().startswith("["):
+def _wrapped_array(text: str) -> tuple[int, int] | None:
+    """The span of the value of member ``results`` of the JSON object that is the whole text, when it is an
+    array, or None (not an object, no such member, or the member twice)."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
         return None
-    spans = _json_spans(text)
+    if not isinstance(whole, dict) or not isinstance(whole.get(_WRAPPER_KEY), list):
+        return None
+    decoder, i, found = json.JSONDecoder(), _skip(text, 0) + 1, None
+    while True:
+        i = _skip(text, i)
+        if text[i] == "}":
+            return found
+        key, i = decoder.raw_decode(text, i)
+        i = _skip(text, _skip(text, i) + 1)  # past the colon
+        _, end = decoder.raw_decode(text, i)
+        if key == _WRAPPER_KEY:
+            if found is not None:
+                return None
+            found = (i, end)
+        i = _skip(text, end)
+        i += 1 if text[i] == "," else 0
+
+
+def _json_results(text: str) -> FoundContext | None:
+    head = text.lstrip()[:1]
+    if head == "[":
+        spans = _json_spans(text)
+    elif head == "{" and f'"{_WRAPPER_KEY}"' in text:
+        wrapped = _wrapped_array(text)
+        spans = _json_spans(text, *wrapped) if wrapped is not None else None
+    else:
+        return None
     if spans is None or len(spans) < 2 or not all(isinstance(v, dict) for _, _, v in spans):
         return None
     objects = [v for _, _, v in spans if isinstance(v, dict)]

@@ -10,7 +10,7 @@ For each holder (:mod:`cp_memory.gateway.content.holders`) in prompt order:
    context is aligned (``align``, :mod:`cp_memory.gateway.content.align`), then each block body the history
    shows becomes a pointer (``dedup``);
 3. a long text nothing else changed becomes pointers to its unchanged chunks plus its new lines, when that
-   saves enough (``chunks``).
+   saves enough (``chunks``); a shell run's output is chunked after its header (which changes every run).
 
 A holder left without pointers is registered (whole, its blocks' bodies, its chunks) for later requests and
 for later holders of this one; the registration is committed with the request (:class:`PendingContent`).
@@ -26,7 +26,7 @@ from ..protocols import Api
 from .align import anchor_of, permuted
 from .chunks import chunk_spans
 from .dedup import MIN_BLOCK_CHARS, MIN_CHUNKED_CHARS, Found, block_pointer, chunk_rewrite, shown_text
-from .finders import FoundContext, find_context
+from .finders import BlockRule, FoundContext, find_context
 from .holders import Holder, HolderKind, holders, text_at, with_text
 from .records import ContentState, PendingContent, Where, text_key
 from .switches import ContentStep
@@ -107,6 +107,13 @@ class _Run:
         return text_at(self.segs[where.segment], where.path) if 0 <= where.segment < len(self.segs) else None
 
 
+def _chunked_span(text: str, context: FoundContext | None) -> tuple[int, int]:
+    """The part of a holder that is cut into chunks: a shell run's output, else the whole text."""
+    if context is not None and context.rule is BlockRule.EXEC_OUTPUT:
+        return context.blocks[0].body_start, context.blocks[0].body_end
+    return 0, len(text)
+
+
 def _register(run: _Run, holder: Holder, text: str) -> None:
     """A holder forwarded without pointers: its whole text, its blocks' bodies and its chunks."""
     seg, path = holder.segment, holder.path
@@ -120,8 +127,10 @@ def _register(run: _Run, holder: Holder, text: str) -> None:
             label = f"{block.label} in {holder.label}" if block.label else holder.label
             blocks.append((text_key(body), Where(seg, path, block.body_start, block.body_end, label)))
     chunks: list[tuple[str, Where]] = []
-    if len(text) >= MIN_CHUNKED_CHARS:
-        chunks = [(text_key(text[s:e]), Where(seg, path, s, e, holder.label)) for s, e in chunk_spans(text)]
+    first, last = _chunked_span(text, context)
+    if last - first >= MIN_CHUNKED_CHARS:
+        spans = [(first + s, first + e) for s, e in chunk_spans(text[first:last])]
+        chunks = [(text_key(text[s:e]), Where(seg, path, s, e, holder.label)) for s, e in spans]
     run.blocks += blocks
     run.chunks += chunks
     for key, where in blocks:
@@ -176,10 +185,11 @@ def _holder_text(run: _Run, holder: Holder) -> tuple[str, bool]:
         if deduped != text:
             return deduped, True
     if ContentStep.CHUNKS in run.steps and text == holder.text:
-        chunked = chunk_rewrite(text, run.chunk_lookup, run.source)
+        first, last = _chunked_span(text, context)
+        chunked = chunk_rewrite(text[first:last], run.chunk_lookup, run.source)
         if chunked is not None:
             run.counts["chunks"] += 1
-            return chunked, True
+            return text[:first] + chunked + text[last:], True
     return text, False
 
 
