@@ -27,7 +27,7 @@ from starlette.routing import Route
 from .config import GatewayConfig, Mem0Source, UpstreamKind
 from .flow import Gateway, Plan
 from .mem0_store import Mem0Link
-from .memories import Memories, Placement, answer_text
+from .memories import Memories, PlacementMode, answer_text
 from .metrics import CONTENT_TYPE, GatewayMetrics
 from .protocols import Api, api_of
 from .tenancy import identify
@@ -169,7 +169,7 @@ class _App:
         """The memories' dedup turn committed (``ok``) or rolled back; the answered turn queued for mem0."""
         if self.mem0 is None or plan.memories is None:
             return
-        self.mem0.sent(plan.memories, ok and plan.placement is not Placement.FRESH)  # fresh: shown, not kept
+        self.mem0.sent(plan.memories, ok and plan.placement is not PlacementMode.FRESH)  # fresh: shown, not kept
         if ok and answer is not None:
             self.mem0.add_turn(plan.memories.query, answer_text(plan.api, answer, streamed))
 

@@ -22,7 +22,7 @@ from ..providers.tokens import Counting, default_counting
 from ..providers.usage import CacheUsage
 from .config import GatewayConfig, UpstreamKind
 from .content import ContentResult, PendingContent, effective_steps, new_part_start, run_content
-from .memories import Memories, MemoryQuery, MemoryStage, Placement, leaf_text
+from .memories import Memories, MemoryQuery, MemoryStage, PlacementMode, leaf_text
 from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SentLog, digest, replay
 from .rules import RuleResult, apply_rules
@@ -53,7 +53,7 @@ class Plan:
     stream: bool = False
     notes: list[str] = field(default_factory=list)
     memories: Memories | None = None  # the mem0 memories placed (commit their turn once the upstream answered)
-    placement: Placement | None = None  # how they were placed (``fresh``: roll their dedup turn back)
+    placement: PlacementMode | None = None  # how they were placed (``fresh``: roll their dedup turn back)
     content_pending: PendingContent | None = None  # the content stage's registrations, committed with the log
     content_pointers: int = 0
     content_rewrites: int = 0  # segments the content rules rewrote in this request
@@ -152,7 +152,7 @@ class Gateway:
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         sent = segments(api, out)[0]
-        if placement is Placement.FRESH and placed is not None:  # not replayed: the next request has it without
+        if placement is PlacementMode.FRESH and placed is not None:  # not replayed: the next request has it without
             sent[placed] = segments(api, before)[0][placed]
             placed = None
         plan.log = self._sent_log(api, sent, segs, log, replayed.replayed, content, placed)

@@ -11,7 +11,7 @@
   epoch starts and nothing earlier is pointed at (a pointer only ever names a turn the history shows).
 * **The placement** (:func:`cp_memory.core.chat_memories.place_memories`, shared with the mem0 proxy
   drop-in): the rendered memories at the start of the newest user message, after every cached byte. Then
-  one of two (:class:`Placement`), per session:
+  one of two (:class:`PlacementMode`), per session:
 
   - ``cached`` (engines, and a provider once the request reaches its cache minimum): the sent log records
     the client's digest for that message, so the next request's copy (without memories) is replayed as
@@ -53,7 +53,7 @@ __all__ = [
     "Memories",
     "MemoryQuery",
     "MemoryStage",
-    "Placement",
+    "PlacementMode",
     "answer_text",
     "cache_minimum",
     "leaf_text",
@@ -108,7 +108,7 @@ class Memories:
     contract: PromptContract
 
 
-class Placement(str, Enum):
+class PlacementMode(str, Enum):
     """How a request's memories were placed (the module's docstring): ``cached`` replayed with their turn,
     ``fresh`` in the newest message only (below the provider's cache minimum)."""
 
@@ -201,7 +201,7 @@ class MemoryStage:
 
     def place(
         self, api: Api, body: dict[str, Any], memories: Memories, who: Identity
-    ) -> tuple[dict[str, Any], int | None, Placement | None]:
+    ) -> tuple[dict[str, Any], int | None, PlacementMode | None]:
         """``body`` with the memories in its newest user message, that message's segment index and the
         placement (None, None: nothing placed)."""
         text = memories_text(memories.contract)
@@ -216,19 +216,19 @@ class MemoryStage:
         n_head = segments(api, body)[1]
         return out, n_head + placed.index, self._placement(api, out, who)
 
-    def _placement(self, api: Api, body: Mapping[str, Any], who: Identity) -> Placement:
+    def _placement(self, api: Api, body: Mapping[str, Any], who: Identity) -> PlacementMode:
         """``cached`` when the session switched already, the upstream caches any prefix, or this request
         (memories placed) reaches the provider's minimum; else ``fresh``."""
         if self._cached.get((who.tenant, who.session)):
-            return Placement.CACHED
+            return PlacementMode.CACHED
         minimum = cache_minimum(self.kind, api, body)
         if minimum is None or self.counting.reaches(request_tokens(api, body, self.counting), minimum):
-            return Placement.CACHED
-        return Placement.FRESH
+            return PlacementMode.CACHED
+        return PlacementMode.FRESH
 
-    def settle(self, who: Identity, placement: Placement) -> None:
+    def settle(self, who: Identity, placement: PlacementMode) -> None:
         """A request with memories went out: a ``cached`` placement switches its session for good."""
-        if placement is Placement.CACHED and self.kind in (UpstreamKind.OPENAI, UpstreamKind.ANTHROPIC):
+        if placement is PlacementMode.CACHED and self.kind in (UpstreamKind.OPENAI, UpstreamKind.ANTHROPIC):
             self._cached.set((who.tenant, who.session), True)
 
 

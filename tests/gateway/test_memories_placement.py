@@ -25,7 +25,7 @@ from cp_memory.core.chat_memories import MEMORIES_HEAD
 from cp_memory.core.prompt import PromptContract, rendered_context
 from cp_memory.gateway import GatewayConfig, UpstreamKind
 from cp_memory.gateway.flow import Gateway, Plan
-from cp_memory.gateway.memories import Memories, MemoryQuery, Placement, cache_minimum, request_tokens
+from cp_memory.gateway.memories import Memories, MemoryQuery, PlacementMode, cache_minimum, request_tokens
 from cp_memory.gateway.protocols import Api
 from cp_memory.providers.rules import OPENAI_MIN_TOKENS
 from cp_memory.providers.tokens import default_counting
@@ -69,54 +69,54 @@ def test_below_openais_minimum_memories_go_in_the_newest_message_only_then_switc
     counting = default_counting()
     history: list[Any] = [SYSTEM, {"role": "user", "content": "Where do I live?"}]
     one = _turn(gateway, history, "Alice lives in Lisbon")
-    assert one.placement is Placement.FRESH and one.memories is not None
+    assert one.placement is PlacementMode.FRESH and one.memories is not None
     assert _sent(one)[1]["content"].startswith(MEMORIES_HEAD) and _sent(one)[1]["content"].endswith("Where do I live?")
     assert request_tokens(Api.CHAT, json.loads(one.content), counting) < OPENAI_MIN_TOKENS
 
     history += [{"role": "assistant", "content": ANSWER}, {"role": "user", "content": "And my job?"}]
     two = _turn(gateway, history, "Alice is a nurse")
-    assert two.placement is Placement.FRESH
+    assert two.placement is PlacementMode.FRESH
     assert _sent(two)[:3] == history[:3]  # turn 1 as the client holds it: its memories are not replayed
     assert _sent(two)[3]["content"].startswith(MEMORIES_HEAD + "[Doc 1] Alice is a nurse")
 
     history += [{"role": "assistant", "content": ANSWER}, {"role": "user", "content": "My dog?"}]
     three = _turn(gateway, history, "Alice has a dog named Rex")
-    assert three.placement is Placement.CACHED  # the first request that reaches 1,024 tokens
+    assert three.placement is PlacementMode.CACHED  # the first request that reaches 1,024 tokens
     assert request_tokens(Api.CHAT, json.loads(three.content), counting) >= OPENAI_MIN_TOKENS
     assert _sent(three)[:5] == history[:5]  # a clean start: no earlier memories in its history
 
     history += [{"role": "assistant", "content": "Rex."}, {"role": "user", "content": "Thanks"}]
     four = _turn(gateway, history, "Alice likes tea")
-    assert four.placement is Placement.CACHED
+    assert four.placement is PlacementMode.CACHED
     assert _sent(four)[:6] == _sent(three)  # byte-stable from the switch on, turn 3's memories included
     history += [{"role": "assistant", "content": "Tea."}, {"role": "user", "content": "Bye"}]
     five = _turn(gateway, history, "Alice likes tea")
-    assert five.placement is Placement.CACHED and _sent(five)[:8] == _sent(four)  # stays switched
+    assert five.placement is PlacementMode.CACHED and _sent(five)[:8] == _sent(four)  # stays switched
 
 
 def test_anthropic_uses_the_models_own_minimum_and_adds_no_mark_while_fresh() -> None:
     gateway = Gateway(GatewayConfig(upstream="http://127.0.0.1:9"), UpstreamKind.ANTHROPIC)
     system = SYSTEM["content"]
     history: list[Any] = [{"role": "user", "content": "Where do I live?"}]
-    for model, expected in (("claude-sonnet-4-5", Placement.FRESH), ("claude-haiku-4-5", Placement.FRESH)):
+    for model, expected in (("claude-sonnet-4-5", PlacementMode.FRESH), ("claude-haiku-4-5", PlacementMode.FRESH)):
         plan = _turn(gateway, history, "Alice lives in Lisbon", api=Api.MESSAGES, system=system, model=model)
         assert plan.placement is expected and plan.marks == ()  # below the minimum: no breakpoint either
     long_system = system + "Be kind. " * 600  # ~1,900 tokens: sonnet-4-5 caches it, haiku-4-5 (4,096) not
     headers = dict(HEADERS, **{"x-cp-session": "s2"})
     body = {"model": "claude-sonnet-4-5", "system": long_system, "messages": history, "max_tokens": 8}
     plan = gateway.plan(Api.MESSAGES, headers, json.dumps(body).encode(), _found("Alice lives in Lisbon"))
-    assert plan.placement is Placement.CACHED and plan.marks == ("turn",)
+    assert plan.placement is PlacementMode.CACHED and plan.marks == ("turn",)
     body = dict(body, model="claude-haiku-4-5")
     headers = dict(HEADERS, **{"x-cp-session": "s3"})
     plan = gateway.plan(Api.MESSAGES, headers, json.dumps(body).encode(), _found("Alice lives in Lisbon"))
-    assert plan.placement is Placement.FRESH and plan.marks == ()
+    assert plan.placement is PlacementMode.FRESH and plan.marks == ()
 
 
 def test_an_engine_keeps_the_cache_stable_placement_for_the_shortest_request() -> None:
     gateway = Gateway(GatewayConfig(upstream="http://127.0.0.1:9"), UpstreamKind.VLLM)
     history: list[Any] = [{"role": "user", "content": "Hi"}]
     one = _turn(gateway, history, "Alice lives in Lisbon")
-    assert one.placement is Placement.CACHED
+    assert one.placement is PlacementMode.CACHED
     history += [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]
     assert _sent(_turn(gateway, history, "Alice is a nurse"))[:1] == _sent(one)  # replayed with its memories
 
@@ -126,10 +126,10 @@ def test_a_fresh_request_that_failed_does_not_switch_its_session() -> None:
     long_system = {"role": "system", "content": "Be brief. " * 1200}
     body = {"model": "gpt-5", "messages": [long_system, {"role": "user", "content": "Hi"}]}
     plan = gateway.plan(Api.CHAT, HEADERS, json.dumps(body).encode(), _found("Alice lives in Lisbon"))
-    assert plan.placement is Placement.CACHED  # not committed: the upstream failed
+    assert plan.placement is PlacementMode.CACHED  # not committed: the upstream failed
     short = {"model": "gpt-5", "messages": [{"role": "user", "content": "Hi"}]}
     again = gateway.plan(Api.CHAT, HEADERS, json.dumps(short).encode(), _found("Alice lives in Lisbon"))
-    assert again.placement is Placement.FRESH
+    assert again.placement is PlacementMode.FRESH
 
 
 # ---------------------------------------------------------------------------------------------- real mem0, modelled
