@@ -14,7 +14,7 @@ from .coa import ChainOfAgents
 from .config import ChainConfig
 from .flow import adrive, drive
 from .prompts import MANAGER_TEMPLATE, PRIOR_TURN_TEMPLATE, WORKER_TEMPLATE, manager_prompt, worker_prompt
-from .records import CallStats, ChainOfAgentsError, CoAPlan, CoAQuery, CoAResult, EngineCall
+from .records import CallStats, ChainOfAgentsError, CoAPlan, CoAQuery, CoAResult, EngineCall, FlowStep, RouterStep
 from .routes import BalanceScope, PlacementPolicy, Route, RouteReason, RouterStats, RoutingPolicy, WorkerStats
 from .routing import AgentRouter
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
@@ -34,11 +34,13 @@ __all__ = [
     "CoAQuery",
     "CoAResult",
     "EngineCall",
+    "FlowStep",
     "PlacementPolicy",
     "Route",
     "RouteReason",
     "RouterStateConfig",
     "RouterStats",
+    "RouterStep",
     "RoutingPolicy",
     "Segment",
     "Segmenter",

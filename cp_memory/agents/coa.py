@@ -59,7 +59,9 @@ from .records import (
     CoAQuery,
     CoAResult,
     EngineCall,
+    FlowStep,
     Role,
+    RouterStep,
 )
 from .routes import Route
 from .routing import AgentRouter
@@ -181,9 +183,10 @@ class ChainOfAgents:
         return self.conversations.forget(conversation_id)
 
     # ------------------------------------------------------------------ the chain (no I/O)
-    def flow(self, plan: CoAPlan) -> Generator[EngineCall, Any, CoAResult]:
+    def flow(self, plan: CoAPlan) -> Generator[FlowStep, Any, CoAResult]:
         """The chain of ``plan`` as an I/O-free generator: yields each :class:`EngineCall` (workers in
-        chain order, then the manager), is sent each call's result (or thrown its exception), returns
+        chain order, then the manager), each preceded by the :class:`RouterStep` that routes it and followed
+        by the one that releases it, is sent each step's result (or thrown its exception), returns
         the :class:`CoAResult`. Failures are raised as :class:`ChainOfAgentsError`; on any failure the
         worker is released and the conversation's turn is rolled back. Run it with
         :func:`~cp_memory.agents.flow.drive` / :func:`~cp_memory.agents.flow.adrive`."""
@@ -221,19 +224,23 @@ class ChainOfAgents:
 
     def _worker_step(
         self, plan: CoAPlan, seg: Segment, previous_cu: str
-    ) -> Generator[EngineCall, Any, tuple[str, CallStats]]:
+    ) -> Generator[FlowStep, Any, tuple[str, CallStats]]:
         """One worker: reads ``seg`` and the previous CU on the worker the router picks; returns its CU."""
         cfg = self.config
         prompt = worker_prompt(
             seg.text, previous_cu, plan.question, cfg.worker_template, special_tokens=self.segmenter.special_tokens
         )
-        route = self.router.route(
+        route: Route = yield RouterStep(
+            self.router,
+            "route",
             seg.keys,
-            seg.token_lens,
-            tail_key="worker",
-            home_key=seg.ids[0],
-            tail_tokens=self._tail(prompt[len(seg.text) :], cfg.worker_max_tokens),
-            text=seg.text,  # the segment opens the worker prompt: a worker's feed tracks it
+            {
+                "token_lens": seg.token_lens,
+                "tail_key": "worker",
+                "home_key": seg.ids[0],
+                "tail_tokens": self._tail(prompt[len(seg.text) :], cfg.worker_max_tokens),
+                "text": seg.text,  # the segment opens the worker prompt: a worker's feed tracks it
+            },
         )
         res = yield from self._call(
             plan,
@@ -248,13 +255,13 @@ class ChainOfAgents:
         stats = CallStats.of(role="worker", step=seg.position, route=route, seg=seg, res=res, manager_name="")
         return res.text.strip(), stats
 
-    def _manager_step(self, plan: CoAPlan, last_cu: str) -> Generator[EngineCall, Any, tuple[str, CallStats]]:
+    def _manager_step(self, plan: CoAPlan, last_cu: str) -> Generator[FlowStep, Any, tuple[str, CallStats]]:
         """The manager: answers the question from the last CU; returns the answer."""
         cfg = self.config
         prompt = manager_prompt(
             last_cu, plan.question, cfg.manager_template, special_tokens=self.segmenter.special_tokens
         )
-        route = self._manager_route(prompt)
+        route = yield from self._manager_route(prompt)
         client = self.manager if route is None else self.router.client(route.worker)
         step = len(plan.segments)
         res = yield from self._call(
@@ -271,7 +278,7 @@ class ChainOfAgents:
         stats = CallStats.of(role="manager", step=step, route=route, seg=None, res=res, manager_name="manager")
         return res.text.strip(), stats
 
-    def _manager_route(self, prompt: str) -> Route | None:
+    def _manager_route(self, prompt: str) -> Generator[FlowStep, Any, Route | None]:
         """The manager's worker, routed like a request whose only reusable part is the manager template's
         fixed prefix; None with a dedicated ``manager`` client."""
         if self.manager is not None:
@@ -280,12 +287,17 @@ class ChainOfAgents:
         tail = self._tail(prompt, self.config.manager_max_tokens)
         # one tail per prefix, as for workers: llama.cpp's prompt cache takes the cached manager
         # prompt out to reuse its prefix and saves the new one in its place
-        return self.router.route(
+        route: Route = yield RouterStep(
+            self.router,
+            "route",
             self._manager_prefix,
-            self._manager_prefix_tokens,
-            tail_tokens=max(0, tail - prefix) if tail else 0,
-            tail_key="manager",
+            {
+                "token_lens": self._manager_prefix_tokens,
+                "tail_tokens": max(0, tail - prefix) if tail else 0,
+                "tail_key": "manager",
+            },
         )
+        return route
 
     def _tail(self, text: str, max_tokens: int) -> int:
         """Tokens a prompt's non-reusable part and its generation take in the engine cache (0: not modelled)."""
@@ -293,7 +305,7 @@ class ChainOfAgents:
 
     def _call(
         self, plan: CoAPlan, role: Role, step: int, route: Route | None, client: Any, prompt: str, **kwargs: Any
-    ) -> Generator[EngineCall, Any, Any]:
+    ) -> Generator[FlowStep, Any, Any]:
         """One engine call: yield it, release the worker (failed on error), map errors."""
         name = route.worker_name if route is not None else "manager"
         chat = self.config.chat
@@ -308,14 +320,14 @@ class ChainOfAgents:
             res = yield call
         except Exception as exc:
             if route is not None:
-                self.router.release(route, ok=False)
+                yield RouterStep(self.router, "release", route, {"ok": False})
             raise self._fail(plan, role, step, name, exc) from exc
-        except BaseException:  # cancelled, interrupted: free the worker, propagate as is
+        except BaseException:  # cancelled, interrupted: free the worker at once (no await), propagate as is
             if route is not None:
                 self.router.release(route, ok=False)
             raise
         if route is not None:
-            self.router.release(route, ok=True)
+            yield RouterStep(self.router, "release", route, {"ok": True})
         return res
 
     @staticmethod

@@ -1,10 +1,12 @@
 """The two thin drivers of an I/O-free flow (the httpx / sans-I/O shape).
 
 A *flow* is a generator written once, with no I/O: it yields an :class:`EngineCall` whenever it needs an
-engine answer, receives the answer through ``send`` (or the exception through ``throw``), and finally
-returns its result. :func:`drive` sends the calls with sync clients, :func:`adrive` with async clients;
-the two differ only in ``await``. Routing, releasing workers, error mapping and the conversation's
-commit/rollback all live in the flow (:meth:`cp_memory.agents.ChainOfAgents.flow`).
+engine answer and a :class:`RouterStep` whenever it routes or releases a worker (a router with a state
+store talks to it), receives the answer through ``send`` (or the exception through ``throw``), and finally
+returns its result. :func:`drive` makes the calls with sync clients and the router's sync methods,
+:func:`adrive` with async clients and the router's ``a``-methods; the two differ only in ``await``. The
+decisions (which worker, releasing it, error mapping, the conversation's commit/rollback) all live in the
+flow (:meth:`cp_memory.agents.ChainOfAgents.flow`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from .records import EngineCall
+from .records import FlowStep
 
 __all__ = ["Flow", "adrive", "drive"]
 
 T = TypeVar("T")
 
-#: a flow: yields engine calls, is sent their results, returns ``T``
-Flow = Generator[EngineCall, Any, T]
+#: a flow: yields engine calls and router steps, is sent their results, returns ``T``
+Flow = Generator[FlowStep, Any, T]
 
 
 def drive(flow: Flow[T]) -> T:

@@ -23,7 +23,9 @@ __all__ = [
     "CoAResult",
     "CompletionLike",
     "EngineCall",
+    "FlowStep",
     "Role",
+    "RouterStep",
     "SyncCompletionClient",
 ]
 
@@ -102,6 +104,31 @@ class EngineCall:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"{self.worker_name} has a sync client; use answer()/answer_many() with sync clients")
         return fn
+
+
+@dataclass(frozen=True)
+class RouterStep:
+    """One call the I/O-free chain asks its driver to make on its router: ``route`` or ``release``.
+
+    The sync driver calls ``router.route`` / ``router.release``; the async driver awaits ``router.aroute`` /
+    ``router.arelease``, so a router with a ``state_store`` never blocks the event loop while the store
+    answers (:mod:`cp_memory.agents.routing`). Same shape as :class:`EngineCall`: the drivers treat both alike.
+    """
+
+    router: Any
+    method: Literal["route", "release"]
+    payload: Any
+    kwargs: Mapping[str, Any]
+
+    def sync_method(self) -> Any:
+        return getattr(self.router, self.method)
+
+    def async_method(self) -> Any:
+        return getattr(self.router, "a" + self.method)
+
+
+#: what a chain's flow yields: an engine call, or a step on its router
+FlowStep = EngineCall | RouterStep
 
 
 @dataclass(frozen=True, kw_only=True)

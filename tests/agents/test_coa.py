@@ -15,6 +15,7 @@ from cp_memory.agents import (
     CoAResult,
     Route,
     RouteReason,
+    RouterStep,
     Segmenter,
     manager_prompt,
     worker_prompt,
@@ -311,20 +312,28 @@ def test_without_conversation_nothing_is_deduplicated():
 
 # ---------------------------------------------------------------------------------------------- one flow
 def test_the_chain_is_one_io_free_flow_that_yields_its_engine_calls():
-    """plan -> requests -> result: the flow sends nothing itself; whoever drives it does the I/O."""
+    """plan -> requests -> result: the flow sends nothing itself; whoever drives it does the I/O, the
+    router's steps included (route before each call, release after it)."""
     coa, engines = chain(n_workers=2)
     plan = coa.plan("q7 by hand?", [doc(0), doc(1), doc(2)])  # 90 words, budget 60 -> 2 segments
     flow = coa.flow(plan)
-    seen = []
-    call = next(flow)
+    seen, steps = [], []
+    step = next(flow)
     with pytest.raises(StopIteration) as done:
         while True:
-            seen.append(call)
+            if isinstance(step, RouterStep):
+                in_flight = 0 if step.method == "route" else 1  # routed: in flight until released
+                assert step.router is coa.router and sum(coa.router.loads()) == in_flight
+                steps.append(step.method)
+                step = flow.send(step.sync_method()(step.payload, **step.kwargs))
+                continue
+            seen.append(step)
             assert coa.router.loads()[seen[-1].client is engines[1]] == 1  # routed, in flight
-            call = flow.send(call.client.complete(call.payload, **call.kwargs))
+            step = flow.send(step.client.complete(step.payload, **step.kwargs))
     result = done.value.value
     assert isinstance(result, CoAResult) and result.answer.startswith("answer(q7)")
     assert [c.method for c in seen] == ["complete"] * 3
+    assert steps == ["route", "release"] * 3
     assert [c.payload.split("\n")[0] for c in seen[:2]] == [s.text.split("\n")[0] for s in plan.segments]
     assert seen[2].payload.startswith("The following are given passages.")
     assert sorted(p for e in engines for p in e.prompts) == sorted(c.payload for c in seen)  # no other I/O

@@ -285,3 +285,39 @@ def test_a_bad_state_store_is_a_clear_error():
         RouterStateConfig("redis://localhost:6379/0", timeout_s=0)
     with pytest.raises(TypeError, match="RouterStateConfig"):
         AgentRouter([object()], state_store=6379)  # type: ignore[arg-type]
+
+
+async def test_an_async_chain_awaits_its_router_so_a_stalled_store_never_blocks_the_loop(redis_server, redis_url):
+    """ChainOfAgents.aanswer routes and releases through aroute/arelease: with Redis stopped mid-chain a
+    concurrent task keeps running while each route waits out the store's timeout, and the chain answers."""
+    from cp_memory.agents import ChainConfig, ChainOfAgents, Segmenter
+    from cp_memory.core.blocks import ContextBlock
+
+    from .conftest import AsyncFakeEngine
+
+    engines = [AsyncFakeEngine(f"w{i}") for i in range(2)]
+    store = RouterStateConfig(redis_url, name="coa-async", **FAST)
+    router = AgentRouter(engines, state_store=store)
+    coa = ChainOfAgents(router, config=ChainConfig(), segmenter=Segmenter(60, token_len=lambda t: len(t.split())))
+    docs = [ContextBlock(f"d{i}", " ".join(f"fact{i}" for _ in range(30))) for i in range(3)]
+    first = await coa.aanswer("q1 where?", docs)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(ticker())
+    os.kill(redis_server.proc.pid, signal.SIGSTOP)
+    try:
+        again = await coa.aanswer("q2 where?", docs)
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    task.cancel()
+    assert again.answer and [c.worker for c in again.calls[:2]] == [c.worker for c in first.calls[:2]]
+    assert ticks >= 5  # the loop ran while the store was silent
+    assert router.loads() == (0, 0)
+    await router.aclose()
+    router.close()
