@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.agents.trace import load_trace, prefix_breaks, session_of
-from cp_memory.gateway.flow import _leaf_text
+from cp_memory.gateway.memories import leaf_text
 from cp_memory.gateway.protocols import Api
 from cp_memory.providers.tokens import default_counting
 
@@ -47,7 +47,7 @@ def _through(api: Api, records: list[dict[str, Any]], steps: Any = None) -> list
 
 def _tokens(records: list[dict[str, Any]]) -> int:
     counting = default_counting()
-    return sum(counting.tokens(_leaf_text(r["body"].get("messages") or r["body"].get("input"))) for r in records)
+    return sum(counting.tokens(leaf_text(r["body"].get("messages") or r["body"].get("input"))) for r in records)
 
 
 @pytest.mark.parametrize("api", list(FILES))
