@@ -133,6 +133,12 @@ class GatewayConfig(BaseModel):
     content_tenants: dict[str, frozenset[ContentStep]] = Field(
         default_factory=dict, description="per tenant (the id /cp/savings reports): its content steps instead"
     )
+    tool_schema: bool = Field(
+        default=True, description="remove $schema from tool input schemas (docs/gateway.md, X-CP-Schema per request)"
+    )
+    tool_schema_tenants: dict[str, bool] = Field(
+        default_factory=dict, description="per tenant (the id /cp/savings reports): the tool-schema step on or off"
+    )
 
     @field_validator("upstream")
     @classmethod

@@ -26,6 +26,7 @@ from .memories import Memories, MemoryQuery, MemoryStage, PlacementMode, leaf_te
 from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SentLog, digest, replay
 from .rules import RuleResult, apply_rules
+from .schema import schema_enabled, strip_tools
 from .sessions import SessionState, SessionStore, open_session_store
 from .tenancy import Identity, identify
 
@@ -118,6 +119,8 @@ class Gateway:
     def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any], memories: Memories | None) -> None:
         api = plan.api
         plan.identity = self.identify(api, headers, body)
+        stripped = self._tool_schema(api, headers, body, plan.identity.tenant)
+        body = stripped if stripped is not None else body
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
@@ -148,7 +151,9 @@ class Gateway:
             return
         out = rules.body
         changed = content is not None and content.changed
-        plan.changed = bool(replayed.substituted or rules.added or changed or placed is not None)
+        plan.changed = bool(
+            replayed.substituted or rules.added or changed or placed is not None or stripped is not None
+        )
         if plan.changed:
             plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         sent = segments(api, out)[0]
@@ -162,6 +167,17 @@ class Gateway:
         plan.marks = tuple(m.where for m in rules.marks)
         plan.fields = rules.added
         plan.passthrough_bound = self._bound(replayed, rules, segs)
+
+    def _tool_schema(
+        self, api: Api, headers: Mapping[str, str], body: dict[str, Any], tenant: str
+    ) -> dict[str, Any] | None:
+        """The body with its tools' meta keywords removed (:mod:`cp_memory.gateway.schema`); None: unchanged.
+        Before replay and the rules, so the sent log and the marks see the tools as they go out."""
+        on = self.config.tool_schema_tenants.get(tenant, self.config.tool_schema)
+        if not schema_enabled(on, headers) or "tools" not in body:
+            return None
+        tools = strip_tools(api, body["tools"])
+        return None if tools is body["tools"] else {**body, "tools": tools}
 
     def memory_query(self, api: Api, headers: Mapping[str, str], raw: bytes) -> MemoryQuery | None:
         """The mem0 search this request asks for (a user named, a new user message), or None; never raises."""
