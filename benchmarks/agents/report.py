@@ -124,6 +124,30 @@ def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     return f"| {name} | " + " | ".join(cells) + " |"
 
 
+def _memories_title(run: Mapping[str, Any]) -> str:
+    if "memories" not in run:
+        return ""
+    return f", with {run['memories']['user']}'s mem0 memories"
+
+
+def _memories_lines(run: Mapping[str, Any]) -> list[str]:
+    """With memories: whose they are and what reached the engine (the other tenant's must be 0)."""
+    if "memories" not in run:
+        return []
+    m = run["memories"]
+    seen = "; ".join(
+        f"{arm}: {s['requests_with_memories']} requests carried them, {s['own_memories_seen']} distinct memories, "
+        f"{s['foreign_memories_seen']} of the other tenant's"
+        for arm, s in m["seen_upstream"].items()
+    )
+    return [
+        f"Memories: {m['memories']} LoCoMo observations of {m['user']} (another tenant holds "
+        f"{m['other_tenant_memories']} under the same user name), top {m['top_k']} per search; passthrough = "
+        f"mem0's proxy pattern, placed in requests {m['requests_searched_mem0_pattern']}; gateway = "
+        f"`--mem0 embedded`. Upstream: {seen}.\n",
+    ]
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     """One table per (trace, engine) run."""
     lines = [f"# Agent traces replayed through each arm\n\n`{result['command']}`\n"]
@@ -132,8 +156,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         base = arms.get("passthrough", {})
         last = "modelled input cost" if run["modelled"] else "TTFT ms (paired vs passthrough; rounds' spread)"
         lines += [
-            f"## {run['trace']} on {run['engine_label']}\n",
+            f"## {run['trace']} on {run['engine_label']}{_memories_title(run)}\n",
             f"{run['requests']} requests in recorded order. Changes in parentheses are vs passthrough.\n",
+            *_memories_lines(run),
             f"| arm | prompt tokens, mean | P99 | prefilled, total | read / written | {last} | byte-stable |",
             "|---|---:|---:|---:|---:|---:|---|",
             *[_row(name, arm, base) for name, arm in arms.items()],
