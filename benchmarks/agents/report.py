@@ -99,7 +99,7 @@ def _vs(arm: Mapping[str, Any], base: Mapping[str, Any], field: str, stat: str) 
     return "" if value is None else f" ({value:+.1f} %)"
 
 
-def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any]) -> str:
+def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any], own: str = "the client's own re-rendering") -> str:
     if "unavailable" in arm:
         return f"| {name} | not run: {arm['unavailable']} |" + " |" * 6
     cells = [
@@ -119,9 +119,16 @@ def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     stab = arm["byte_stability"]
     added = f", added by the arm: {stab['added']}" if stab["added"] else ""
     if name == "passthrough" and stab["breaks"]:
-        added = f", the client's own re-rendering: {stab['breaks']}"
+        added = f", {own}: {stab['breaks']}"
     cells.append(f"{stab['stable']}/{arm['requests']}{added}" + (f"; {arm['errors']} errors" if arm["errors"] else ""))
     return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def _own(run: Mapping[str, Any]) -> str:
+    """What passthrough's breaks are: the client's re-rendering, or (with memories) mem0's pattern too."""
+    if "memories" in run:
+        return "the client's own re-rendering, or its copy without the memories mem0's pattern put in"
+    return "the client's own re-rendering"
 
 
 def _memories_title(run: Mapping[str, Any]) -> str:
@@ -161,7 +168,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             *_memories_lines(run),
             f"| arm | prompt tokens, mean | P99 | prefilled, total | read / written | {last} | byte-stable |",
             "|---|---:|---:|---:|---:|---:|---|",
-            *[_row(name, arm, base) for name, arm in arms.items()],
+            *[_row(name, arm, base, _own(run)) for name, arm in arms.items()],
             "",
         ]
     return "\n".join(lines)
