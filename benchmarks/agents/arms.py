@@ -18,7 +18,7 @@ An arm whose software is missing raises :class:`ArmUnavailable` with the reason 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,15 +102,25 @@ def _headroom(upstream: str, workdir: Path, anthropic: bool) -> ServerProcess:
 
 
 @contextmanager
-def start_arm(name: str, upstream: str, *, kind: str, workdir: Path, anthropic: bool) -> Iterator[Arm]:
-    """Run arm ``name`` in front of ``upstream`` (``kind``: the gateway's ``--upstream-kind``); yields it.
+def start_arm(
+    name: str,
+    upstream: str,
+    *,
+    kind: str,
+    workdir: Path,
+    anthropic: bool,
+    gateway_args: Sequence[str] = (),
+    gateway_env: Mapping[str, str] | None = None,
+) -> Iterator[Arm]:
+    """Run arm ``name`` in front of ``upstream`` (``kind``: the gateway's ``--upstream-kind``; ``gateway_args``
+    and ``gateway_env``: more CLI options and environment for the gateway, e.g. its mem0 store); yields it.
     Raises :class:`ArmUnavailable` when the arm's software is missing or does not start."""
     if name == "passthrough":
         yield Arm(name, upstream)
         return
     process: ServerProcess
     if name == "gateway":
-        process = gateway_process(upstream, "--upstream-kind", kind)
+        process = gateway_process(upstream, "--upstream-kind", kind, *gateway_args, env_extra=gateway_env)
     elif name == "contextpilot":
         process = _contextpilot(upstream, workdir / "contextpilot")
     elif name == "litellm":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from functools import partial
@@ -25,11 +26,21 @@ from typing import Any
 
 from benchmarks.agents.arms import ARMS, ArmUnavailable, start_arm
 from benchmarks.agents.engines import ENGINES, Engine, start_engine
+from benchmarks.agents.memories import (
+    SECRET,
+    TOP_K,
+    MemorySetup,
+    gateway_mem0_args,
+    leaks,
+    mem0_records,
+    prepare_memories,
+)
 from benchmarks.agents.replay import MODELLED_OPENAI_MODEL, Sent, edit_body, replay_arm, stability
 from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
 from benchmarks.agents.tap import Tap
 from benchmarks.agents.trace import load_trace
-from benchmarks.common.harness import add_out, add_verbose, envelope, setup_logging, write_outputs
+from benchmarks.common.harness import add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
+from cp_memory.gateway.config import GATEWAY_SECRET_ENV
 
 __all__ = ["TRACES", "main", "run_trace"]
 
@@ -59,28 +70,43 @@ def _generation_records(path: Path, requests: int) -> list[dict[str, Any]]:
 
 
 def _one_arm(
-    name: str, engine: Engine, tap: Tap, records: Sequence[Mapping[str, Any]], run: str, opts: argparse.Namespace
-) -> list[Sent]:
+    name: str,
+    engine: Engine,
+    tap: Tap,
+    records: Sequence[Mapping[str, Any]],
+    run: str,
+    opts: argparse.Namespace,
+    setup: MemorySetup | None = None,
+) -> tuple[list[Sent], list[Any]]:
     anthropic = records[0].get("protocol") == "anthropic"
     workdir = Path(opts.workdir) / run
     kind = "openai" if engine.modelled and not anthropic else engine.kind
-    with start_arm(name, tap.url, kind=kind, workdir=workdir, anthropic=anthropic) as arm:
+    args = gateway_mem0_args(setup) if setup is not None else []
+    env = {GATEWAY_SECRET_ENV: SECRET} if setup is not None else None
+    sending = mem0_records(records, setup, name) if setup is not None else records
+    with start_arm(
+        name, tap.url, kind=kind, workdir=workdir, anthropic=anthropic, gateway_args=args, gateway_env=env
+    ) as arm:
         engine.flush(run)
         tap.headers = dict(engine.headers)
         edit = partial(edit_body, model=engine.model, max_tokens=opts.max_tokens)
-        rows, sent = replay_arm(arm, records, tap, edit=edit)
+        rows, sent = replay_arm(arm, sending, tap, edit=edit)
     verdicts = stability(records, sent)
-    return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)]
+    return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)], sent
 
 
-def run_trace(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace) -> dict[str, Any]:
-    """Replay one trace through every arm on ``engine``; the run's figures (see the module docstring)."""
+def run_trace(
+    engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace, setup: MemorySetup | None = None
+) -> dict[str, Any]:
+    """Replay one trace through every arm on ``engine`` (``setup``: with mem0 memories,
+    :mod:`benchmarks.agents.memories`); the run's figures (see the module docstring)."""
     records = _generation_records(path, opts.requests)
     label = engine.label
     if engine.modelled and records and records[0].get("protocol") != "anthropic":
         label = f"modelled OpenAI prompt cache (documented rules, local server; {MODELLED_OPENAI_MODEL} price ratios)"
     head = {"trace": path.name, "engine": engine.name, "engine_label": label, "requests": len(records)}
     rounds: dict[str, list[list[Sent]]] = {}
+    bodies: dict[str, list[Any]] = {}
     unavailable: dict[str, str] = {}
     with Tap(engine.url, headers=engine.headers) as tap:
         for k in range(1 if engine.modelled else opts.rounds):
@@ -89,8 +115,10 @@ def run_trace(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Na
                     continue
                 log.info("%s on %s: %s, round %d", path.name, engine.name, name, k + 1)
                 try:
-                    rows = _one_arm(name, engine, tap, records, f"{name}-{k}", opts)
+                    run = f"{name}-{k}" + ("-mem0" if setup is not None else "")  # a fresh modelled cache
+                    rows, sent = _one_arm(name, engine, tap, records, run, opts, setup)
                     rounds.setdefault(name, []).append(rows)
+                    bodies.setdefault(name, sent)
                 except ArmUnavailable as exc:
                     log.warning("%s", exc)
                     unavailable[name] = str(exc)
@@ -102,7 +130,31 @@ def run_trace(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Na
         elif name in rounds:
             summary[name] = summarise_arm(rounds[name], None if name == "passthrough" else base, engine.modelled)
     per_request = {n: [asdict(s) for s in r[0]] for n, r in rounds.items()}
+    if setup is not None:
+        head["memories"] = _memories_head(setup, {n: leaks(b, setup) for n, b in bodies.items()})
     return head | {"modelled": engine.modelled, "arms": summary, "per_request": per_request}
+
+
+def _memories_head(setup: MemorySetup, seen: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "user": setup.user,
+        "memories": len(setup.own),
+        "other_tenant_memories": len(setup.foreign),
+        "top_k": TOP_K,
+        "requests_searched_mem0_pattern": sorted(setup.found),
+        "seen_upstream": dict(seen),
+    }
+
+
+def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace) -> list[dict[str, Any]]:
+    """Without memories, then with the LoCoMo user's memories (passthrough: mem0's pattern; gateway: --mem0)."""
+    store = Path(opts.workdir) / f"mem0-{engine.name}-{path.name.split('.')[0]}"
+    shutil.rmtree(store, ignore_errors=True)
+    records = _generation_records(path, opts.requests)
+    setup = prepare_memories(
+        records, store, locomo=opts.locomo, conv=opts.mem0_conv, other=opts.mem0_other, count=opts.mem0_memories
+    )
+    return [run_trace(engine, path, arms, opts), run_trace(engine, path, arms, opts, setup)]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -115,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-tokens", type=int, default=4, help="output cap of every replayed request (4)")
     ap.add_argument("--block-size", type=int, default=32, help="vLLM's prefix-cache block (32)")
     ap.add_argument("--workdir", default="/tmp/cp_memory_replay", help="scratch folders of the peer proxies")
+    ap.add_argument("--mem0", action="store_true", help="also replay with a LoCoMo user's mem0 memories")
+    ap.add_argument("--mem0-conv", type=int, default=0, help="--mem0: the harness user's LoCoMo conversation (0)")
+    ap.add_argument("--mem0-other", type=int, default=1, help="--mem0: another tenant's conversation (1)")
+    ap.add_argument("--mem0-memories", type=int, default=60, help="--mem0: first N observations of each (60)")
+    add_locomo(ap)
     add_out(ap, "results/agents")
     add_verbose(ap)
     opts = ap.parse_args(argv)
@@ -124,9 +181,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs = []
     for name in [e for e in opts.engine.split(",") if e]:
         with start_engine(name, block_size=opts.block_size) as engine:
-            runs += [run_trace(engine, path, arms, opts) for path in traces]
+            for path in traces:
+                runs += _memory_runs(engine, path, arms, opts) if opts.mem0 else [run_trace(engine, path, arms, opts)]
     done = [r for r in runs if "arms" in r]
     payload = envelope("benchmarks.agents", ["replay", *(argv or [])], method=METHOD, paper=PAPER, runs=done)
     payload["skipped"] = [{k: r[k] for k in ("trace", "engine", "skipped")} for r in runs if "skipped" in r]
-    write_outputs(opts.out, "agents_replay", payload, markdown=markdown(payload), plot=partial(plot, payload))
+    stem = "agents_replay_mem0" if opts.mem0 else "agents_replay"
+    write_outputs(opts.out, stem, payload, markdown=markdown(payload), plot=partial(plot, payload))
     return payload

@@ -153,11 +153,13 @@ def tree_cpu_seconds(pid: int) -> float | None:
     return total
 
 
-def gateway_process(upstream: str, *extra: str, python: str | None = None) -> ServerProcess:
+def gateway_process(
+    upstream: str, *extra: str, python: str | None = None, env_extra: Mapping[str, str] | None = None
+) -> ServerProcess:
     """The cp_memory gateway in front of ``upstream``, on a free port, started by its own CLI with this
-    checkout first on ``PYTHONPATH``."""
+    checkout first on ``PYTHONPATH`` (``env_extra``: more environment, e.g. ``CP_GATEWAY_SECRET``)."""
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ)
+    env = dict(os.environ) | dict(env_extra or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     args = [python or sys.executable, "-m", "cp_memory.gateway", "--upstream", upstream, "--port", "0", *extra]
     return ServerProcess(args, env=env, cwd=root)

@@ -30,7 +30,7 @@ from cp_memory.providers.account import call_cost
 from cp_memory.providers.rules import ANTHROPIC_PRICES, PriceRatios, openai_prices
 from cp_memory.providers.usage import CacheUsage
 
-__all__ = ["MODELLED_OPENAI_MODEL", "Sent", "edit_body", "prices_for", "replay_arm", "stability"]
+__all__ = ["MODELLED_OPENAI_MODEL", "Sent", "client_headers", "edit_body", "prices_for", "replay_arm", "stability"]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,8 @@ def prices_for(protocol: str | None) -> PriceRatios:
     return ANTHROPIC_PRICES if protocol == "anthropic" else openai_prices(MODELLED_OPENAI_MODEL)[0]
 
 
-def _headers(recorded: Mapping[str, str], arm: Arm) -> dict[str, str]:
+def client_headers(recorded: Mapping[str, str], arm: Arm) -> dict[str, str]:
+    """The recorded headers as the replay sends them to ``arm`` (placeholder keys, the arm's own added)."""
     out = {k: ("sk-replay-placeholder" if v == SCRUBBED else v) for k, v in recorded.items() if k not in _DROP}
     if recorded.get("authorization") == SCRUBBED:
         out["authorization"] = "Bearer sk-replay-placeholder"
@@ -92,7 +93,7 @@ def _headers(recorded: Mapping[str, str], arm: Arm) -> dict[str, str]:
 def _send(client: httpx.Client, arm: Arm, record: Mapping[str, Any], data: bytes) -> tuple[int, float | None]:
     t0 = time.perf_counter()
     first: float | None = None
-    headers = _headers(record.get("headers") or {}, arm)
+    headers = client_headers(record.get("headers") or {}, arm)
     with client.stream("POST", arm.url + str(record["path"]), content=data, headers=headers) as answer:
         for chunk in answer.iter_raw():
             if first is None and chunk:

@@ -99,7 +99,7 @@ def _vs(arm: Mapping[str, Any], base: Mapping[str, Any], field: str, stat: str) 
     return "" if value is None else f" ({value:+.1f} %)"
 
 
-def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any]) -> str:
+def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any], own: str = "the client's own re-rendering") -> str:
     if "unavailable" in arm:
         return f"| {name} | not run: {arm['unavailable']} |" + " |" * 6
     cells = [
@@ -119,9 +119,40 @@ def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     stab = arm["byte_stability"]
     added = f", added by the arm: {stab['added']}" if stab["added"] else ""
     if name == "passthrough" and stab["breaks"]:
-        added = f", the client's own re-rendering: {stab['breaks']}"
+        added = f", {own}: {stab['breaks']}"
     cells.append(f"{stab['stable']}/{arm['requests']}{added}" + (f"; {arm['errors']} errors" if arm["errors"] else ""))
     return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def _own(run: Mapping[str, Any]) -> str:
+    """What passthrough's breaks are: the client's re-rendering, or (with memories) mem0's pattern too."""
+    if "memories" in run:
+        return "the client's own re-rendering, or its copy without the memories mem0's pattern put in"
+    return "the client's own re-rendering"
+
+
+def _memories_title(run: Mapping[str, Any]) -> str:
+    if "memories" not in run:
+        return ""
+    return f", with {run['memories']['user']}'s mem0 memories"
+
+
+def _memories_lines(run: Mapping[str, Any]) -> list[str]:
+    """With memories: whose they are and what reached the engine (the other tenant's must be 0)."""
+    if "memories" not in run:
+        return []
+    m = run["memories"]
+    seen = "; ".join(
+        f"{arm}: {s['requests_with_memories']} requests carried them, {s['own_memories_seen']} distinct memories, "
+        f"{s['foreign_memories_seen']} of the other tenant's"
+        for arm, s in m["seen_upstream"].items()
+    )
+    return [
+        f"Memories: {m['memories']} LoCoMo observations of {m['user']} (another tenant holds "
+        f"{m['other_tenant_memories']} under the same user name), top {m['top_k']} per search; passthrough = "
+        f"mem0's proxy pattern, placed in requests {m['requests_searched_mem0_pattern']}; gateway = "
+        f"`--mem0 embedded`. Upstream: {seen}.\n",
+    ]
 
 
 def markdown(result: Mapping[str, Any]) -> str:
@@ -132,11 +163,12 @@ def markdown(result: Mapping[str, Any]) -> str:
         base = arms.get("passthrough", {})
         last = "modelled input cost" if run["modelled"] else "TTFT ms (paired vs passthrough; rounds' spread)"
         lines += [
-            f"## {run['trace']} on {run['engine_label']}\n",
+            f"## {run['trace']} on {run['engine_label']}{_memories_title(run)}\n",
             f"{run['requests']} requests in recorded order. Changes in parentheses are vs passthrough.\n",
+            *_memories_lines(run),
             f"| arm | prompt tokens, mean | P99 | prefilled, total | read / written | {last} | byte-stable |",
             "|---|---:|---:|---:|---:|---:|---|",
-            *[_row(name, arm, base) for name, arm in arms.items()],
+            *[_row(name, arm, base, _own(run)) for name, arm in arms.items()],
             "",
         ]
     return "\n".join(lines)

@@ -70,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mem0", choices=[m.value for m in Mem0Source], default=Mem0Source.OFF.value, help="mem0 store")
     p.add_argument("--mem0-config", default=None, help="--mem0 config: a mem0 config JSON file")
     p.add_argument("--mem0-path", default=None, help="--mem0 embedded: its folder (default: in memory)")
+    p.add_argument("--no-memories-add", action="store_true", help="--mem0: never add answered turns to mem0")
     p.add_argument(
         "--content",
         type=content_steps,
@@ -103,6 +104,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         mem0=Mem0Source(args.mem0),
         mem0_config=args.mem0_config,
         mem0_path=args.mem0_path,
+        memories_add=not args.no_memories_add,
         content_steps=args.content,
     )
 

@@ -109,7 +109,9 @@ def _merge(api: Api, client: Any, sent: Any) -> Any:
     if isinstance(sent, list) and isinstance(client, list):
         mine = [i for i, v in enumerate(client) if not _ignored_block(api, v)]
         theirs = [i for i, v in enumerate(sent) if not _ignored_block(api, v)]
-        if len(mine) != len(theirs):
+        if len(theirs) > len(mine) > 0:  # blocks the gateway put first (mem0 memories) stay, the rest align
+            theirs = theirs[len(theirs) - len(mine) :]
+        elif len(mine) != len(theirs):
             return client
         out_list = [strip_marks(v) for v in sent]
         for ci, si in zip(mine, theirs):
