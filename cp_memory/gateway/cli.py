@@ -79,6 +79,12 @@ def parser() -> argparse.ArgumentParser:
         help="content rules on the new part of each request: on (find,align,dedup,chunks), off, or steps "
         "comma-separated from find, align, dedup, chunks, order-note (X-CP-Content narrows them per request)",
     )
+    p.add_argument(
+        "--tool-schema",
+        choices=["on", "off"],
+        default="on" if _default("tool_schema") else "off",
+        help="drop JSON Schema's $schema from tool schemas (X-CP-Schema switches it per request)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -106,6 +112,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         mem0_path=args.mem0_path,
         memories_add=not args.no_memories_add,
         content_steps=args.content,
+        tool_schema=args.tool_schema == "on",
     )
 
 

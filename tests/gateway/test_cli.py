@@ -67,6 +67,16 @@ def test_content_on_off_or_steps() -> None:
         assert out.returncode == 2 and says in out.stderr, out.stderr
 
 
+def test_tool_schema_on_or_off() -> None:
+    """``--tool-schema`` sets ``GatewayConfig.tool_schema`` (on by default: ``$schema`` leaves tool schemas)."""
+
+    def on(*extra: str) -> bool:
+        return config_from(parser().parse_args(["--upstream", "http://127.0.0.1:8000", *extra])).tool_schema
+
+    assert on() is on("--tool-schema", "on") is True
+    assert on("--tool-schema", "off") is False
+
+
 def test_the_content_flag_reaches_the_rules_and_metrics_count_their_rewrites() -> None:
     """A tool result read twice: with ``--content on`` the third request's copy becomes a pointer and
     ``/metrics`` counts the rewrite; with ``--content off`` the client's bytes go out and nothing is counted."""
