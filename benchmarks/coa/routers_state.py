@@ -35,6 +35,7 @@ from benchmarks.common.locomo import load_locomo
 from benchmarks.common.locomo_select import select_conversations
 from benchmarks.workers_state import given_redis, private_redis
 from cp_memory.agents import AgentRouter, ChainOfAgents, CoAResult, RouterStateConfig
+from cp_memory.engine import CompletionResult
 
 from .workload import Item, build_workload
 
@@ -43,18 +44,6 @@ logger = logging.getLogger("benchmarks.coa.routers_state")
 __all__ = ["ARMS", "ModelEngine", "RouterRun", "main", "run_arm"]
 
 ARMS = ("one", "two_local", "two_redis")
-
-
-@dataclass(frozen=True)
-class ModelResult:
-    """What :class:`ModelEngine` answers (the fields ChainOfAgents reads)."""
-
-    text: str
-    ttft_s: float
-    total_s: float
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    completion_tokens: int | None
 
 
 class ModelEngine:
@@ -71,9 +60,9 @@ class ModelEngine:
         temperature: float = 0.0,
         request_id: str | None = None,
         stop: Any = None,
-    ) -> ModelResult:
+    ) -> CompletionResult:
         served = self.cache.serve(prompt, generated=max_tokens)
-        return ModelResult("noted", 0.0, 0.0, served.prompt, served.cached, max_tokens)
+        return CompletionResult("noted", 0.0, 0.0, served.prompt, served.cached, max_tokens, request_id, "stop")
 
 
 @dataclass
