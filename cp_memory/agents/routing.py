@@ -219,10 +219,7 @@ class AgentRouter(Generic[ClientT]):
         """
         req = self._request(keys, token_lens, request_id, tail_tokens, tail_key, home_key, text, preamble)
         if self._shared is None:
-            with self._lock:
-                worker, reason = self._choose(req.tagged, req.lens, req.head, req.need)
-                matched = self._commit(req, worker, reason)
-            return self._routed(req, worker, reason, matched)
+            return self._route_local(req)
         return self._routed(req, *run(self._shared_route(req, self._shared), self._shared.store))
 
     async def aroute(
@@ -241,11 +238,15 @@ class AgentRouter(Generic[ClientT]):
         answers (redis.asyncio); without one it is :meth:`route` (no I/O)."""
         req = self._request(keys, token_lens, request_id, tail_tokens, tail_key, home_key, text, preamble)
         if self._shared is None:
-            with self._lock:
-                worker, reason = self._choose(req.tagged, req.lens, req.head, req.need)
-                matched = self._commit(req, worker, reason)
-            return self._routed(req, worker, reason, matched)
+            return self._route_local(req)
         return self._routed(req, *await arun(self._shared_route(req, self._shared), self._shared.astore))
+
+    def _route_local(self, req: _Request) -> Route:
+        """Route on this router's own state (no store): choose and record under the lock."""
+        with self._lock:
+            worker, reason = self._choose(req.tagged, req.lens, req.head, req.need)
+            matched = self._commit(req, worker, reason)
+        return self._routed(req, worker, reason, matched)
 
     def _request(
         self,
