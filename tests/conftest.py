@@ -1,4 +1,5 @@
-"""Shared fixtures: one embedded mem0 store with two LoCoMo speakers, for every mem0 test module; the fast tier.
+"""Shared fixtures: one embedded mem0 store with two LoCoMo speakers, for every mem0 test module; a private
+redis-server per test module (`redis_server`, `redis_url`); the fast tier.
 
 Building the store (embedding ~120 facts on the CPU) costs seconds, so it is session-scoped; tests that add or
 delete memories use their own user ids and clean up.
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.redis_server import RedisServer, running_redis
 
 SPEAKER_A, SPEAKER_B = "Caroline", "Melanie"
 
@@ -73,3 +76,18 @@ def mem() -> Iterator[Any]:
     memory.cp_test_ids = {s: ingest(memory, s, facts[s]) for s in (SPEAKER_A, SPEAKER_B)}
     yield memory
     memory.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server per test module (tests/redis_server.py)."""
+    folder: Path = tmp_path_factory.mktemp("redis")
+    with running_redis(folder) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """That server's URL, its database emptied for each test."""
+    redis_server.client().flushall()
+    return redis_server.url

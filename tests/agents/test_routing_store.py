@@ -14,8 +14,6 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,23 +31,10 @@ from cp_memory.agents.shared_routing import (
 )
 from cp_memory.state.keys import KEY_PREFIX, StateKeys
 from cp_memory.state.ops import answer, run
-from tests.redis_server import RedisServer, StallProxy, running_redis
+from tests.redis_server import RedisServer, StallProxy
 
 FAST = {"timeout_s": 0.2, "retry_s": 0.0}
 DOC = 100  # tokens per block
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    folder: Path = tmp_path_factory.mktemp("redis-router")
-    with running_redis(folder) as server:
-        yield server
-
-
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    redis_server.client().flushall()
-    return redis_server.url
 
 
 def routers(url: str | None, n: int = 2, workers: int = 3, **kw):  # type: ignore[no-untyped-def]
