@@ -11,9 +11,11 @@ stalls they route on their own state with one warning and return to the store wh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -35,6 +37,25 @@ from tests.redis_server import RedisServer, StallProxy
 
 FAST = {"timeout_s": 0.2, "retry_s": 0.0}
 DOC = 100  # tokens per block
+
+
+@contextlib.asynccontextmanager
+async def redis_stopped(server: RedisServer) -> AsyncIterator[list[int]]:
+    """Redis stopped (it accepts bytes, never answers) while a task counts the event loop's turns in ``[0]``."""
+    ticks = [0]
+
+    async def ticker() -> None:
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(ticker())
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        yield ticks
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        task.cancel()
 
 
 def routers(url: str | None, n: int = 2, workers: int = 3, **kw):  # type: ignore[no-untyped-def]
@@ -219,23 +240,10 @@ async def test_async_routers_agree_and_leave_the_loop_running(redis_server, redi
             await r.arelease(route)
             seen.setdefault(agent, set()).add(route.worker)
     assert all(len(w) == 1 for w in seen.values()), seen
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(ticker())
-    os.kill(redis_server.proc.pid, signal.SIGSTOP)  # accepts bytes, never answers
-    try:
+    async with redis_stopped(redis_server) as ticks:
         route = await a.aroute(*segment(0, 3), home_key="agent0")  # waits up to the timeout, then alone
         await a.arelease(route)
-    finally:
-        os.kill(redis_server.proc.pid, signal.SIGCONT)
-    task.cancel()
-    assert route.worker == next(iter(seen[0])) and ticks >= 5
+    assert route.worker == next(iter(seen[0])) and ticks[0] >= 5
     for r in (a, b):
         await r.aclose()
         r.close()
@@ -286,23 +294,10 @@ async def test_an_async_chain_awaits_its_router_so_a_stalled_store_never_blocks_
     coa = ChainOfAgents(router, config=ChainConfig(), segmenter=Segmenter(60, token_len=lambda t: len(t.split())))
     docs = [ContextBlock(f"d{i}", " ".join(f"fact{i}" for _ in range(30))) for i in range(3)]
     first = await coa.aanswer("q1 where?", docs)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(ticker())
-    os.kill(redis_server.proc.pid, signal.SIGSTOP)
-    try:
+    async with redis_stopped(redis_server) as ticks:
         again = await coa.aanswer("q2 where?", docs)
-    finally:
-        os.kill(redis_server.proc.pid, signal.SIGCONT)
-    task.cancel()
     assert again.answer and [c.worker for c in again.calls[:2]] == [c.worker for c in first.calls[:2]]
-    assert ticks >= 5  # the loop ran while the store was silent
+    assert ticks[0] >= 5  # the loop ran while the store was silent
     assert router.loads() == (0, 0)
     await router.aclose()
     router.close()
