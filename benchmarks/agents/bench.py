@@ -3,14 +3,20 @@ cache and on the modelled provider rules.
 
     python -m benchmarks.agents replay --engine vllm,modelled --requests 20 --rounds 2 --out docs/results
     python -m benchmarks.agents replay --engine llama --arms passthrough,gateway --requests 5 --out /tmp/x
+    python -m benchmarks.agents replay --engine modelled --trace T.jsonl.xz --concurrency recorded --rounds 3
 
 For each trace (default: the committed Claude Code and Codex traces in tests/gateway/traces) and engine
 (:mod:`benchmarks.agents.engines`), every arm (:mod:`benchmarks.agents.arms`) replays the trace's first
-``--requests`` requests on an emptied cache (:mod:`benchmarks.agents.replay`), ``--rounds`` times on a real
-engine with the arms' order rotated each round (TTFT pairs: the median of the rounds). On the modelled engine
-an Anthropic trace meets Anthropic's documented cache rules and an OpenAI Responses trace (Codex) OpenAI's
+``--requests`` requests on an emptied cache (:mod:`benchmarks.agents.replay`), ``--rounds`` times on a real engine
+with the arms' order rotated each round (TTFT pairs: the median of the rounds). ``--concurrency recorded`` (the
+default for a trace whose records carry their timing) replays the sessions side by side as they ran
+(:mod:`benchmarks.agents.schedule`; on the modelled engine too ``--rounds`` times, since the order in which
+concurrent requests reach a cache can move hits between runs: the rounds' spread is reported); ``serial``, and any
+trace recorded without timing (the result says so), sends one request at a time in recorded order. On the modelled
+engine an Anthropic trace meets Anthropic's documented cache rules and an OpenAI Responses trace (Codex) OpenAI's
 (the gateway told ``--upstream-kind openai``), priced by :func:`benchmarks.agents.replay.prices_for`. Writes
-``agents_replay.json`` / ``.md`` / ``.png`` into ``--out`` (:mod:`benchmarks.agents.report`).
+``agents_replay.json`` / ``.md`` / ``.png`` into ``--out`` (``agents_replay_concurrent.*`` when a run was at the
+recorded concurrency; :mod:`benchmarks.agents.report`).
 """
 
 from __future__ import annotations
@@ -35,14 +41,22 @@ from benchmarks.agents.memories import (
     mem0_records,
     prepare_memories,
 )
-from benchmarks.agents.replay import MODELLED_OPENAI_MODEL, Sent, edit_body, replay_arm, stability
+from benchmarks.agents.replay import (
+    MODELLED_OPENAI_MODEL,
+    Attribution,
+    Sent,
+    edit_body,
+    replay_arm_matched,
+    stability,
+)
 from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
+from benchmarks.agents.schedule import Concurrency
 from benchmarks.agents.tap import Tap
-from benchmarks.agents.trace import load_trace
+from benchmarks.agents.trace import has_timings, in_flight, load_trace
 from benchmarks.common.harness import add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 from cp_memory.gateway.config import GATEWAY_SECRET_ENV
 
-__all__ = ["TRACES", "main", "run_trace"]
+__all__ = ["CONCURRENT_TRACES", "TRACES", "concurrency_for", "main", "run_trace"]
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +65,16 @@ TRACES = (
     ROOT / "tests" / "gateway" / "traces" / "claude_code_2.1.328_docs_code.jsonl.xz",
     ROOT / "tests" / "gateway" / "traces" / "codex_0.169.0_docs_code.jsonl.xz",
 )
+#: the same harnesses and tasks recorded with each request's send and answer times (``--concurrency recorded``)
+CONCURRENT_TRACES = (
+    ROOT / "tests" / "gateway" / "traces" / "claude_code_2.1.328_docs_code_concurrent.jsonl.xz",
+    ROOT / "tests" / "gateway" / "traces" / "codex_0.169.0_docs_code_concurrent.jsonl.xz",
+)
 METHOD = (
-    "each arm replays the trace's requests in recorded order, one at a time, on an emptied engine cache; body = "
+    "each arm replays the trace's requests on an emptied engine cache, one at a time in recorded order (serial) or "
+    "at the recorded concurrency (sessions side by side; each request no earlier than its recorded offset from the "
+    "first, and after its own session's requests answered before it in the recording, plus the recorded think "
+    "time; upstream calls matched to requests by time and session); body = "
     "the client's recorded body with the engine's model and a small output cap (the same for every arm); token "
     "counts are the engine's own usage, read on a recording tap between the arm and the engine; prefilled = "
     "prompt - cache read; byte-stable = the JSON the arm sent upstream keeps (marks aside) the head and items it "
@@ -77,7 +99,8 @@ def _one_arm(
     run: str,
     opts: argparse.Namespace,
     setup: MemorySetup | None = None,
-) -> tuple[list[Sent], list[Any]]:
+    concurrency: Concurrency = Concurrency.SERIAL,
+) -> tuple[list[Sent], list[Any], Attribution]:
     anthropic = records[0].get("protocol") == "anthropic"
     workdir = Path(opts.workdir) / run
     kind = "openai" if engine.modelled and not anthropic else engine.kind
@@ -90,9 +113,30 @@ def _one_arm(
         engine.flush(run)
         tap.headers = dict(engine.headers)
         edit = partial(edit_body, model=engine.model, max_tokens=opts.max_tokens)
-        rows, sent = replay_arm(arm, sending, tap, edit=edit)
+        speed = getattr(opts, "speed", 1.0)
+        rows, sent, how = replay_arm_matched(arm, sending, tap, edit=edit, concurrency=concurrency, speed=speed)
     verdicts = stability(records, sent)
-    return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)], sent
+    return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)], sent, how
+
+
+def concurrency_for(records: Sequence[Mapping[str, Any]], asked: str | None) -> tuple[Concurrency, dict[str, Any]]:
+    """The replay's mode for ``records`` (``asked``: the option, None: recorded where the trace allows) and how
+    the result describes it."""
+    timed = has_timings(records)
+    if asked == Concurrency.SERIAL.value:
+        return Concurrency.SERIAL, {"mode": "serial", "asked": asked}
+    if not timed:
+        reason = "the trace holds no send/answer times (recorded before they were stored): one request at a time"
+        return Concurrency.SERIAL, {"mode": "serial", "asked": asked or "default", "reason": reason}
+    recorded = in_flight((float(r["t_sent"]), float(r["t_answered"])) for r in records)
+    return Concurrency.RECORDED, {"mode": "recorded", "asked": asked or "default", "recorded_in_flight": recorded}
+
+
+def _described(records: Sequence[Mapping[str, Any]], opts: argparse.Namespace) -> tuple[Concurrency, dict[str, Any]]:
+    concurrency, described = concurrency_for(records, getattr(opts, "concurrency", None))
+    if concurrency is Concurrency.RECORDED:
+        described["speed"] = getattr(opts, "speed", 1.0)
+    return concurrency, described
 
 
 def run_trace(
@@ -101,23 +145,28 @@ def run_trace(
     """Replay one trace through every arm on ``engine`` (``setup``: with mem0 memories,
     :mod:`benchmarks.agents.memories`); the run's figures (see the module docstring)."""
     records = _generation_records(path, opts.requests)
+    concurrency, described = _described(records, opts)
     label = engine.label
     if engine.modelled and records and records[0].get("protocol") != "anthropic":
         label = f"modelled OpenAI prompt cache (documented rules, local server; {MODELLED_OPENAI_MODEL} price ratios)"
     head = {"trace": path.name, "engine": engine.name, "engine_label": label, "requests": len(records)}
+    head["concurrency"] = described
     rounds: dict[str, list[list[Sent]]] = {}
     bodies: dict[str, list[Any]] = {}
     unavailable: dict[str, str] = {}
+    matching: dict[str, list[Attribution]] = {}
+    once = engine.modelled and concurrency is Concurrency.SERIAL  # the modelled rules are deterministic then
     with Tap(engine.url, headers=engine.headers) as tap:
-        for k in range(1 if engine.modelled else opts.rounds):
+        for k in range(1 if once else opts.rounds):
             for name in [*arms[k % len(arms) :], *arms[: k % len(arms)]]:
                 if name in unavailable:
                     continue
                 log.info("%s on %s: %s, round %d", path.name, engine.name, name, k + 1)
                 try:
                     run = f"{name}-{k}" + ("-mem0" if setup is not None else "")  # a fresh modelled cache
-                    rows, sent = _one_arm(name, engine, tap, records, run, opts, setup)
+                    rows, sent, how = _one_arm(name, engine, tap, records, run, opts, setup, concurrency)
                     rounds.setdefault(name, []).append(rows)
+                    matching.setdefault(name, []).append(how)
                     bodies.setdefault(name, sent)
                 except ArmUnavailable as exc:
                     log.warning("%s", exc)
@@ -129,6 +178,10 @@ def run_trace(
             summary[name] = {"unavailable": unavailable[name]}
         elif name in rounds:
             summary[name] = summarise_arm(rounds[name], None if name == "passthrough" else base, engine.modelled)
+            summary[name]["matching"] = {
+                "ambiguous": sum(a.ambiguous for a in matching[name]),
+                "unmatched": sum(a.unmatched for a in matching[name]),
+            }
     per_request = {n: [asdict(s) for s in r[0]] for n, r in rounds.items()}
     if setup is not None:
         head["memories"] = _memories_head(setup, {n: leaks(b, setup) for n, b in bodies.items()})
@@ -159,7 +212,9 @@ def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: argparse
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.agents replay", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", action="append", default=None, help="a trace file (repeatable; default: both)")
+    ap.add_argument(
+        "--trace", action="append", default=None, help="a trace file (repeatable; default: the two serial ones)"
+    )
     ap.add_argument("--engine", default="vllm,modelled", help="comma-separated of " + ", ".join(ENGINES))
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated of " + ", ".join(ARMS))
     ap.add_argument("--requests", type=int, default=20, help="the first N requests of each trace (20)")
@@ -171,6 +226,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mem0-conv", type=int, default=0, help="--mem0: the harness user's LoCoMo conversation (0)")
     ap.add_argument("--mem0-other", type=int, default=1, help="--mem0: another tenant's conversation (1)")
     ap.add_argument("--mem0-memories", type=int, default=60, help="--mem0: first N observations of each (60)")
+    ap.add_argument(
+        "--concurrency",
+        choices=[c.value for c in Concurrency],
+        default=None,
+        help="recorded: sessions side by side as recorded (default where the trace has timings); serial",
+    )
+    ap.add_argument("--speed", type=float, default=1.0, help="recorded: offsets and think times divided by this (1)")
     add_locomo(ap)
     add_out(ap, "results/agents")
     add_verbose(ap)
@@ -186,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     done = [r for r in runs if "arms" in r]
     payload = envelope("benchmarks.agents", ["replay", *(argv or [])], method=METHOD, paper=PAPER, runs=done)
     payload["skipped"] = [{k: r[k] for k in ("trace", "engine", "skipped")} for r in runs if "skipped" in r]
-    stem = "agents_replay_mem0" if opts.mem0 else "agents_replay"
+    concurrent = any(r.get("concurrency", {}).get("mode") == "recorded" for r in done)
+    stem = "agents_replay" + ("_concurrent" if concurrent else "") + ("_mem0" if opts.mem0 else "")
     write_outputs(opts.out, stem, payload, markdown=markdown(payload), plot=partial(plot, payload))
     return payload

@@ -4,11 +4,14 @@
     python -m benchmarks.agents record --harness claude --via-gateway --gateway-args "--upstream-kind anthropic"
 
 For each harness one scripted server (:mod:`benchmarks.agents.scripted`) records every request into
-``DIR/<harness>_<version>_<tasks>.jsonl.xz`` (keys scrubbed); each session runs one task in its own scratch
-folder ``--workdir/<harness>/<task>-<n>`` (made afresh: the same folder gives the same traffic) with its own
-scratch ``HOME``. ``--parallel`` runs a harness's sessions at once (several users interleaved). A harness that
-is not installed is reported and skipped. ``DIR/index.json`` lists every trace with its harness version and
-:func:`benchmarks.agents.trace.summarise`.
+``DIR/<harness>_<version>_<tasks>.jsonl.xz`` (keys scrubbed); each session runs one task in its own scratch folder
+``--workdir/<harness>/<task>-<n>`` (made afresh: the same folder gives the same traffic) with its own scratch
+``HOME``. ``--parallel`` runs a harness's sessions at once (several users interleaved); every record holds when
+its request arrived and when its reply was written (``t_sent``, ``t_answered``), so the replay can send it at the
+recorded concurrency. ``--answer-delay S`` has the server answer each generation request after ``S`` seconds (a
+model's modelled time to answer; 0: at once). ``--suffix`` names the trace file apart from an earlier one. A
+harness that is not installed is reported and skipped. ``DIR/index.json`` lists every trace with its harness
+version and :func:`benchmarks.agents.trace.summarise`.
 """
 
 from __future__ import annotations
@@ -70,14 +73,17 @@ def record(
     gateway_args: Sequence[str] = (),
     parallel: bool = False,
     timeout: float = 300,
+    answer_delay: float = 0.0,
+    suffix: str = "",
 ) -> dict[str, Any]:
     """Record ``sessions`` runs of every task of ``tasks`` by ``harness``; returns its index entry."""
     if harness_binary(HARNESSES[harness][0]) is None:
         return {"harness": harness, "skipped": f"{harness} not installed: run scripts/setup_harnesses.sh"}
     version = _version_tag(harness)
-    trace = out / f"{HARNESSES[harness][2]}_{version}_{'_'.join(tasks)}{'_gateway' if via_gateway else ''}.jsonl.xz"
+    name = f"{HARNESSES[harness][2]}_{version}_{'_'.join(tasks)}{'_gateway' if via_gateway else ''}{suffix}"
+    trace = out / f"{name}.jsonl.xz"
     jobs = [(task, n) for n in range(sessions) for task in tasks]
-    with ScriptedServer(trace=trace) as server:
+    with ScriptedServer(trace=trace, answer_delay=answer_delay) as server:
         gateway = gateway_process(server.url, *gateway_args).start() if via_gateway else None
         try:
             url = gateway.url if gateway is not None else server.url
@@ -92,6 +98,8 @@ def record(
         "file": trace.name,
         "bytes": trace.stat().st_size,
         "via_gateway": via_gateway,
+        "parallel": parallel,
+        "answer_delay_s": answer_delay,
         "tasks": list(tasks),
         "runs": runs,
         "summary": summarise(load_trace(trace)),
@@ -118,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--gateway-args", default="", help="extra arguments of the gateway's CLI (one string)")
     ap.add_argument("--parallel", action="store_true", help="a harness's sessions at once")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per harness run (300)")
+    ap.add_argument("--answer-delay", type=float, default=0.0, help="seconds before each scripted reply (0)")
+    ap.add_argument("--suffix", default="", help="appended to the trace file's name (e.g. _concurrent)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = Path(args.out)
@@ -134,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             gateway_args=args.gateway_args.split(),
             parallel=args.parallel,
             timeout=args.timeout,
+            answer_delay=args.answer_delay,
+            suffix=args.suffix,
         )
         for h in args.harness.split(",")
         if h

@@ -1,14 +1,20 @@
 """Replaying a recorded trace through an arm, request by request, and what each arm sent and cost.
 
-The replay sends each request of a trace (:mod:`benchmarks.agents.trace`) in its recorded order (``seq``: the
-sessions interleaved as they ran), one at a time, to an arm (:mod:`benchmarks.agents.arms`) in front of the
-recording :class:`~benchmarks.agents.tap.Tap`. The body is the client's own, with two edits made for every arm
-alike (:func:`edit_body`): the model the engine serves and a small output cap; the answers the arm gets are
+The replay sends each request of a trace (:mod:`benchmarks.agents.trace`) to an arm
+(:mod:`benchmarks.agents.arms`) in front of the recording :class:`~benchmarks.agents.tap.Tap`, either one at a
+time in recorded order (``seq``: the sessions interleaved as they ran) or at the recorded concurrency (the
+sessions side by side, each request after its own session's earlier turns were answered, at its recorded offset
+and think time: :mod:`benchmarks.agents.schedule`). The body is the client's own, with two edits made for every
+arm alike (:func:`edit_body`): the model the engine serves and a small output cap; the answers the arm gets are
 dropped, since the next request already holds the recorded answer, so every arm sees the same conversation.
 
 Per request (:class:`Sent`): the prompt tokens, cached (read) and written tokens as the engine reported them
-on the tap, the prefilled tokens (prompt - read), the time to the first byte through the arm, and whether the
-bytes the arm sent upstream kept its earlier prefix (:func:`stability`).
+on the tap, the prefilled tokens (prompt - read), the time to the first byte through the arm, when it went out
+and was answered, and whether the bytes the arm sent upstream kept its earlier prefix (:func:`stability`).
+What reached the tap is matched to the request it serves by time (:func:`attribute`): a call belongs to the
+request in flight when it arrived; where several were, to the one of the same session (the arm's session
+header, Claude Code's ``metadata.user_id``, Codex's ``prompt_cache_key``); a call still ambiguous goes to the
+earliest of them and is counted.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import httpx
 
 from benchmarks.agents.arms import Arm
+from benchmarks.agents.schedule import Concurrency, Window, run_slots, slots_for
 from benchmarks.agents.tap import Tap, Tapped
 from benchmarks.agents.trace import SCRUBBED, session_of, strip_marks
 from cp_memory.gateway.protocols import Api, api_of
@@ -30,7 +37,18 @@ from cp_memory.providers.account import call_cost
 from cp_memory.providers.rules import ANTHROPIC_PRICES, PriceRatios, openai_prices
 from cp_memory.providers.usage import CacheUsage
 
-__all__ = ["MODELLED_OPENAI_MODEL", "Sent", "client_headers", "edit_body", "prices_for", "replay_arm", "stability"]
+__all__ = [
+    "MODELLED_OPENAI_MODEL",
+    "Attribution",
+    "Sent",
+    "attribute",
+    "client_headers",
+    "edit_body",
+    "prices_for",
+    "replay_arm",
+    "replay_arm_matched",
+    "stability",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +74,8 @@ class Sent:
     ttft_s: float | None
     upstream_calls: int
     breaks_at: int | None = None  # None: byte-stable; -1: the head (model/system/tools) changed; i: item i
+    sent_s: float | None = None  # when it went out, seconds since the arm's replay started
+    answered_s: float | None = None  # when its answer was read whole, same clock
 
     @property
     def prefilled_tokens(self) -> int:
@@ -114,6 +134,36 @@ def _usage(calls: Sequence[Tapped]) -> CacheUsage:
     return total
 
 
+@dataclass(frozen=True)
+class Attribution:
+    """How the tap's calls were matched to requests: ``ambiguous`` went to the earliest of several requests in
+    flight (neither time nor session told them apart), ``unmatched`` arrived while no request was."""
+
+    ambiguous: int = 0
+    unmatched: int = 0
+
+
+def attribute(
+    records: Sequence[Mapping[str, Any]], windows: Sequence[Window], calls: Sequence[Tapped]
+) -> tuple[list[list[Tapped]], Attribution]:
+    """Each request's upstream calls (see the module docstring), in the order given, and how the matching
+    went."""
+    out: list[list[Tapped]] = [[] for _ in records]
+    ambiguous = unmatched = 0
+    for call in calls:
+        live = [w for w in windows if w.sent <= call.arrived <= w.answered]
+        if len(live) > 1:
+            body = call.json()
+            session = session_of({"headers": call.headers, "body": body if isinstance(body, dict) else {}})
+            live = [w for w in live if session_of(records[w.index]) == session] or live
+            ambiguous += len(live) > 1
+        if not live:
+            unmatched += 1
+            continue
+        out[min(live, key=lambda w: w.sent).index].append(call)
+    return out, Attribution(ambiguous, unmatched)
+
+
 def replay_arm(
     arm: Arm,
     records: Sequence[Mapping[str, Any]],
@@ -121,34 +171,67 @@ def replay_arm(
     *,
     edit: Callable[[Mapping[str, Any]], dict[str, Any]],
     timeout: float = 900,
+    concurrency: Concurrency = Concurrency.SERIAL,
+    speed: float = 1.0,
 ) -> tuple[list[Sent], list[Any]]:
-    """Send ``records`` through ``arm`` in order; returns each request's :class:`Sent` (stability not yet
-    checked) and the body the arm sent upstream for it (None where nothing reached the engine)."""
-    tap.take()
-    rows: list[Sent] = []
-    upstream: list[Any] = []
-    prices = prices_for(str(records[0].get("protocol")) if records else None)
-    with httpx.Client(timeout=timeout) as client:
-        for record in records:
-            data = json.dumps(edit(record["body"]), ensure_ascii=False).encode()
-            status, ttft = _send(client, arm, record, data)
-            calls = _generation(tap.take())
-            usage = _usage(calls)
-            rows.append(
-                Sent(
-                    seq=int(record["seq"]),
-                    session=session_of(record),
-                    status=status,
-                    prompt_tokens=usage.input_tokens,
-                    cache_read_tokens=usage.cache_read_tokens,
-                    cache_write_tokens=usage.cache_write_tokens,
-                    cost=call_cost(usage, prices),
-                    ttft_s=ttft,
-                    upstream_calls=len(calls),
-                )
-            )
-            upstream.append(calls[-1].json() if calls else None)
+    """Send ``records`` through ``arm``, one at a time in order or at their recorded ``concurrency``
+    (:mod:`benchmarks.agents.schedule`; ``speed``: :func:`~benchmarks.agents.schedule.slots_for`'s); returns each
+    request's :class:`Sent` (stability not yet checked) and the body the arm sent upstream for it (None where
+    nothing reached the engine), in record order."""
+    rows, upstream, _ = replay_arm_matched(
+        arm, records, tap, edit=edit, timeout=timeout, concurrency=concurrency, speed=speed
+    )
     return rows, upstream
+
+
+def replay_arm_matched(
+    arm: Arm,
+    records: Sequence[Mapping[str, Any]],
+    tap: Tap,
+    *,
+    edit: Callable[[Mapping[str, Any]], dict[str, Any]],
+    timeout: float = 900,
+    concurrency: Concurrency = Concurrency.SERIAL,
+    speed: float = 1.0,
+) -> tuple[list[Sent], list[Any], Attribution]:
+    """:func:`replay_arm`, with how the tap's calls were matched to requests (:func:`attribute`)."""
+    tap.wait_idle()
+    tap.take()
+    answers: dict[int, tuple[int, float | None]] = {}
+    with httpx.Client(timeout=timeout) as client:
+
+        def send(i: int) -> None:
+            data = json.dumps(edit(records[i]["body"]), ensure_ascii=False).encode()
+            answers[i] = _send(client, arm, records[i], data)
+
+        windows = run_slots(slots_for(records, concurrency, speed=speed), send)
+    if not tap.wait_idle():
+        log.warning("%s: the tap still forwards a request after the replay", arm.name)
+    matched, how = attribute(records, windows, _generation(tap.take()))
+    if how.ambiguous or how.unmatched:
+        log.warning("%s: %d upstream calls matched by guess, %d to no request", arm.name, how.ambiguous, how.unmatched)
+    prices = prices_for(str(records[0].get("protocol")) if records else None)
+    start = min((w.sent for w in windows), default=0.0)
+    rows: list[Sent] = []
+    for record, window, calls in zip(records, windows, matched, strict=True):
+        usage = _usage(calls)
+        status, ttft = answers[window.index]
+        rows.append(
+            Sent(
+                seq=int(record["seq"]),
+                session=session_of(record),
+                status=status,
+                prompt_tokens=usage.input_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost=call_cost(usage, prices),
+                ttft_s=ttft,
+                upstream_calls=len(calls),
+                sent_s=round(window.sent - start, 4),
+                answered_s=round(window.answered - start, 4),
+            )
+        )
+    return rows, [calls[-1].json() if calls else None for calls in matched], how
 
 
 def _head(body: Mapping[str, Any]) -> str:

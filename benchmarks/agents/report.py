@@ -7,7 +7,10 @@ input-token units), the time to first byte (per request the median over the roun
 the arm's mean, and the paired difference to passthrough: median over requests, with the min-max of the
 rounds' means), and the byte-stability verdicts (requests whose upstream bytes changed a prefix the arm had sent
 before; ``added``: those where passthrough, i.e. the client's own re-rendering, kept the bytes or broke them
-elsewhere).
+elsewhere). At the recorded concurrency also how many requests the arm had in flight at once (round 1's
+``in_flight``: max, and mean over the replay's span) and, over several rounds, the rounds' spread of the token
+totals and cost (``rounds_spread``: min and max), since the order in which concurrent requests reach the cache
+can move hits between runs.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.agents.replay import Sent
+from benchmarks.agents.trace import in_flight
 from benchmarks.common.metrics import percentile
 
 __all__ = ["PAPER", "change", "markdown", "plot", "summarise_arm"]
@@ -91,6 +95,20 @@ def summarise_arm(
         out["cost_modelled"] = _stats([r.cost for r in rows])
     else:
         out["ttft"] = _ttft(rounds, base)
+    spans = [(r.sent_s, r.answered_s) for r in rows if r.sent_s is not None and r.answered_s is not None]
+    if spans:
+        out["in_flight"] = in_flight(spans)
+    if len(rounds) > 1:
+        out["rounds_spread"] = _spread(rounds)
+    return out
+
+
+def _spread(rounds: Sequence[Sequence[Sent]]) -> dict[str, dict[str, float]]:
+    """Per token figure and the cost: the smallest and largest total over the rounds."""
+    out: dict[str, dict[str, float]] = {}
+    for name in ("prompt_tokens", "prefilled_tokens", "cache_read_tokens", "cache_write_tokens", "cost"):
+        totals = [round(sum(float(getattr(r, name)) for r in rows), 1) for rows in rounds]
+        out[name] = {"min": min(totals), "max": max(totals)}
     return out
 
 
@@ -99,9 +117,15 @@ def _vs(arm: Mapping[str, Any], base: Mapping[str, Any], field: str, stat: str) 
     return "" if value is None else f" ({value:+.1f} %)"
 
 
-def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any], own: str = "the client's own re-rendering") -> str:
+def _row(
+    name: str,
+    arm: Mapping[str, Any],
+    base: Mapping[str, Any],
+    own: str = "the client's own re-rendering",
+    concurrent: bool = False,
+) -> str:
     if "unavailable" in arm:
-        return f"| {name} | not run: {arm['unavailable']} |" + " |" * 6
+        return f"| {name} | not run: {arm['unavailable']} |" + " |" * (7 if concurrent else 6)
     cells = [
         f"{arm['prompt_tokens']['mean']:,.0f}{_vs(arm, base, 'prompt_tokens', 'mean')}",
         f"{arm['prompt_tokens']['p99']:,.0f}{_vs(arm, base, 'prompt_tokens', 'p99')}",
@@ -121,7 +145,33 @@ def _row(name: str, arm: Mapping[str, Any], base: Mapping[str, Any], own: str = 
     if name == "passthrough" and stab["breaks"]:
         added = f", {own}: {stab['breaks']}"
     cells.append(f"{stab['stable']}/{arm['requests']}{added}" + (f"; {arm['errors']} errors" if arm["errors"] else ""))
+    if concurrent:
+        cells.append(_in_flight_cell(arm))
     return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def _in_flight_cell(arm: Mapping[str, Any]) -> str:
+    """``max / mean`` in flight, and the rounds' spread of prefilled tokens where it moved."""
+    flight = arm.get("in_flight") or {}
+    cell = f"{flight.get('max', 0)} / {flight.get('mean', 0.0):.2f}"
+    spread = (arm.get("rounds_spread") or {}).get("prefilled_tokens")
+    if spread is not None:
+        cell += f"; prefilled over rounds {spread['min']:,.0f}..{spread['max']:,.0f}"
+    return cell
+
+
+def _concurrency_line(run: Mapping[str, Any]) -> str:
+    """How the run sent its requests: at the recorded concurrency (with the recording's own in-flight figures)
+    or one at a time (and why, where the trace allowed nothing else)."""
+    mode = run.get("concurrency") or {"mode": "serial"}
+    if mode["mode"] == "recorded":
+        rec = mode["recorded_in_flight"]
+        return (
+            f"{run['requests']} requests at the recorded concurrency (sessions side by side; in flight at once "
+            f"when recorded: max {rec['max']}, mean {rec['mean']:.2f}). Changes in parentheses are vs passthrough.\n"
+        )
+    why = f" ({mode['reason']})" if mode.get("reason") else ""
+    return f"{run['requests']} requests in recorded order{why}. Changes in parentheses are vs passthrough.\n"
 
 
 def _own(run: Mapping[str, Any]) -> str:
@@ -162,13 +212,15 @@ def markdown(result: Mapping[str, Any]) -> str:
         arms = run["arms"]
         base = arms.get("passthrough", {})
         last = "modelled input cost" if run["modelled"] else "TTFT ms (paired vs passthrough; rounds' spread)"
+        concurrent = (run.get("concurrency") or {}).get("mode") == "recorded"
+        flight = " in flight, max / mean |" if concurrent else ""
         lines += [
             f"## {run['trace']} on {run['engine_label']}{_memories_title(run)}\n",
-            f"{run['requests']} requests in recorded order. Changes in parentheses are vs passthrough.\n",
+            _concurrency_line(run),
             *_memories_lines(run),
-            f"| arm | prompt tokens, mean | P99 | prefilled, total | read / written | {last} | byte-stable |",
-            "|---|---:|---:|---:|---:|---:|---|",
-            *[_row(name, arm, base, _own(run)) for name, arm in arms.items()],
+            f"| arm | prompt tokens, mean | P99 | prefilled, total | read / written | {last} | byte-stable |{flight}",
+            "|---|---:|---:|---:|---:|---:|---|" + ("---|" if concurrent else ""),
+            *[_row(name, arm, base, _own(run), concurrent) for name, arm in arms.items()],
             "",
         ]
     return "\n".join(lines)

@@ -15,12 +15,13 @@ It speaks the three wire protocols the gateway does, streamed (SSE) and not:
   with ``arguments`` pieces), the finish reason, a usage chunk with empty ``choices`` when
   ``stream_options.include_usage``, ``data: [DONE]``.
 
-The task is found by the tag in the prompt (:func:`benchmarks.agents.tasks.find_task`); the step played is
-the number of tool results in the request, so the server keeps no state: the same task gives the same traffic
-and any number of sessions may run at once. Every request (headers scrubbed, body, the reply) goes to the trace
-(:class:`benchmarks.agents.trace.TraceWriter`). A request with no task tag or no usable tool gets a short text
-answer. Token counts are modelled (a byte count / 4), labelled so in nothing else than this docstring: nothing
-here measures a model.
+The task is found by the tag in the prompt (:func:`benchmarks.agents.tasks.find_task`); the step played is the
+number of tool results in the request, so the server keeps no state: the same task gives the same traffic and any
+number of sessions may run at once. Every request (headers scrubbed, body, the reply, when it arrived and when its
+reply was written) goes to the trace (:class:`benchmarks.agents.trace.TraceWriter`); a generation request may be
+answered after a fixed delay (``answer_delay``: a model's modelled time to answer). A request with no task tag or
+no usable tool gets a short text answer. Token counts are modelled (a byte count / 4), labelled so in nothing else
+than this docstring: nothing here measures a model.
 
 ``python -m benchmarks.agents.scripted --port 0 --trace FILE`` runs it alone (it logs its URL).
 """
@@ -32,6 +33,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -434,6 +436,8 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        owner = self.server.owner
+        arrived = owner.clock()
         path = self.path.split("?", 1)[0].rstrip("/")
         payload: dict[str, Any] = (
             {
@@ -443,31 +447,49 @@ class _Handler(BaseHTTPRequestHandler):
             if path.endswith("/models")
             else {"error": {"type": "not_found_error", "message": f"no route {path}"}}
         )
-        self.server.owner.record(self, "GET", None, payload)
-        self._json(200 if path.endswith("/models") else 404, payload)
+        record = owner.record(self, "GET", None, payload, arrived=arrived)
+        try:
+            self._json(200 if path.endswith("/models") else 404, payload)
+        finally:
+            owner.answered(record)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        owner = self.server.owner
+        arrived = owner.clock()
         body = _parse(self.rfile.read(int(self.headers.get("content-length") or 0)))
         protocol = Protocol.of(self.path)
         if self.path.split("?", 1)[0].rstrip("/").endswith("/count_tokens"):
             payload: dict[str, Any] = {"input_tokens": max(1, len(json.dumps(body).encode()) // 4)}
-            self.server.owner.record(self, "POST", body, payload)
-            self._json(200, payload)
+            record = owner.record(self, "POST", body, payload, arrived=arrived)
+            self._answer(record, 200, payload)
             return
         if protocol is None or not isinstance(body, dict) or "_raw" in body:
             payload = {
                 "type": "error",
                 "error": {"type": "invalid_request_error", "message": f"cannot serve {self.path}"},
             }
-            self.server.owner.record(self, "POST", body, payload)
-            self._json(404 if protocol is None else 400, payload)
+            record = owner.record(self, "POST", body, payload, arrived=arrived)
+            self._answer(record, 404 if protocol is None else 400, payload)
             return
         whole, events = reply(protocol, body)
-        self.server.owner.record(self, "POST", body, whole, protocol)
-        if not body.get("stream"):
-            self._json(200, whole)
-            return
-        # streamed event by event, the connection closed at the end (HTTP/1.1 without a length)
+        record = owner.record(self, "POST", body, whole, protocol, arrived=arrived)
+        try:
+            owner.before_answer()
+            if body.get("stream"):
+                self._stream(protocol, events)
+            else:
+                self._json(200, whole)
+        finally:
+            owner.answered(record)
+
+    def _answer(self, record: dict[str, Any], status: int, payload: Any) -> None:
+        try:
+            self._json(status, payload)
+        finally:
+            self.server.owner.answered(record)
+
+    def _stream(self, protocol: Protocol, events: Events) -> None:
+        """``events`` as SSE, event by event, the connection closed at the end (HTTP/1.1 without a length)."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -498,7 +520,11 @@ class _HTTPServer(ThreadingHTTPServer):
 class ScriptedServer:
     """``with ScriptedServer(trace=path) as s: ... base_url=s.url ...``; ``s.records`` holds every request.
 
-    Binds 127.0.0.1 (``port`` 0: any free port). ``on_request`` (optional) sees each record as it is made."""
+    Binds 127.0.0.1 (``port`` 0: any free port). ``on_request`` (optional) sees each record as it is made (at
+    its arrival, before ``t_answered`` is known). ``answer_delay`` seconds pass between a generation request's
+    arrival and its reply (a model's modelled time to answer; 0: at once), so sessions that run at once overlap
+    in flight as they would against a real model. Each record carries ``t_sent`` and ``t_answered``
+    (:mod:`benchmarks.agents.trace`), seconds since :meth:`start` on the monotonic clock."""
 
     def __init__(
         self,
@@ -506,12 +532,17 @@ class ScriptedServer:
         trace: str | Path | None = None,
         port: int = 0,
         on_request: Callable[[dict[str, Any]], None] | None = None,
+        answer_delay: float = 0.0,
     ) -> None:
+        if answer_delay < 0:
+            raise ValueError(f"answer_delay must be >= 0 seconds, got {answer_delay}")
         self.port = port
+        self.answer_delay = answer_delay
         self.records: list[dict[str, Any]] = []
         self._trace = TraceWriter(trace) if trace is not None else None
         self._on_request = on_request
         self._lock = threading.Lock()
+        self._started = time.monotonic()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -522,9 +553,27 @@ class ScriptedServer:
             raise RuntimeError("the scripted server is not started")
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
+    def clock(self) -> float:
+        """Seconds since the server started (monotonic), rounded to 0.1 ms."""
+        return round(time.monotonic() - self._started, 4)
+
+    def before_answer(self) -> None:
+        """Wait ``answer_delay`` seconds (the modelled model's time to answer)."""
+        if self.answer_delay > 0:
+            time.sleep(self.answer_delay)
+
     def record(
-        self, handler: BaseHTTPRequestHandler, method: str, body: Any, whole: Any, protocol: Protocol | None = None
-    ) -> None:
+        self,
+        handler: BaseHTTPRequestHandler,
+        method: str,
+        body: Any,
+        whole: Any,
+        protocol: Protocol | None = None,
+        *,
+        arrived: float | None = None,
+    ) -> dict[str, Any]:
+        """Keep a request that arrived at ``arrived`` (default: now); returns its record, which
+        :meth:`answered` completes."""
         record = {
             "method": method,
             "path": handler.path,
@@ -532,14 +581,25 @@ class ScriptedServer:
             "headers": scrub_headers(handler.headers.items()),
             "body": body,
             "reply": whole,
+            "t_sent": self.clock() if arrived is None else arrived,
+            "t_answered": None,
         }
         with self._lock:
-            seq = self._trace.write(record) if self._trace else len(self.records)
-            self.records.append({"seq": seq, **record})
+            seq = self._trace.begin() if self._trace else len(self.records)
+            record = {"seq": seq, **record}
+            self.records.append(record)
         if self._on_request is not None:
-            self._on_request(self.records[-1])
+            self._on_request(record)
+        return record
+
+    def answered(self, record: dict[str, Any]) -> None:
+        """The reply to ``record`` is written: its ``t_answered`` is now, and it goes to the trace."""
+        record["t_answered"] = self.clock()
+        if self._trace is not None:
+            self._trace.finish(int(record["seq"]), {k: v for k, v in record.items() if k != "seq"})
 
     def start(self) -> ScriptedServer:
+        self._started = time.monotonic()
         self._httpd = _HTTPServer(("127.0.0.1", self.port), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="scripted-server", daemon=True)
@@ -569,9 +629,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.agents.scripted", description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free one; logged)")
     ap.add_argument("--trace", default=None, help="JSONL trace file of every request (keys scrubbed)")
+    ap.add_argument("--answer-delay", type=float, default=0.0, help="seconds before each generation reply (0)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    server = ScriptedServer(trace=args.trace, port=args.port).start()
+    server = ScriptedServer(trace=args.trace, port=args.port, answer_delay=args.answer_delay).start()
     print(f"listening on {server.url}", flush=True)  # noqa: T201 (a CLI's one line of output)
     try:
         threading.Event().wait()

@@ -5,7 +5,8 @@ at the same place: the bytes it sent upstream, and the engine's own usage answer
 ``upstream`` (its ``headers`` replace the arm's credentials: the engine's key never passes through an arm), the
 answer streamed back as it comes (the connection closed at its end). Each request is kept as a
 :class:`Tapped` record (path, the raw body the arm sent, the upstream's status and usage as read from its JSON or
-SSE answer by the gateway's own reader). :meth:`Tap.take` hands over what arrived since the last call.
+SSE answer by the gateway's own reader, when it arrived and the headers the arm sent). :meth:`Tap.take` hands
+over what was answered since the last call; :meth:`Tap.wait_idle` waits until no request is being forwarded.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -39,13 +42,16 @@ _MAX_EVENT_BYTES = 4 << 20
 @dataclass(frozen=True)
 class Tapped:
     """One request an arm sent upstream: its ``method``, ``path``, raw ``body``, the upstream's ``status`` and
-    ``usage`` (zeros when the answer carried none)."""
+    ``usage`` (zeros when the answer carried none), when it reached the tap (``arrived``, ``time.monotonic()``)
+    and the ``headers`` the arm sent (lower-cased, as forwarded before the tap's own replaced the credentials)."""
 
     method: str
     path: str
     body: bytes
     status: int
     usage: CacheUsage
+    arrived: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         """The body parsed (None when it is not JSON)."""
@@ -71,6 +77,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self, method: str, body: bytes) -> None:
         tap = self.server.owner
+        with tap.forwarding():
+            self._forward_counted(tap, method, body)
+
+    def _forward_counted(self, tap: Tap, method: str, body: bytes) -> None:
+        arrived = time.monotonic()
+        sent_headers = {k.lower(): v for k, v in self.headers.items()}
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROP_REQUEST}
         headers |= dict(tap.headers) | {"accept-encoding": "identity"}
         reader = SSETap(_MAX_EVENT_BYTES)
@@ -97,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_error(502, str(exc)[:200])
         reader.close()
         usage = reader.usage if reader.events else body_usage(whole)
-        tap.keep(Tapped(method, self.path, body, status, usage))
+        tap.keep(Tapped(method, self.path, body, status, usage, arrived, sent_headers))
 
 
 class _Server(ThreadingHTTPServer):
@@ -114,6 +126,8 @@ class Tap:
         self.client = httpx.Client(timeout=timeout)
         self._kept: list[Tapped] = []
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._busy = 0
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -127,8 +141,25 @@ class Tap:
         with self._lock:
             self._kept.append(record)
 
+    @contextmanager
+    def forwarding(self) -> Iterator[None]:
+        """Counts a request being forwarded (see :meth:`wait_idle`)."""
+        with self._lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until no request is being forwarded (False: still busy after ``timeout`` seconds)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout=timeout)
+
     def take(self) -> list[Tapped]:
-        """Every request that arrived since the last call, in arrival order."""
+        """Every request answered since the last call, in the order their answers ended."""
         with self._lock:
             out, self._kept = self._kept, []
         return out

@@ -1,11 +1,15 @@
 """Trace files: every request a model server received, one JSON object a line, keys scrubbed; and the checks
 the gateway is held to on them (prefix byte stability, Anthropic's mark limit).
 
-A record is ``{"seq", "method", "path", "protocol", "headers", "body", "reply"}``: the headers lower-cased with
-every credential replaced by ``<scrubbed>`` (``host`` dropped: it names a port of the run), the body as the
-client sent it (parsed JSON, key order kept; ``{"_raw": text}`` when it was not JSON) and the reply the server
-gave, non-streamed form. Files ending in ``.xz`` (what ``benchmarks.agents record``
-writes: ~25x smaller) or ``.gz`` are compressed.
+A record is ``{"seq", "method", "path", "protocol", "headers", "body", "reply", "t_sent", "t_answered"}``: the
+headers lower-cased with every credential replaced by ``<scrubbed>`` (``host`` dropped: it names a port of the
+run), the body as the client sent it (parsed JSON, key order kept; ``{"_raw": text}`` when it was not JSON), the
+reply the server gave, non-streamed form, and its timing, in seconds on the recording server's monotonic clock
+since the recording started: ``t_sent`` when the request reached the server, ``t_answered`` when the server had
+written the last byte of its reply (both None where unknown). ``seq`` numbers the records in arrival order and
+the file holds them in that order. Traces recorded before the timing was stored lack both fields
+(:func:`has_timings` says so; the replay then sends one request at a time). Files ending in ``.xz`` (what
+``benchmarks.agents record`` writes: ~25x smaller) or ``.gz`` are compressed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ __all__ = [
     "TraceWriter",
     "conversation_of",
     "count_marks",
+    "has_timings",
+    "in_flight",
     "load_trace",
     "prefix_breaks",
     "scrub_headers",
@@ -59,26 +65,49 @@ def _open(path: Path, mode: Literal["r", "w"]) -> TextIO:
 
 
 class TraceWriter:
-    """Appends records to a JSONL trace (thread-safe; ``seq`` numbers them in arrival order)."""
+    """Appends records to a JSONL trace (thread-safe). ``seq`` numbers them in arrival order (:meth:`begin`)
+    and the file holds them in that order, each written once it is complete (:meth:`finish`): a record whose
+    reply is still streaming holds back the later ones, which :meth:`close` writes whatever happens."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._seq = 0
+        self._next = 0
+        self._done: dict[int, str] = {}
         self._file = _open(self.path, "w")
 
-    def write(self, record: Mapping[str, Any]) -> int:
-        """Append ``record`` with the next ``seq``; returns that number."""
+    def begin(self) -> int:
+        """The next ``seq`` (a request arrived); its record follows by :meth:`finish`."""
         with self._lock:
             seq = self._seq
             self._seq += 1
-            self._file.write(json.dumps({"seq": seq, **record}, ensure_ascii=False) + "\n")
-            self._file.flush()
+            self._done.setdefault(seq, "")
             return seq
 
-    def close(self) -> None:
+    def finish(self, seq: int, record: Mapping[str, Any]) -> None:
+        """Record ``seq`` is complete: written as soon as every earlier one is."""
         with self._lock:
+            self._done[seq] = json.dumps({"seq": seq, **record}, ensure_ascii=False) + "\n"
+            while self._done.get(self._next):
+                self._file.write(self._done.pop(self._next))
+                self._next += 1
+            self._file.flush()
+
+    def write(self, record: Mapping[str, Any]) -> int:
+        """Append ``record`` with the next ``seq``; returns that number."""
+        seq = self.begin()
+        self.finish(seq, record)
+        return seq
+
+    def close(self) -> None:
+        """Write what is complete, in ``seq`` order, and close the file."""
+        with self._lock:
+            for seq in sorted(self._done):
+                if self._done[seq]:
+                    self._file.write(self._done[seq])
+            self._done.clear()
             self._file.close()
 
 
@@ -86,6 +115,32 @@ def load_trace(path: str | Path) -> list[dict[str, Any]]:
     """The records of a trace file (``.jsonl`` or ``.jsonl.gz``), in file order."""
     with _open(Path(path), "r") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def has_timings(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether every record carries its ``t_sent`` and ``t_answered`` (traces recorded before they were stored
+    carry neither)."""
+    rows = list(records)
+    return bool(rows) and all(
+        isinstance(r.get("t_sent"), int | float) and isinstance(r.get("t_answered"), int | float) for r in rows
+    )
+
+
+def in_flight(spans: Iterable[tuple[float, float]]) -> dict[str, float]:
+    """How many requests were in flight at once over ``spans`` (each ``(sent, answered)``): the most at any
+    moment (a request answered at the instant another is sent does not overlap it) and the mean over the time
+    from the first send to the last answer (the sum of the spans' lengths over that time)."""
+    rows = sorted(spans)
+    if not rows:
+        return {"max": 0, "mean": 0.0}
+    events = sorted([(a, 1) for a, _ in rows] + [(b, -1) for _, b in rows], key=lambda e: (e[0], e[1]))
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    span = max(b for _, b in rows) - rows[0][0]
+    busy = sum(b - a for a, b in rows)
+    return {"max": most, "mean": round(busy / span, 2) if span > 0 else float(most)}
 
 
 # --- the checks ------------------------------------------------------------------------------------------
@@ -190,7 +245,8 @@ def prefix_breaks(records: Iterable[Mapping[str, Any]]) -> list[PrefixBreak]:
 
 def summarise(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What a trace holds: requests by path, sessions, body bytes (total, smallest, largest), the most
-    ``cache_control`` marks in one request, and the prefix breaks (:func:`prefix_breaks`)."""
+    ``cache_control`` marks in one request, the prefix breaks (:func:`prefix_breaks`) and, where the records
+    carry their timing, how many requests the server had in flight at once (:func:`in_flight`)."""
     rows = list(records)
     requests = list(_requests(rows))
     sizes = [len(json.dumps(r["body"], ensure_ascii=False).encode()) for r in requests]
@@ -207,4 +263,4 @@ def summarise(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "body_bytes": {"total": sum(sizes), "min": min(sizes, default=0), "max": max(sizes, default=0)},
         "max_marks": max((count_marks(r["body"]) for r in requests), default=0),
         "prefix_breaks": [{"seq": b.seq, "before": b.before, "index": b.index} for b in breaks],
-    }
+    } | ({"in_flight": in_flight((r["t_sent"], r["t_answered"]) for r in rows)} if has_timings(rows) else {})
