@@ -19,7 +19,7 @@ from benchmarks.agents.schedule import Concurrency, Slot, Window, due, run_slots
 from benchmarks.agents.scripted import ScriptedServer
 from benchmarks.agents.tap import Tapped
 from benchmarks.agents.tasks import TASKS, prompt_for
-from benchmarks.agents.trace import TraceWriter, has_timings, in_flight, load_trace
+from benchmarks.agents.trace import TraceWriter, has_timings, in_flight, load_trace, summarise
 from cp_memory.providers.usage import CacheUsage
 
 TRACES = Path(__file__).resolve().parents[1] / "gateway" / "traces"
@@ -162,3 +162,18 @@ def test_the_taps_calls_find_their_requests_by_time_then_by_session() -> None:
     matched, how = attribute(ALICE_BOB, windows, calls)
     assert [[c.arrived for c in m] for m in matched] == [[0.2], [0.6], [2.0, 2.2], [1.9]]
     assert (how.ambiguous, how.unmatched) == (1, 1)  # zed's: two in flight, neither his (the earliest); 5.0: none
+
+
+@pytest.mark.parametrize("harness", ["claude_code_2.1.328", "codex_0.169.0"])
+def test_the_committed_concurrent_traces_hold_four_sessions_that_overlapped(harness: str) -> None:
+    path = TRACES / f"{harness}_docs_code_concurrent.jsonl.xz"
+    assert path.stat().st_size < 100_000
+    records = load_trace(path)
+    summary = summarise(records)
+    assert summary["requests"] == 20 and summary["sessions"] == 4 and has_timings(records)
+    assert [r["seq"] for r in records] == list(range(20))
+    assert all(r["t_sent"] < r["t_answered"] for r in records)
+    assert summary["in_flight"]["max"] == 4  # the four sessions were in flight together
+    # the same traffic as the serial recording, request for request (the same tasks give the same bodies)
+    serial = summarise(load_trace(TRACES / f"{harness}_docs_code.jsonl.xz"))
+    assert summary["body_bytes"] == serial["body_bytes"]
