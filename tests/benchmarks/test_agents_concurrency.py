@@ -164,16 +164,17 @@ def test_the_taps_calls_find_their_requests_by_time_then_by_session() -> None:
     assert (how.ambiguous, how.unmatched) == (1, 1)  # zed's: two in flight, neither his (the earliest); 5.0: none
 
 
+@pytest.mark.parametrize("users", [4, 6])
 @pytest.mark.parametrize("harness", ["claude_code_2.1.328", "codex_0.169.0"])
-def test_the_committed_concurrent_traces_hold_four_sessions_that_overlapped(harness: str) -> None:
-    path = TRACES / f"{harness}_docs_code_concurrent.jsonl.xz"
+def test_the_committed_concurrent_traces_hold_sessions_that_overlapped(harness: str, users: int) -> None:
+    path = TRACES / f"{harness}_docs_code_concurrent{'' if users == 4 else f'_{users}users'}.jsonl.xz"
     assert path.stat().st_size < 100_000
     records = load_trace(path)
     summary = summarise(records)
-    assert summary["requests"] == 20 and summary["sessions"] == 4 and has_timings(records)
-    assert [r["seq"] for r in records] == list(range(20))
+    assert summary["requests"] == 5 * users and summary["sessions"] == users and has_timings(records)
+    assert [r["seq"] for r in records] == list(range(5 * users))
     assert all(r["t_sent"] < r["t_answered"] for r in records)
-    assert summary["in_flight"]["max"] == 4  # the four sessions were in flight together
+    assert summary["in_flight"]["max"] >= 4  # sessions were in flight together
     # the same traffic as the serial recording, request for request (the same tasks give the same bodies)
     serial = summarise(load_trace(TRACES / f"{harness}_docs_code.jsonl.xz"))
-    assert summary["body_bytes"] == serial["body_bytes"]
+    assert {k: summary["body_bytes"][k] for k in ("min", "max")} == {k: serial["body_bytes"][k] for k in ("min", "max")}
