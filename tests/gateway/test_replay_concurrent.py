@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks.agents.arms import Arm
+from benchmarks.agents.bench import CONCURRENT_TRACES
 from benchmarks.agents.replay import Attribution, Sent, edit_body, replay_arm_matched, stability
 from benchmarks.agents.schedule import Concurrency
 from benchmarks.agents.tap import Tap
@@ -25,7 +25,7 @@ from benchmarks.agents.trace import has_timings, load_trace, session_of
 
 from .conftest import running_gateway
 
-TRACE = Path(__file__).with_name("traces") / "claude_code_2.1.328_docs_code_concurrent.jsonl.xz"
+TRACE = CONCURRENT_TRACES[0]  # Claude Code's
 SPEED = 10.0
 
 
