@@ -4,7 +4,8 @@ A pool of workers, each bound to one engine endpoint — a llama-server instance
 slot of a server (an :class:`~cp_memory.engine.EngineClient` with ``extra_body={"id_slot": i}``). Each
 worker has its own :class:`~cp_memory.core.index.ContextIndex` modelling what its engine's prefix cache holds:
 routed segments are inserted under the engine request id, least recently used ones are dropped once
-``capacity_tokens`` is exceeded, and :meth:`AgentRouter.evict` syncs an eviction the engine reported.
+``capacity_tokens`` is exceeded (never one in flight: pinned from route to release), and
+:meth:`AgentRouter.evict` syncs an eviction the engine reported.
 
 Policy ``"affinity"`` (ContextPilot's agent-aware routing), per segment:
 
@@ -399,12 +400,14 @@ class AgentRouter(Generic[ClientT]):
         tail_tokens: int,
         tail_key: Hashable | None,
     ) -> int:
-        """Insert the request (its tail after it) into ``worker``'s cache model; the blocks it matched."""
+        """Insert the request (its tail after it) into ``worker``'s cache model, pinned while it is in flight
+        (its engine holds it until it finishes); the blocks it matched."""
         if not (tagged or tail_tokens):
             return 0
         tail = ("tail", rid if tail_key is None else tail_key)
         stored = tagged + [(len(tagged), tail)] if tail_tokens else tagged
-        placement = self._indexes[worker].insert(stored, rid, token_lens=lens + [tail_tokens] if tail_tokens else lens)
+        lens = lens + [tail_tokens] if tail_tokens else lens
+        placement = self._indexes[worker].insert(stored, rid, token_lens=lens, pin=True)  # unpinned at release
         return min(placement.prefix_len, len(tagged))
 
     def _account(self, worker: int, reason: RouteReason, rid: str, head: Hashable | None, written: int) -> None:
@@ -536,6 +539,7 @@ class AgentRouter(Generic[ClientT]):
             if self._load[route.worker] <= 0:
                 raise ValueError(f"route {route.request_id!r} released twice or never routed")
             self._load[route.worker] -= 1
+            self._indexes[route.worker].unpin(route.request_id)
             head = self._heads.pop(route.request_id, None)
             if not ok:
                 self._counters[route.worker].failed += 1

@@ -200,9 +200,15 @@ class ContextIndex:
 
     # ------------------------------------------------------------------ online mode
     def insert(
-        self, blocks: Sequence[Hashable], request_id: Hashable | None = None, *, token_lens: Sequence[int] | None = None
+        self,
+        blocks: Sequence[Hashable],
+        request_id: Hashable | None = None,
+        *,
+        token_lens: Sequence[int] | None = None,
+        pin: bool = False,
     ) -> Placement:
-        """Align one request against the live index, insert it as a leaf and return its placement."""
+        """Align one request against the live index, insert it as a leaf and return its placement; ``pin``:
+        pinned as it goes in (:meth:`pin`), for a request whose engine call is about to start."""
         ids = check_block_ids(blocks)
         lens: list[int] | None = None
         if token_lens is not None:
@@ -224,6 +230,8 @@ class ContextIndex:
                     given.setdefault(b, t)  # a repeated id keeps its first length
                 toks = [self._block_tokens(b, given) for b in a.order]
             node = self._live.attach(a.order, toks, rid)
+            if pin:
+                self._live.pin(rid)
             return Placement(a.order, path_of(node), a.prefix_len, rid, a.extra, dups, a.dropped)
 
     def match(self, blocks: Sequence[Hashable]) -> Placement:
@@ -292,6 +300,35 @@ class ContextIndex:
             for rid in oldest:
                 self._live.evict(rid)
         return oldest
+
+    def pin(self, request_id: Hashable) -> bool:
+        """Pin live request ``request_id`` while its engine call is in flight (SGLang's ``inc_lock_ref``): the
+        capacity model never evicts its leaf or the path to it until :meth:`unpin`; it evicts other leaves, or
+        stays over capacity while only pinned ones are left. Pins count (each :meth:`pin` needs its
+        :meth:`unpin`). The engine's own evictions (:meth:`evict`), :meth:`trim` and :meth:`clear` still remove
+        a pinned request, and its pins with it. False when the request is not live."""
+        try:
+            hash(request_id)
+        except TypeError:
+            return False
+        with self._lock:
+            return self._live.pin(request_id)
+
+    def unpin(self, request_id: Hashable) -> bool:
+        """Release one pin of :meth:`pin` (SGLang's ``dec_lock_ref``); with none left the request is evictable
+        again, from the next change on (unpinning evicts nothing itself, so a caller that unpins before its
+        next request sees the index as if it had never pinned). False when the request held no pin."""
+        try:
+            hash(request_id)
+        except TypeError:
+            return False
+        with self._lock:
+            return self._live.unpin(request_id)
+
+    @property
+    def pinned(self) -> int:
+        """Live requests holding a pin."""
+        return len(self._live.pins)
 
     def subscribe(self, on_evict: Callable[[Hashable], None]) -> Callable[[], None]:
         """Call ``on_evict(request_id)`` for every request that leaves this index from now on, whatever the

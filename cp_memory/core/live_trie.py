@@ -5,9 +5,10 @@ request id), the counts alignment reads (block frequencies, subtree sizes) and t
 cache holds. With ``capacity_tokens`` it evicts like the engine: an engine's prefix cache (SGLang's
 RadixCache, llama.cpp's slots) frees the least recently used leaf of
 its radix tree when it needs room; a leaf's ancestors become leaves in turn once their last child is
-gone. :class:`LeafLRU` keeps that order as a lazy heap of ``(last_access, seq, node)`` entries: an entry
-is stale once its node is dead, has children, or was touched again (a newer entry exists), and stale
-entries are skipped when popped and dropped when the heap is compacted. Nothing here is thread-safe on
+gone. A pinned request (in flight: SGLang's ``lock_ref``) keeps its leaf and path until unpinned.
+:class:`LeafLRU` keeps that order as a lazy heap of ``(last_access, seq, node)`` entries: an entry is stale
+once its node is dead, has children, or was touched again (a newer entry exists), and stale entries are
+skipped when popped and dropped when the heap is compacted. Nothing here is thread-safe on
 its own: :class:`~cp_memory.core.index.ContextIndex` holds the lock.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from .tree import Node, radix_insert, remove_leaf
 
@@ -47,14 +48,18 @@ class LeafLRU:
             heapq.heapify(fresh)
             self._heap = fresh
 
-    def evict(self, over: Callable[[], bool], drop: Callable[[Node], None], protect: Node | None) -> int:
-        """While ``over()``, ``drop`` the least recently used leaf that is not on ``protect``'s path
-        (the request being inserted). Returns how many leaves were dropped."""
-        protected = set()
-        n = protect
-        while n is not None:
-            protected.add(id(n))
-            n = n.parent
+    def evict(
+        self, over: Callable[[], bool], drop: Callable[[Node], None], protect: Node | None, pinned: Iterable[Node] = ()
+    ) -> int:
+        """While ``over()``, ``drop`` the least recently used leaf that is not on the path of ``protect`` (the
+        request being inserted) or of a ``pinned`` node (a request in flight). Returns how many leaves were
+        dropped."""
+        protected: set[int] = set()
+        for end in (protect, *pinned):
+            n = end
+            while n is not None and id(n) not in protected:
+                protected.add(id(n))
+                n = n.parent
         skipped = []
         dropped = 0
         while over() and self._heap:
@@ -93,6 +98,7 @@ class LiveTrie:
         self.evicted_by_capacity = 0
         self.capacity_paused = False  # the engine reports its own evictions: count, order, but do not evict
         self.gone: list[Hashable] = []  # requests that left since the owner last took them (its subscribers')
+        self.pins: dict[Hashable, int] = {}  # live request -> pins held (in flight: the capacity model keeps it)
 
     def attach(self, order: Sequence[Hashable], toks: Sequence[int] | None, rid: Hashable) -> Node:
         """Insert ``order`` as request ``rid``; touch its path, count it, evict over capacity."""
@@ -166,10 +172,30 @@ class LiveTrie:
                 self.enforce_capacity(None)
 
     def enforce_capacity(self, protect: Node | None) -> None:
-        """Evict least recently used leaves (never ``protect``'s path) until the tokens fit."""
+        """Evict least recently used leaves (never ``protect``'s path nor a pinned request's) until the tokens
+        fit, or only protected leaves are left."""
         cap = self.capacity_tokens
         assert cap is not None
-        self.evicted_by_capacity += self.lru.evict(lambda: self.tokens > cap, self.drop_leaf, protect)
+        pinned = [self.requests[rid] for rid in self.pins]
+        self.evicted_by_capacity += self.lru.evict(lambda: self.tokens > cap, self.drop_leaf, protect, pinned)
+
+    def pin(self, rid: Hashable) -> bool:
+        """One more pin on live request ``rid``: the capacity model keeps its leaf and path; False if not live."""
+        if rid not in self.requests:
+            return False
+        self.pins[rid] = self.pins.get(rid, 0) + 1
+        return True
+
+    def unpin(self, rid: Hashable) -> bool:
+        """One pin less on ``rid`` (evictable again with none left); False when it held none."""
+        held = self.pins.get(rid, 0)
+        if held == 0:
+            return False
+        if held == 1:
+            del self.pins[rid]
+        else:
+            self.pins[rid] = held - 1
+        return True
 
     def drop_leaf(self, node: Node) -> None:
         """Remove a childless trie node with all requests ending there; prune empty ancestors."""
@@ -179,6 +205,7 @@ class LiveTrie:
 
     def _forget(self, rid: Hashable, node: Node) -> None:
         del self.requests[rid]
+        self.pins.pop(rid, None)
         self.gone.append(rid)
         if node.requests is not None:
             node.requests.discard(rid)

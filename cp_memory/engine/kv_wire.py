@@ -8,8 +8,11 @@ on a ZMQ ``PUB`` socket, one multipart message per scheduler step that changed t
 An event is a ``BlockStored`` (block hashes, parent block hash, token ids, block size, ...), a
 ``BlockRemoved`` (block hashes) or an ``AllBlocksCleared``. vLLM >= 0.11 encodes an event as a map
 with a ``"type"`` key; older vLLM and SGLang as an array whose first item is the type name, then the
-fields in declaration order. :func:`decode_batch` reads both and checks every field; anything else
-raises :class:`MalformedEvents`.
+fields in declaration order. :func:`decode_batch` reads both with msgspec Structs declared as the engines
+declare them (:mod:`cp_memory.engine._kv_structs`), checks what a Struct cannot declare (a block hash is an
+int, or bytes or a str; one block per ``block_size`` token ids) and skips an event type it does not know;
+anything else raises :class:`MalformedEvents`. A field the decoder does not read is skipped unread, as the
+engines' own decoders skip it.
 
 Decoding is bounded (the feed's socket is not trusted): a payload over ``max_message_bytes``
 (:data:`MAX_MESSAGE_BYTES`, 4 MiB; also the subscriber's ZMQ ``MAXMSGSIZE``, so a bigger message is
@@ -28,7 +31,6 @@ import gc
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import EngineError
 
@@ -107,99 +109,18 @@ class EventBatch:
 
 
 # ---------------------------------------------------------------------------------------------
-# decoding
+# decoding: declared msgspec Structs (cp_memory.engine._kv_structs, imported on first use: msgspec is the
+# kv-events extra) -> the records above
 # ---------------------------------------------------------------------------------------------
 
-_ARRAY_FIELDS = {  # the field order of the array encoding (older vLLM, SGLang)
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
-    "BlockRemoved": ("block_hashes", "medium"),
-    "AllBlocksCleared": (),
-}
 
+def decode_event(encoded: bytes) -> KVEvent | None:
+    """One msgpack-encoded event of either layout, or None for an event type this module does not know
+    (newer engines add some); raises :class:`MalformedEvents`."""
+    from . import _kv_structs
 
-def _hash(value: Any, what: str) -> BlockHash:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, (bytes, str)):
-        if len(value) > MAX_HASH_BYTES:
-            raise MalformedEvents(f"{what}: a block hash of {len(value)} bytes (at most {MAX_HASH_BYTES})")
-        return value
-    raise MalformedEvents(f"{what}: a block hash must be an int, bytes or str, got {type(value).__name__}")
-
-
-def _hashes(value: Any, what: str) -> tuple[BlockHash, ...]:
-    if not isinstance(value, (list, tuple)):
-        raise MalformedEvents(f"{what}: block_hashes must be a list, got {type(value).__name__}")
-    return tuple(_hash(v, what) for v in value)
-
-
-def _int(value: Any, what: str, *, minimum: int = 0, maximum: int | None = None) -> int:
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or value < minimum
-        or (maximum is not None and value > maximum)
-    ):
-        bound = f" and <= {maximum}" if maximum is not None else ""
-        raise MalformedEvents(f"{what} must be an int >= {minimum}{bound}, got {value!r}"[:200])
-    return value
-
-
-def _optional_str(value: Any, what: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise MalformedEvents(f"{what} must be a str or null, got {type(value).__name__}")
-
-
-def _optional_int(value: Any, what: str) -> int | None:
-    return None if value is None else _int(value, what)
-
-
-def _fields(raw: Any) -> tuple[str, dict[str, Any]]:
-    if isinstance(raw, dict):
-        kind = raw.get("type")
-        if not isinstance(kind, str):
-            raise MalformedEvents("an event map has no 'type'")
-        return kind, raw
-    if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], str):
-        kind = raw[0]
-        names = _ARRAY_FIELDS.get(kind)
-        if names is None:
-            return kind, {}
-        return kind, dict(zip(names, raw[1:]))
-    raise MalformedEvents(f"an event must be a map or a tagged array, got {type(raw).__name__}")
-
-
-def decode_event(raw: Any) -> KVEvent | None:
-    """One event, or None for an event type this module does not know (newer engines add some)."""
-    kind, f = _fields(raw)
-    if kind == "BlockStored":
-        hashes = _hashes(f.get("block_hashes"), kind)
-        size = _int(f.get("block_size"), "BlockStored.block_size", minimum=1, maximum=MAX_BLOCK_SIZE)
-        tokens = f.get("token_ids")
-        if not isinstance(tokens, (list, tuple)):
-            raise MalformedEvents("BlockStored.token_ids must be a list")
-        toks = tuple(_int(t, "a token id") for t in tokens)
-        if len(toks) != len(hashes) * size:
-            raise MalformedEvents(f"BlockStored: {len(toks)} token ids for {len(hashes)} blocks of {size}")
-        parent = f.get("parent_block_hash")
-        return BlockStored(
-            hashes,
-            None if parent is None else _hash(parent, kind),
-            toks,
-            size,
-            _optional_str(f.get("medium"), "BlockStored.medium"),
-            _optional_int(f.get("group_idx"), "BlockStored.group_idx"),
-        )
-    if kind == "BlockRemoved":
-        return BlockRemoved(
-            _hashes(f.get("block_hashes"), kind),
-            _optional_str(f.get("medium"), "BlockRemoved.medium"),
-            _optional_int(f.get("group_idx"), "BlockRemoved.group_idx"),
-        )
-    if kind == "AllBlocksCleared":
-        return AllBlocksCleared()
-    return None
+    with _recursion_refused():
+        return _kv_structs.event_record(encoded)
 
 
 def decode_batch(
@@ -210,6 +131,8 @@ def decode_batch(
 ) -> EventBatch:
     """``[topic, seq, payload]`` -> :class:`EventBatch`; raises :class:`MalformedEvents` (bounds: see the
     module docstring)."""
+    from . import _kv_structs
+
     if len(frames) != 3:
         raise MalformedEvents(f"expected 3 frames (topic, sequence, payload), got {len(frames)}")
     _, seq_bytes, payload = frames
@@ -218,31 +141,21 @@ def decode_batch(
     if len(payload) > max_bytes:
         raise MalformedEvents(f"payload of {len(payload)} bytes (at most {max_bytes})")
     seq = int.from_bytes(seq_bytes, "big", signed=True)
-    with _gc_paused():  # a 200k-event message builds ~1M objects: collections would make it 5x slower
-        body = _decode_payload(payload)
-        if len(body[1]) > max_events:
-            raise MalformedEvents(f"{len(body[1])} events in one message (at most {max_events})")
-        ts = body[0]
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-            raise MalformedEvents(f"batch timestamp must be a number, got {type(ts).__name__}")
-        rank = body[2] if len(body) > 2 else None
-        events = tuple(e for e in (decode_event(raw) for raw in body[1]) if e is not None)
-    return EventBatch(seq, float(ts), events, _optional_int(rank, "data_parallel_rank"))
+    with _gc_paused(), _recursion_refused():  # gc: a 200k-event message builds ~1M objects (5x slower)
+        wire = _kv_structs.wire_batch(payload)
+        if len(wire.events) > max_events:
+            raise MalformedEvents(f"{len(wire.events)} events in one message (at most {max_events})")
+        events = tuple(e for e in map(_kv_structs.event_record, wire.events) if e is not None)
+    return EventBatch(seq, wire.ts, events, wire.data_parallel_rank)
 
 
-def _decode_payload(payload: bytes) -> Any:
-    """msgpack -> ``[timestamp, [events], ...]``; raises :class:`MalformedEvents`."""
-    import msgspec
-
+@contextmanager
+def _recursion_refused() -> Iterator[None]:
+    """msgspec's guard (a value nested deeper than the interpreter allows) as :class:`MalformedEvents`."""
     try:
-        body = msgspec.msgpack.decode(payload)
-    except msgspec.DecodeError as exc:
-        raise MalformedEvents(f"payload is not msgpack: {exc}") from None
-    except RecursionError:  # msgspec's guard: a value nested deeper than the interpreter allows
+        yield
+    except RecursionError:
         raise MalformedEvents("payload nested deeper than the decoder allows") from None
-    if not isinstance(body, (list, tuple)) or len(body) < 2 or not isinstance(body[1], (list, tuple)):
-        raise MalformedEvents("payload must be [timestamp, [events], dp_rank?]")
-    return body
 
 
 @contextmanager

@@ -342,3 +342,16 @@ def test_a_flushed_cache_is_nobodys_home():
     r.release(a)
     r.reset(a.worker)
     assert r.route(["a"], [60]).reason == "least_loaded"
+
+
+def test_a_segment_in_flight_stays_in_its_workers_model_under_pressure():
+    """The model pins a routed request until it is released (its engine is still running it)."""
+    r = router(1, capacity_tokens=250)
+    held = r.route(["a"], [100])  # its call is still running
+    r.release(r.route(["b"], [100]))
+    r.release(r.route(["c"], [100]))  # over capacity: 'b' leaves the model, not the in-flight 'a'
+    assert r.index(0).match([(0, "a")]).prefix_len == 1 and r.index(0).match([(0, "b")]).prefix_len == 0
+    r.release(held)
+    assert r.index(0).pinned == 0
+    r.release(r.route(["d"], [100]))  # released: 'a' is the least recently used now
+    assert r.index(0).match([(0, "a")]).prefix_len == 0
