@@ -42,6 +42,8 @@ def _layer_base(layer: str) -> type[BaseException]:
 def _exported_exceptions(package: ModuleType) -> dict[str, type[BaseException]]:
     found = {}
     for name in getattr(package, "__all__", ()):
+        if f"{package.__name__}.{name}" in MODULES:
+            continue  # a submodule (``cp_memory.integrations.chat``), not a class
         try:
             obj = getattr(package, name)
         except ModuleNotFoundError as exc:  # a lazy export whose extra is missing
