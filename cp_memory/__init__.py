@@ -14,6 +14,7 @@ from .core.alignment_mode import AlignmentKind, AlignmentMode
 from .core.annotations import location_annotation, order_annotation
 from .core.blocks import ContextBlock
 from .core.dedup import Deduplicator, DedupResult, Location
+from .core.errors import CPMemoryError
 from .core.index import BatchPlan, ContextIndex, Placement
 from .core.scheduling import schedule
 
@@ -31,6 +32,7 @@ _LAZY = {  # name -> its module (each behind the mem0 extra)
 __all__ = [
     "AlignmentKind",
     "AlignmentMode",
+    "CPMemoryError",
     "ContextIndex",
     "Placement",
     "BatchPlan",

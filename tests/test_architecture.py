@@ -1,6 +1,7 @@
 """docs/ARCHITECTURE.md stays true: the floors hold, every module is on the map, every module it names imports,
 and the design rules hold: no upward import, no cycle between the package's rooms, no private name imported
-across modules, one definition per public name, no function over 60 lines.
+across modules, one definition per public name, every public exception in its package's errors module, no
+function over 60 lines.
 
 The floors are checked by parsing every module's imports (``ast``), so they hold without the optional
 extras installed; only the test that imports the named modules needs them (a module whose extra is missing
@@ -10,6 +11,7 @@ is skipped, or fails in strict mode: tests/support.py).
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import importlib
 import re
@@ -312,3 +314,52 @@ def test_one_definition_per_public_name():
     assert sorted(set(twice) - set(DEFINED_TWICE_ALLOWED)) == [], f"defined in several modules: {twice}"
     stale = sorted(set(DEFINED_TWICE_ALLOWED) - set(twice))
     assert stale == [], f"DEFINED_TWICE_ALLOWED lists names defined once now: {stale}"
+
+
+#: the packages with errors of their own -> the base every one of them derives from (in ``<package>.errors``)
+ERROR_LAYERS = {
+    "cp_memory.core": "CPMemoryError",
+    "cp_memory.engine": "EngineError",
+    "cp_memory.state": "StateError",
+    "cp_memory.memory": "MemoryLayerError",
+    "cp_memory.agents": "AgentsError",
+}
+_BUILTIN_EXCEPTIONS = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
+
+
+def _exceptions() -> set[tuple[str, str]]:
+    """(module, name) of every top-level exception class of the package, found by parsing: a class with a
+    builtin exception, a class of the package that is one, or a third party's ``...Error`` /
+    ``...Exception`` among its bases."""
+    classes = [
+        (name, node.name, [ast.unparse(base) for base in node.bases])
+        for name, path in MODULES.items()
+        for node in _tree(path).body
+        if isinstance(node, ast.ClassDef)
+    ]
+    bases_of: dict[str, list[str]] = {}
+    for _, cls, bases in classes:
+        bases_of.setdefault(cls, []).extend(bases)
+
+    @functools.cache
+    def is_exception(base: str) -> bool:
+        if base in _BUILTIN_EXCEPTIONS or base.endswith(("Error", "Exception")):
+            return True
+        return any(is_exception(b) for b in bases_of.get(base, ()))
+
+    return {(module, cls) for module, cls, bases in classes if any(is_exception(b) for b in bases)}
+
+
+def test_every_public_exception_is_defined_in_its_packages_errors_module():
+    """One error tree per package, in one module: a public exception class lives in ``<package>.errors`` of a
+    package with an error base (``ERROR_LAYERS``); a private control-flow one (``_Corrupt``) stays where it
+    is used. tests/test_errors.py imports the classes and checks their bases."""
+    found = _exceptions()
+    wrong = sorted(
+        f"{module}.{cls}"
+        for module, cls in found
+        if not _private(cls) and (_package(module) not in ERROR_LAYERS or module != f"{_package(module)}.errors")
+    )
+    assert wrong == [], f"public exceptions outside their package's errors module: {wrong}"
+    missing_bases = {(f"{layer}.errors", base) for layer, base in ERROR_LAYERS.items()} - found
+    assert missing_bases == set()

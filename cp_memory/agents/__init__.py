@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from .coa import ChainOfAgents
 from .config import ChainConfig
+from .errors import AgentsError, ChainOfAgentsError
 from .flow import adrive, drive
 from .prompts import MANAGER_TEMPLATE, PRIOR_TURN_TEMPLATE, WORKER_TEMPLATE, manager_prompt, worker_prompt
-from .records import CallStats, ChainOfAgentsError, CoAPlan, CoAQuery, CoAResult, EngineCall, FlowStep, RouterStep
+from .records import CallStats, CoAPlan, CoAQuery, CoAResult, EngineCall, FlowStep, RouterStep
 from .routes import BalanceScope, PlacementPolicy, Route, RouteReason, RouterStats, RoutingPolicy, WorkerStats
 from .routing import AgentRouter
 from .segment import Segment, Segmenter, estimate_tokens, render_segment
@@ -25,6 +26,7 @@ __all__ = [
     "PRIOR_TURN_TEMPLATE",
     "WORKER_TEMPLATE",
     "AgentRouter",
+    "AgentsError",
     "BalanceScope",
     "CallStats",
     "ChainConfig",

@@ -47,6 +47,7 @@ from cp_memory.core.dedup import Deduplicator
 
 from .config import ChainConfig, config_fields
 from .conversation import Conversations
+from .errors import ChainOfAgentsError
 from .flow import adrive, drive
 from .prompts import (
     manager_prompt,
@@ -54,7 +55,6 @@ from .prompts import (
 )
 from .records import (
     CallStats,
-    ChainOfAgentsError,
     CoAPlan,
     CoAQuery,
     CoAResult,

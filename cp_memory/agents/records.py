@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from cp_memory.core.blocks import ContextBlock
 from cp_memory.core.dedup import DedupResult
 
+from .errors import ChainOfAgentsError
 from .routes import Route, RouteReason
 from .segment import Segment
 
@@ -225,25 +226,6 @@ class CoAQuery:
     _: KW_ONLY
     conversation_id: Hashable | None = None
     tag: Hashable | None = None
-
-
-class ChainOfAgentsError(RuntimeError):
-    """A chain failed: which question, which call (worker step or manager) on which worker, and why.
-
-    The underlying exception (e.g. :class:`cp_memory.engine.EngineError`, raised after the client's
-    bounded retries) is ``__cause__``. The failed turn of a conversation was rolled back: asking again
-    sends the documents again.
-    """
-
-    def __init__(
-        self, message: str, *, question: str, role: Role, step: int, worker_name: str, tag: Hashable | None = None
-    ) -> None:
-        super().__init__(message)
-        self.question = question
-        self.role = role
-        self.step = step
-        self.worker_name = worker_name
-        self.tag = tag
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 Each check returns the value it accepted (so ``self.n = positive_int(n, "n")`` reads as one step) or raises a
 ``ValueError`` naming the argument, what it must be and what it got — a wrong type included, as every
 setting of the package did before these checks were shared (docs/ARCHITECTURE.md, "Errors"). A ``bool`` is
-never an int here (``True`` is not a count), and a fraction is a finite number in ``[0, 1]``.
+never a number here (``True`` is not a count), and a number (a price, a factor, a fraction) is finite.
 
     >>> positive_int(3, "top_k")
     3
@@ -24,7 +24,16 @@ import math
 from collections.abc import Collection
 from typing import TypeVar
 
-__all__ = ["fraction", "int_at_least", "int_in_range", "member", "non_negative_int", "one_of", "positive_int"]
+__all__ = [
+    "fraction",
+    "int_at_least",
+    "int_in_range",
+    "member",
+    "non_negative_int",
+    "number_at_least",
+    "one_of",
+    "positive_int",
+]
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)
@@ -54,10 +63,20 @@ def int_in_range(value: object, name: str, low: int, high: int) -> int:
     return value
 
 
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def number_at_least(value: object, name: str, low: float) -> float:
+    """A finite number (not a bool) ``>= low``, as a float: a price, a factor."""
+    if not _finite_number(value) or value < low:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a number >= {low}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
 def fraction(value: object, name: str) -> float:
     """A finite number (not a bool) in ``[0, 1]``, as a float."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not 0 <= value <= 1:  # type: ignore[operator]
+    if not _finite_number(value) or not 0 <= value <= 1:  # type: ignore[operator]
         raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
     return float(value)  # type: ignore[arg-type]
 

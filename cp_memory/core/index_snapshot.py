@@ -47,6 +47,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .checks import positive_int
 from .tree import Node, remove_leaf
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "OPTION_NAMES", "SNAPSHOT_VERSION", "Restored", "dump", "load", "restore_options"]
@@ -124,10 +125,9 @@ def load(
     with the nodes only they used)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"restore needs bytes from snapshot(), got {type(data).__name__}")
-    if not _is_int(max_bytes, 1):
-        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
-    if max_requests is not None and not _is_int(max_requests, 1):
-        raise ValueError(f"max_requests must be a positive int or None, got {max_requests!r}")
+    positive_int(max_bytes, "max_bytes")
+    if max_requests is not None:
+        positive_int(max_requests, "max_requests")
     collecting = gc.isenabled()
     gc.disable()  # the tree is built of fresh objects with no garbage cycles: collecting them is half the cost
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..extras import requires
 
 with requires("engine", "cp_memory.engine"):  # httpx, tenacity
-    from ._server import ManagedServer, ServerStartError, free_port, running
+    from ._server import ManagedServer, free_port, running
     from .client import AsyncEngineClient, EngineClient
     from .deadline import Clock
     from .errors import (
@@ -22,23 +22,29 @@ with requires("engine", "cp_memory.engine"):  # httpx, tenacity
         EngineStatusError,
         EngineStreamError,
         EngineTimeout,
+        LlamaServerNotFound,
+        MalformedEvents,
+        ServerStartError,
+        SGLangRouterUnavailable,
+        SGLangUnavailable,
+        VLLMModelError,
+        VLLMUnavailable,
     )
     from .hf_model import SMOLLM2_135M, hf_model_dir
-    from .kv_events import KVEventFeed, MalformedEvents
+    from .kv_events import KVEventFeed
     from .kv_follow import EngineCacheFeed
     from .kv_sync import KVCacheSync
     from .llamacpp import (
         LlamaServer,
-        LlamaServerNotFound,
         RandomModelSpec,
         find_llama_server,
         random_model_path,
         smollm2_model_path,
     )
-    from .router import SGLangRouter, SGLangRouterUnavailable, sglang_router_available
-    from .sglang import SGLangServer, SGLangUnavailable, sglang_available
+    from .router import SGLangRouter, sglang_router_available
+    from .sglang import SGLangServer, sglang_available
     from .sse import CompletionResult
-    from .vllm import VLLMModelError, VLLMServer, VLLMUnavailable, vllm_available
+    from .vllm import VLLMServer, vllm_available
 
 __all__ = [
     "AsyncEngineClient",

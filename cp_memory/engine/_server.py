@@ -19,16 +19,12 @@ import httpx
 
 from ._process import Watchdog, die_with_parent_prefix, shutdown
 from ._workdir import make_workdir, sweep_stale_workdirs
-from .errors import EngineError
+from .errors import ServerStartError
 from .redact import redact_args, scrub, secret_values
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ManagedServer", "ServerStartError", "available_cpus", "free_port", "running"]
-
-
-class ServerStartError(EngineError):
-    """The engine process exited or never became healthy."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 import httpx
 
 from .deadline import parse_retry_after
-from .errors import EngineResponseTooLarge, EngineStatusError, EngineStreamError
+from .errors import EngineResponseTooLarge, EngineStatusError, EngineStreamError, RetryableStatus
 from .sse import CompletionResult, StreamDecoder, error_detail
 
 if TYPE_CHECKING:
@@ -70,16 +70,6 @@ class Handler(Protocol[T_co]):
     def feed(self, data: bytes) -> bool: ...
 
     def finish(self) -> T_co: ...
-
-
-class RetryableStatus(Exception):
-    """A 5xx / 429 answer: worth another attempt (turned into an EngineStatusError at the end)."""
-
-    def __init__(self, status: int, detail: str, retry_after: float | None) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-        self.retry_after = retry_after
 
 
 class ErrorBody:

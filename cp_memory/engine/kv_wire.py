@@ -32,7 +32,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .errors import EngineError
+from .errors import MalformedEvents
 
 __all__ = [
     "MAX_BLOCK_SIZE",
@@ -61,11 +61,6 @@ MAX_HASH_BYTES = 256
 
 #: a block hash as published: an int (vLLM >= 0.10 with the default hash), bytes (sha256) or a str
 BlockHash = Hashable
-
-
-class MalformedEvents(EngineError, ValueError):
-    """A message of the feed is not a KV-event batch (an engine fault: an ``EngineError``; a ``ValueError``
-    for callers of the decoder that catch bad input as such)."""
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._server import ManagedServer, ServerStartError, available_cpus, free_port
-from .errors import EngineError
+from ._server import ManagedServer, available_cpus, free_port
+from .errors import LlamaServerNotFound, ServerStartError
 from .random_model import (
     RandomModelSpec,
     cache_dir,
@@ -51,10 +51,6 @@ _BUILD_HINT = (
     "about 5-10 minutes on 2 cores; needs cmake and a C++ compiler) or point CP_MEMORY_LLAMA_SERVER at an "
     "existing llama-server binary"
 )
-
-
-class LlamaServerNotFound(EngineError, FileNotFoundError):
-    """No usable ``llama-server`` binary."""
 
 
 def _version_key(path: Path) -> tuple[int, ...]:

@@ -46,7 +46,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..core.checks import non_negative_int
-from ._server import ManagedServer, ServerStartError, free_port
+from ._server import ManagedServer, free_port
+from .errors import ServerStartError, SGLangRouterUnavailable
 
 if TYPE_CHECKING:
     from .client import EngineClient
@@ -75,10 +76,6 @@ _KEYED_LAUNCH = (
     f"sys.argv = ['launch_router', *sys.argv[1:], '--api-key', os.environ.pop({KEY_ENV!r})]; "
     "runpy.run_module('sglang_router.launch_router', run_name='__main__', alter_sys=True)"
 )
-
-
-class SGLangRouterUnavailable(ServerStartError):
-    """The ``sglang-router`` package is not installed in the interpreter that would run it."""
 
 
 def sglang_router_available(python: str | None = None) -> bool:

@@ -17,15 +17,12 @@ import sys
 from collections.abc import Sequence
 
 from ._process import gpu_visible
-from ._server import ManagedServer, ServerStartError
+from ._server import ManagedServer
+from .errors import SGLangUnavailable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["SGLangServer", "SGLangUnavailable", "sglang_available"]
-
-
-class SGLangUnavailable(ServerStartError):
-    """sglang is not installed (or no GPU is visible) in the interpreter that would run it."""
 
 
 def sglang_available(python: str | None = None) -> bool:

@@ -27,7 +27,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from .answers import Body, Bounded, Handler, Reply, RetryableStatus, completion_handler
+from .answers import Body, Bounded, Handler, Reply, completion_handler
 from .deadline import MONOTONIC, Clock, Deadline
 from .errors import (
     EngineConnectionError,
@@ -35,6 +35,7 @@ from .errors import (
     EngineError,
     EngineStatusError,
     EngineTimeout,
+    RetryableStatus,
 )
 from .redact import scrub
 from .sse import CompletionResult

@@ -50,7 +50,8 @@ import httpx
 
 from ..core.checks import positive_int
 from ._process import gpu_visible
-from ._server import ManagedServer, ServerStartError, free_port
+from ._server import ManagedServer, free_port
+from .errors import ServerStartError, VLLMModelError, VLLMUnavailable
 from .hf_model import has_tokenizer
 from .random_model import cache_dir
 from .redact import scrub
@@ -113,14 +114,6 @@ _INSTALL_HINT = (
     "`pip install 'cp-memory[kv-events]' vllm` instead), or run scripts/setup.sh (vLLM in its own "
     "virtualenv), or set CP_MEMORY_VLLM_PYTHON to a Python that has vllm"
 )
-
-
-class VLLMUnavailable(ServerStartError):
-    """vLLM is not installed in the interpreter that would run it."""
-
-
-class VLLMModelError(ServerStartError, ValueError):
-    """The model directory cannot be served (missing, no ``config.json``, no tokenizer)."""
 
 
 def vllm_venv_python() -> Path:

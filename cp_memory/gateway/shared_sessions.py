@@ -33,10 +33,10 @@ from typing import Any, TypeVar
 from ..extras import requires
 from ..providers.account import SavingsAccount
 from ..providers.usage import CacheUsage
+from ..state.errors import StoreUnavailable
 from ..state.health import StoreHealth
 from ..state.keys import StateKeys
 from ..state.redis_store import redis_client
-from ..state.store import StoreUnavailable
 from .config import GatewayConfig
 from .protocols import Api
 from .replay import SentLog

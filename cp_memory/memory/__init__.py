@@ -36,13 +36,13 @@ from ..extras import requires
 
 with requires("mem0", "cp_memory.memory"):  # mem0ai (and pydantic, tenacity with it)
     from .config import ContextPilotConfig
+    from .errors import FiltersTypeError, MemoryLayerError
     from .types import ContextPilotInfo, RenderedBlock, SearchResults, SentMemory
     from .wrappers import (
         AsyncContextPilotMemory,
         AsyncContextPilotMemoryClient,
         ContextPilotMemory,
         ContextPilotMemoryClient,
-        FiltersTypeError,
     )
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "ContextPilotMemory",
     "ContextPilotMemoryClient",
     "FiltersTypeError",
+    "MemoryLayerError",
     "RenderedBlock",
     "Scope",
     "SearchResults",

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, TypeVar
 from ..core.index import ContextIndex, Placement
 from ..core.lru import LRUMap
 from ..core.scope import Scope
+from ..state.errors import StoreUnavailable
 from ..state.health import StoreHealth
 from ..state.keys import StateKeys
 from ..state.ops import AsyncStateStore, AsyncStoreAdapter, Delete, Op, Read, Write, arun, open_async_state_store, run
 from ..state.records import decode_index, encode_index
-from ..state.store import StateStore, StoreUnavailable, Versioned, open_state_store
+from ..state.store import StateStore, Versioned, open_state_store
 from .config import ContextPilotConfig
 from .state import ScopeState, ScopeStore
 

@@ -44,8 +44,9 @@ from ..core.dedup_plan import check_turn, committed_result, plan_turn, register_
 from ..core.dedup_records import Conversation, DedupResult, Location, PlanTicket
 from ..core.lru import LRUMap
 from ..core.scope import Scope
+from ..state.errors import LostRecord
 from ..state.ops import Op
-from ..state.records import LostRecord, decode_conversation, encode_conversation, encode_tombstone
+from ..state.records import decode_conversation, encode_conversation, encode_tombstone
 from ..state.store import new_token
 from .shared import CONFLICT, SharedState
 

@@ -34,6 +34,7 @@ from ..state.ops import run
 from .admission import store_admission
 from .calls import SearchCall, hosted_call, local_call
 from .config import ContextPilotConfig
+from .errors import FiltersTypeError
 from .flow import adrive_search, drive_search, search_flow
 from .pipeline import SearchPipeline
 from .proxy import (
@@ -53,13 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class FiltersTypeError(TypeError, AttributeError):
-    """``filters`` is not a dict (local ``Memory``/``AsyncMemory`` wrappers only: the hosted clients send any
-    ``filters`` on to the platform, as mem0's ``MemoryClient`` does). mem0's ``Memory`` fails on it with
-    ``AttributeError`` (``'str' object has no attribute 'copy'``) or ``TypeError`` (a list); this is both,
-    so code catching mem0's error still catches it, and its message names the problem."""
 
 
 def _default_top_k(search: Any) -> int | None:

@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..core.checks import non_negative_int, one_of, positive_int
 from ..core.prompt import PromptContract, UserMessage, prompt_contract
@@ -232,9 +232,7 @@ def _layout(layout: Layout | None, contract: PromptContract, past: list[dict[str
     if layout is None:
         conversation = contract.conversation_id is not None
         return "append" if conversation else ("late" if past else "oneshot")
-    if layout not in ("append", "late", "oneshot"):
-        raise ValueError(f"layout must be 'append', 'late' or 'oneshot', got {layout!r}")
-    return layout
+    return one_of(layout, "layout", get_args(Layout))
 
 
 def _new_message(layout: Layout, cut: UserMessage) -> list[dict[str, Any]]:

@@ -107,8 +107,7 @@ def openai_request(
     :func:`cp_memory.integrations.chat.user_content`); ``tools`` are passed through. ``keys``: adds the
     scope's ``prompt_cache_key``; ``retention``: ``"in_memory"`` or ``"24h"``."""
     cache = openai_cache_kwargs(keys, response, filters=filters, retention=retention)
-    if api not in ("chat", "responses"):
-        raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
+    one_of(api, "api", ("chat", "responses"))
     messages: list[dict[str, Any]] = []
     if system:
         messages.append({"role": "system", "content": system})

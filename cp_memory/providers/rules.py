@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..core.checks import number_at_least
+
 __all__ = [
     "ANTHROPIC_DEFAULT_MIN_TOKENS",
     "ANTHROPIC_LOOKBACK_BLOCKS",
@@ -125,13 +127,9 @@ class PriceRatios:
 
     def __post_init__(self) -> None:
         for name in ("read", "write_5m", "write_1h"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"PriceRatios.{name} must be a number >= 0, got {value!r}")
-        if self.input_per_mtok is not None and (
-            not isinstance(self.input_per_mtok, (int, float)) or self.input_per_mtok < 0
-        ):
-            raise ValueError(f"PriceRatios.input_per_mtok must be None or a number >= 0, got {self.input_per_mtok!r}")
+            number_at_least(getattr(self, name), f"PriceRatios.{name}", 0)
+        if self.input_per_mtok is not None:
+            number_at_least(self.input_per_mtok, "PriceRatios.input_per_mtok", 0)
 
 
 ANTHROPIC_PRICES = PriceRatios(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.blocks import estimate_tokens
+from ..core.checks import number_at_least
 
 __all__ = ["CHUNK_CHARS", "ESTIMATE_MARGIN", "Counting", "default_counting", "estimated_counting"]
 
@@ -49,8 +50,7 @@ class Counting:
     def __post_init__(self) -> None:
         if not callable(self.count):
             raise TypeError("Counting.count must be callable (text -> number of tokens)")
-        if not isinstance(self.margin, (int, float)) or self.margin < 1.0:
-            raise ValueError(f"Counting.margin must be a number >= 1.0, got {self.margin!r}")
+        number_at_least(self.margin, "Counting.margin", 1.0)
 
     def reaches(self, tokens: int, minimum: int) -> bool:
         """Whether a prefix counted at ``tokens`` certainly reaches ``minimum`` real tokens."""

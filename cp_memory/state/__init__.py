@@ -13,22 +13,25 @@ What is stored (keys in :mod:`cp_memory.state.keys`, namespaced by tenant and th
 versioned value per key, written only by compare-and-set on its version (so concurrent writers never lose an
 update: the loser reads again and retries, a bounded number of times), with a sliding TTL. The store never
 decides what a prompt shows: :mod:`cp_memory.memory.shared` does, and sends full memories whenever the store
-cannot say (:class:`~cp_memory.state.store.StoreUnavailable`).
+cannot say (:class:`~cp_memory.state.errors.StoreUnavailable`).
 """
 
 from __future__ import annotations
 
+from .errors import ForeignRecord, LostRecord, StateError, StoreUnavailable
 from .keys import StateKeys
 from .store import (
     MemoryStateStore,
     StateStore,
-    StoreUnavailable,
     Versioned,
     open_state_store,
 )
 
 __all__ = [
+    "ForeignRecord",
+    "LostRecord",
     "MemoryStateStore",
+    "StateError",
     "StateKeys",
     "StateStore",
     "StoreUnavailable",

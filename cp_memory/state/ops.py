@@ -3,7 +3,7 @@
 Everything that reads or writes a shared store (:mod:`cp_memory.memory.shared`,
 :mod:`cp_memory.memory.shared_dedup`) is written once as a generator of :data:`StoreRequest` values
 (:class:`Read`, :class:`Write`, :class:`Delete`) that receives each answer, or has
-:class:`~cp_memory.state.store.StoreUnavailable` thrown in at the point of the call. :func:`run` answers them
+:class:`~cp_memory.state.errors.StoreUnavailable` thrown in at the point of the call. :func:`run` answers them
 with a sync :class:`~cp_memory.state.store.StateStore`; :func:`arun` with an :class:`AsyncStateStore` (the
 event loop is never blocked on the store: ``AsyncContextPilotMemory`` uses this one). The search flow of the
 mem0 wrappers yields the same requests to its own drivers (:mod:`cp_memory.memory.flow`).
@@ -16,7 +16,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from .store import StateStore, StoreUnavailable, Versioned
+from .errors import StoreUnavailable
+from .store import StateStore, Versioned
 
 __all__ = [
     "AsyncStateStore",

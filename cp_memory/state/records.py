@@ -14,6 +14,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from ..core.dedup_records import Conversation, Location
+from .errors import ForeignRecord, LostRecord
 
 __all__ = [
     "ForeignRecord",
@@ -27,15 +28,6 @@ __all__ = [
 
 _INDEX_MAGIC = b"CPI1:"
 _CONV_VERSION = 1
-
-
-class ForeignRecord(ValueError):
-    """The value belongs to another key (scope, conversation or tenant)."""
-
-
-class LostRecord(ValueError):
-    """A tombstone: the conversation's record was lost (restart, eviction) after turns someone remembers; its
-    numbering cannot be rebuilt, so the conversation is never de-duplicated again (full memories)."""
 
 
 def encode_index(snapshot: bytes, owner: str) -> bytes:

@@ -3,7 +3,7 @@ one hash per key (``t``: token, ``d``: bytes), read and
 written by two Lua scripts, so a read-if-changed and a compare-and-set are one round trip each and atomic.
 
 Every call is bounded: ``socket_timeout`` / ``socket_connect_timeout`` = ``timeout_s``, one retry on a
-connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.store.StoreUnavailable`. The two
+connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.errors.StoreUnavailable`. The two
 share the scripts and the decoding of their answers; the async one keeps one client per event loop (a
 redis.asyncio connection belongs to the loop that opened it). A key of
 another type, or a hash without a token (anything this store did not write), reads as
@@ -17,7 +17,8 @@ import weakref
 from typing import Any
 
 from ..extras import requires
-from .store import MALFORMED, StoreUnavailable, Versioned, new_token
+from .errors import StoreUnavailable
+from .store import MALFORMED, Versioned, new_token
 
 with requires("redis", "cp_memory.state.redis_store"):
     import redis

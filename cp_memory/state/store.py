@@ -15,6 +15,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .errors import StoreUnavailable
+
 __all__ = [
     "MALFORMED",
     "STATE_RETRY_S",
@@ -35,10 +37,6 @@ STATE_RETRY_S = 2.0
 #: the token a reader sees for a key that holds something this store did not write (another type, no token):
 #: a write passing it as ``expected`` replaces that value
 MALFORMED = "!malformed"
-
-
-class StoreUnavailable(Exception):
-    """The store cannot answer now (down, timeout, out of memory, refused): the caller falls back."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,15 @@ import math
 
 import pytest
 
-from cp_memory.core.checks import fraction, int_in_range, member, non_negative_int, one_of, positive_int
+from cp_memory.core.checks import (
+    fraction,
+    int_in_range,
+    member,
+    non_negative_int,
+    number_at_least,
+    one_of,
+    positive_int,
+)
 
 
 def test_a_count_is_an_int_and_never_a_bool() -> None:
@@ -32,6 +40,16 @@ def test_a_fraction_is_a_finite_number_in_zero_one() -> None:
     for bad in (True, -0.1, 1.5, math.nan, math.inf, "0.5", None):
         with pytest.raises(ValueError, match=r"protect must be a fraction in \[0, 1\]"):
             fraction(bad, "protect")
+
+
+def test_a_number_at_least_a_bound_is_finite_and_never_a_bool() -> None:
+    assert number_at_least(0, "PriceRatios.read", 0) == 0.0 and isinstance(number_at_least(2, "x", 0), float)
+    assert number_at_least(1.25, "margin", 1.0) == 1.25
+    for bad in (True, -0.1, math.nan, math.inf, "1", None):
+        with pytest.raises(ValueError, match=r"PriceRatios.read must be a number >= 0, got "):
+            number_at_least(bad, "PriceRatios.read", 0)
+    with pytest.raises(ValueError, match=r"margin must be a number >= 1.0, got 0.5"):
+        number_at_least(0.5, "margin", 1.0)
 
 
 def test_one_of_lists_the_choices() -> None:

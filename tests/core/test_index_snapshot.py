@@ -414,3 +414,12 @@ def test_trimming_a_deep_chain_costs_linear_work():
 def test_max_requests_must_be_positive():
     with pytest.raises(ValueError, match="max_requests"):
         ContextIndex.restore(sample_index().snapshot(), max_requests=0)
+
+
+@pytest.mark.parametrize("bad", [True, False, 0, -1, 1.5, "10", 1e9])
+def test_the_bounds_of_a_restore_are_counts_never_a_bool(bad):
+    data = sample_index().snapshot()
+    with pytest.raises(ValueError, match=r"max_bytes must be an int >= 1, got "):
+        ContextIndex.restore(data, max_bytes=bad)
+    with pytest.raises(ValueError, match=r"max_requests must be an int >= 1, got "):
+        ContextIndex.restore(data, max_requests=bad)

@@ -21,7 +21,7 @@ from cp_memory.engine import (
 )
 
 #: raised and caught inside the client's retry loop, never seen by a caller
-INTERNAL = {"cp_memory.engine.answers.RetryableStatus"}
+INTERNAL = {"cp_memory.engine.errors.RetryableStatus"}
 
 
 def _engine_exceptions() -> dict[str, type[BaseException]]:
@@ -43,7 +43,7 @@ def test_start_errors_are_engine_errors_exported_by_the_package():
 
 def test_every_public_engine_exception_is_in_the_tree_and_exported():
     exceptions = _engine_exceptions()
-    assert "cp_memory.engine._server.ServerStartError" in exceptions
+    assert "cp_memory.engine.errors.ServerStartError" in exceptions
     for qualname, cls in exceptions.items():
         if qualname in INTERNAL:
             continue

@@ -4,6 +4,7 @@ keys per scope; bad input fails clearly or degrades as documented."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -198,6 +199,16 @@ class TestAnthropicBreakpoints:
         est = Counting("estimate", lambda text: len(text) // 4, margin=1.25)
         assert not est.reaches(1100, 1024) and est.reaches(1280, 1024)
 
+    @pytest.mark.parametrize("margin", [True, 0.9, math.inf, math.nan, "1.25", None])
+    def test_a_margin_is_a_finite_number_of_at_least_one(self, margin):
+        with pytest.raises(ValueError, match=r"Counting.margin must be a number >= 1.0, got "):
+            Counting("estimate", lambda text: len(text) // 4, margin=margin)
+
+    @pytest.mark.parametrize("layout", ["early", "", "LATE", True])
+    def test_an_unknown_layout_is_refused_with_the_choices(self, layout):
+        with pytest.raises(ValueError, match=r"layout must be one of \('append', 'late', 'oneshot'\), got "):
+            anthropic_request("Q?", response(["a"]), model="claude-sonnet-4-5", layout=layout)
+
     def test_ttl_option(self):
         req = anthropic_request(
             "Q?", response(["a " * 10] * 2), model="claude-sonnet-4-5", system=SYSTEM, stable_ttl="1h", counting=WORDS
@@ -251,6 +262,8 @@ class TestOpenAIKeys:
         assert "input" in responses and "prompt_cache_key" not in responses
         with pytest.raises(ValueError, match="retention"):
             openai_request("Q?", r, retention="1h")
+        with pytest.raises(ValueError, match=r"api must be one of \('chat', 'responses'\), got 'completions'"):
+            openai_request("Q?", r, api="completions")
 
 
 # ------------------------------------------------------------------ on the real embedded mem0

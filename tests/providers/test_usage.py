@@ -252,6 +252,18 @@ def test_openai_prices_by_family_and_configured_dollars():
     assert dollars.summary().without_cache_usd == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("bad", [-0.5, True, math.nan, math.inf, "0.1", None])
+def test_a_price_is_a_finite_number_of_at_least_zero(bad):
+    with pytest.raises(ValueError, match=r"PriceRatios.read must be a number >= 0, got "):
+        PriceRatios(read=bad)
+    with pytest.raises(ValueError, match=r"PriceRatios.write_1h must be a number >= 0, got "):
+        PriceRatios(read=0.1, write_1h=bad)
+    if bad is not None:  # None: no list price
+        with pytest.raises(ValueError, match=r"PriceRatios.input_per_mtok must be a number >= 0, got "):
+            PriceRatios(read=0.1, input_per_mtok=bad)
+    assert PriceRatios(read=0, input_per_mtok=None).read == 0
+
+
 def test_unknown_openai_model_warns_once_and_uses_the_smallest_discount(caplog):
     account = SavingsAccount()
     with caplog.at_level(logging.WARNING, logger="cp_memory.providers.account"):
