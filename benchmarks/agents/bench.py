@@ -19,7 +19,7 @@ import argparse
 import logging
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,11 @@ from benchmarks.agents.replay import MODELLED_OPENAI_MODEL, Sent, edit_body, rep
 from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
 from benchmarks.agents.tap import Tap
 from benchmarks.agents.trace import load_trace
+from benchmarks.common.config import LocomoOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 from cp_memory.gateway.config import GATEWAY_SECRET_ENV
 
-__all__ = ["TRACES", "main", "run_trace"]
+__all__ = ["TRACES", "AgentReplayConfig", "main", "parse_args", "run_trace"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def _one_arm(
     tap: Tap,
     records: Sequence[Mapping[str, Any]],
     run: str,
-    opts: argparse.Namespace,
+    opts: AgentReplayConfig,
     setup: MemorySetup | None = None,
 ) -> tuple[list[Sent], list[Any]]:
     anthropic = records[0].get("protocol") == "anthropic"
@@ -96,7 +97,7 @@ def _one_arm(
 
 
 def run_trace(
-    engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace, setup: MemorySetup | None = None
+    engine: Engine, path: Path, arms: Sequence[str], opts: AgentReplayConfig, setup: MemorySetup | None = None
 ) -> dict[str, Any]:
     """Replay one trace through every arm on ``engine`` (``setup``: with mem0 memories,
     :mod:`benchmarks.agents.memories`); the run's figures (see the module docstring)."""
@@ -146,7 +147,7 @@ def _memories_head(setup: MemorySetup, seen: Mapping[str, Any]) -> dict[str, Any
     }
 
 
-def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace) -> list[dict[str, Any]]:
+def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: AgentReplayConfig) -> list[dict[str, Any]]:
     """Without memories, then with the LoCoMo user's memories (passthrough: mem0's pattern; gateway: --mem0)."""
     store = Path(opts.workdir) / f"mem0-{engine.name}-{path.name.split('.')[0]}"
     shutil.rmtree(store, ignore_errors=True)
@@ -157,7 +158,25 @@ def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: argparse
     return [run_trace(engine, path, arms, opts), run_trace(engine, path, arms, opts, setup)]
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class AgentReplayConfig(LocomoOptions, OutOptions, VerboseOptions):
+    """The replay's options (:func:`parse_args`)."""
+
+    trace: list[str] | None
+    engine: str
+    arms: str
+    requests: int
+    rounds: int
+    max_tokens: int
+    block_size: int
+    workdir: str
+    mem0: bool
+    mem0_conv: int
+    mem0_other: int
+    mem0_memories: int
+
+
+def parse_args(argv: Sequence[str] | None) -> AgentReplayConfig:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.agents replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", default=None, help="a trace file (repeatable; default: both)")
     ap.add_argument("--engine", default="vllm,modelled", help="comma-separated of " + ", ".join(ENGINES))
@@ -174,7 +193,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     add_locomo(ap)
     add_out(ap, "results/agents")
     add_verbose(ap)
-    opts = ap.parse_args(argv)
+    return parse_config(ap, AgentReplayConfig, argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    opts = parse_args(argv)
     setup_logging(opts.verbose)
     arms = [a for a in opts.arms.split(",") if a]
     traces = [Path(t) for t in (opts.trace or TRACES)]
