@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks.common.config import JsonOptions, ThreadsOptions, parse_config
 from benchmarks.common.harness import add_json, add_threads, envelope, machine, resolve_model, setup_logging, write_json
 from cp_memory.engine import EngineClient, LlamaServer, find_llama_server
 
@@ -154,7 +155,18 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class TtftConfig(ThreadsOptions, JsonOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    models: str
+    lengths: str
+    repeats: int
+    cached_fraction: float
+    seed: int
+
+
+def parse_args(argv: list[str] | None) -> TtftConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.engine_ttft", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -165,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     add_threads(ap)
     add_json(ap)
-    args = ap.parse_args(argv)
+    return parse_config(ap, TtftConfig, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     setup_logging(False)
     lengths = [int(x) for x in args.lengths.split(",") if x]
     rows: list[Row] = []

@@ -44,6 +44,16 @@ from typing import Any
 import httpx
 
 from benchmarks.common import harness
+from benchmarks.common.config import (
+    EngineOptions,
+    JsonOptions,
+    LocomoOptions,
+    ModelOptions,
+    OutOptions,
+    ThreadsOptions,
+    VerboseOptions,
+    parse_config,
+)
 
 logger = logging.getLogger("benchmarks.gateway_chat")
 
@@ -83,7 +93,23 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class GatewayChatConfig(
+    EngineOptions, ModelOptions, ThreadsOptions, LocomoOptions, OutOptions, JsonOptions, VerboseOptions
+):
+    """The run's options (:func:`parse_args`)."""
+
+    conversation: int
+    turns: int
+    k: int
+    max_memories: int
+    max_tokens: int
+    system_rules: int
+    block_size: int
+    no_modelled: bool
+
+
+def parse_args(argv: Sequence[str] | None) -> GatewayChatConfig:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gateway_chat", description=__doc__)
     ap.add_argument("--conversation", type=int, default=0, help="LoCoMo conversation (its first speaker chats)")
     ap.add_argument("--turns", type=int, default=8, help="user turns")
@@ -102,10 +128,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     harness.add_out(ap, "results")
     harness.add_json(ap)
     harness.add_verbose(ap)
-    return ap.parse_args(argv)
+    return parse_config(ap, GatewayChatConfig, argv)
 
 
-def load_chat(a: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+def load_chat(a: GatewayChatConfig) -> tuple[list[str], list[str], list[str]]:
     """(questions, gold answers, observations) of the conversation's first speaker."""
     from benchmarks.common.locomo import LocomoNotFound, load_locomo
 
@@ -163,7 +189,9 @@ def system_prompt(rules: int) -> str:
     return "\n".join([MEMORY_ANSWER_PROMPT, *extra])
 
 
-def request(target: Target, history: list[dict[str, str]], a: Any, user: str | None = None) -> tuple[str, Any]:
+def request(
+    target: Target, history: list[dict[str, str]], a: GatewayChatConfig, user: str | None = None
+) -> tuple[str, Any]:
     """(path, body) of one turn: Chat Completions, or Anthropic Messages with the system prompt marked."""
     if target.messages_api:
         system = [{"type": "text", "text": history[0]["content"], "cache_control": {"type": "ephemeral"}}]
@@ -205,7 +233,7 @@ def _headers(target: Target, session: str | None = None) -> dict[str, str]:
 
 
 def mem0_arm(
-    target: Target, memory: Any, user: str, questions: list[str], answers: list[str], a: Any
+    target: Target, memory: Any, user: str, questions: list[str], answers: list[str], a: GatewayChatConfig
 ) -> list[TurnCount]:
     """mem0's proxy pattern, as ``mem0.proxy.main.Completions.create`` builds its request."""
     history: list[dict[str, str]] = [{"role": "system", "content": system_prompt(a.system_rules)}]
@@ -224,7 +252,7 @@ def mem0_arm(
 
 
 def gateway_arm(
-    url: str, target: Target, user: str, questions: list[str], answers: list[str], a: Any
+    url: str, target: Target, user: str, questions: list[str], answers: list[str], a: GatewayChatConfig
 ) -> list[TurnCount]:
     """The client's plain chat, through the gateway (memories searched and placed there)."""
     history: list[dict[str, str]] = [{"role": "system", "content": system_prompt(a.system_rules)}]
@@ -240,7 +268,7 @@ def gateway_arm(
 
 
 @contextmanager
-def engine(a: argparse.Namespace) -> Iterator[tuple[Target, Any]]:
+def engine(a: GatewayChatConfig) -> Iterator[tuple[Target, Any]]:
     """The engine target and its cache flush: llama-server (one slot) or vLLM CPU (prefix caching)."""
     if a.engine == "vllm":
         from cp_memory.engine import VLLMServer
@@ -266,7 +294,9 @@ def engine(a: argparse.Namespace) -> Iterator[tuple[Target, Any]]:
         yield Target("engine", llama.base_url, "llamacpp", ENGINE_MODEL), llama.flush_cache
 
 
-def modelled_arms(memory: Any, user: str, questions: list[str], answers: list[str], a: Any) -> list[TurnCount]:
+def modelled_arms(
+    memory: Any, user: str, questions: list[str], answers: list[str], a: GatewayChatConfig
+) -> list[TurnCount]:
     """Both arms on the modelled OpenAI and Anthropic rules (a fresh cache per arm: ``x-bench-run``)."""
     from benchmarks.hosted.server import ProviderServer
 
@@ -281,7 +311,7 @@ def modelled_arms(memory: Any, user: str, questions: list[str], answers: list[st
     return rows
 
 
-def run(a: argparse.Namespace) -> list[TurnCount]:
+def run(a: GatewayChatConfig) -> list[TurnCount]:
     from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
     from cp_memory.embedded import default_memory
     from cp_memory.gateway import GatewayConfig, UpstreamKind
@@ -399,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.system_rules} extra system rules; {engine_label}; {m.summary}"
     )
     payload = harness.envelope(
-        "benchmarks.gateway_chat", argv, config=vars(a), rows=[asdict(r) for r in rows], costs=costs(rows)
+        "benchmarks.gateway_chat", argv, config=asdict(a), rows=[asdict(r) for r in rows], costs=costs(rows)
     )
     md = markdown(rows, header, payload["command"])
     stem = Path(a.json).stem if a.json else "gateway_chat"

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ import httpx
 from benchmarks.agents.processes import ServerProcess, gateway_process, litellm_binary, litellm_process
 from benchmarks.agents.scripted import Protocol, reply, sse
 from benchmarks.agents.trace import load_trace
+from benchmarks.common.config import JsonOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_json, add_out, envelope, setup_logging, write_outputs
 from benchmarks.common.metrics import percentile
 
@@ -285,7 +286,22 @@ def _markdown(results: Mapping[str, Any], skipped: Mapping[str, str]) -> str:
 # --- the run -----------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class LatencyConfig(OutOptions, JsonOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`); ``serve_upstream``: this process is the fixed upstream."""
+
+    requests: int
+    warmup: int
+    rounds: int
+    workloads: str
+    arms: str
+    gateway_args: str
+    litellm_port: int
+    claude_trace: str
+    serve_upstream: int | None
+
+
+def parse_args(argv: Sequence[str] | None) -> LatencyConfig:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gateway_latency", description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=1000, help="counted requests per workload and arm (1000)")
     ap.add_argument("--warmup", type=int, default=50, help="uncounted requests per workload and arm first (50)")
@@ -301,11 +317,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_out(ap, "results")
     add_json(ap)
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return ap.parse_args(argv)
+    return parse_config(ap, LatencyConfig, argv)
 
 
 def _start_arms(
-    names: Sequence[str], upstream: str, args: argparse.Namespace, stack: list[ServerProcess]
+    names: Sequence[str], upstream: str, args: LatencyConfig, stack: list[ServerProcess]
 ) -> tuple[list[Arm], dict[str, str]]:
     arms, skipped = [Arm("direct", upstream, {})], {}
     if "gateway" in names:
@@ -322,7 +338,7 @@ def _start_arms(
     return arms, skipped
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+def run(args: LatencyConfig) -> tuple[dict[str, Any], dict[str, str]]:
     """Start the upstream and the arms, measure every workload, stop them all; (results, skipped)."""
     names = [a for a in args.arms.split(",") if a]
     available = workloads(Path(args.claude_trace))
@@ -365,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     load_start = [round(x, 2) for x in os.getloadavg()]
     results, skipped = run(args)
-    config = {k: v for k, v in vars(args).items() if k != "serve_upstream"}
+    config = {k: v for k, v in asdict(args).items() if k != "serve_upstream"}
     payload = envelope(
         "benchmarks.gateway_latency",
         argv,

@@ -20,10 +20,12 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from benchmarks.common.config import JsonOptions, LocomoOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_json, add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 from cp_memory.core.blocks import ContextBlock
 from cp_memory.core.dedup import Deduplicator
@@ -229,7 +231,15 @@ def markdown(speed: dict[str, Any] | None, hits: dict[str, Any] | None, spans: d
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class IndexBenchConfig(LocomoOptions, OutOptions, JsonOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`): ``what`` to measure and the indexed ``sizes`` of ``speed``."""
+
+    what: str
+    sizes: str
+
+
+def parse_args(argv: list[str] | None) -> IndexBenchConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.index_bench",
         description=__doc__,
@@ -241,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     add_out(ap)
     add_json(ap)
     add_verbose(ap)
-    args = ap.parse_args(argv)
+    return parse_config(ap, IndexBenchConfig, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     setup_logging(args.verbose)
     speed = bench_speed(tuple(int(s) for s in args.sizes.split(","))) if args.what in ("speed", "all") else None
     hits = bench_locomo(args.locomo) if args.what in ("locomo", "all") else None

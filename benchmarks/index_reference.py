@@ -30,8 +30,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.common.config import JsonOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_json, add_verbose, envelope, setup_logging, write_json
 from cp_memory.core.index import ContextIndex
 
@@ -140,7 +142,17 @@ def markdown(r: dict[str, Any]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ReferenceConfig(JsonOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    contexts: int
+    online: int
+    probes: int
+    repeats: int
+
+
+def parse_args(argv: list[str] | None) -> ReferenceConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.index_reference",
         description=__doc__,
@@ -152,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="batch builds of each implementation")
     add_json(ap)
     add_verbose(ap)
-    args = ap.parse_args(argv)
+    return parse_config(ap, ReferenceConfig, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     setup_logging(args.verbose)
     result = bench(args.contexts, args.online, args.probes, args.repeats)
     sys.stdout.write(markdown(result) + "\n")

@@ -38,8 +38,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from benchmarks.common.config import JsonOptions, LocomoOptions, parse_config
 from benchmarks.common.harness import add_json, add_locomo, envelope, write_json
 from benchmarks.common.locomo import LocomoNotFound, load_locomo
 from benchmarks.common.metrics import percentile  # the one percentile convention
@@ -222,7 +224,18 @@ def summaries(samples: Samples, overhead: Overheads) -> dict[str, Any]:
     return report
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class OverheadConfig(LocomoOptions, JsonOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    users: int
+    per_user: int
+    queries: int
+    quick: bool
+    no_partition: bool
+
+
+def parse_args(argv: list[str] | None) -> OverheadConfig:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.mem0_overhead", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--users", type=int, default=20)
     ap.add_argument("--per-user", type=int, default=300)
@@ -235,10 +248,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add_locomo(ap)
     add_json(ap)
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.users, args.per_user, args.queries = 4, 100, 4
-    return args
+    args = parse_config(ap, OverheadConfig, argv)
+    return replace(args, users=4, per_user=100, queries=4) if args.quick else args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

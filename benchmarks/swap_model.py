@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.common.config import JsonOptions, LocomoOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_json, add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 
 from .index_workload import locomo_conversations, serve
@@ -86,7 +88,16 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class SwapModelConfig(LocomoOptions, OutOptions, JsonOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    def __post_init__(self) -> None:
+        if self.out.endswith(".json"):  # --out FILE before the harness: now the folder, the file is --json
+            raise ValueError(f"--out is the results folder; for the JSON file give --json {self.out}")
+
+
+def parse_args(argv: list[str] | None) -> SwapModelConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.swap_model",
         description=__doc__,
@@ -96,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     add_out(ap)
     add_json(ap)
     add_verbose(ap)
-    args = ap.parse_args(argv)
-    if args.out.endswith(".json"):  # --out FILE before the harness: now the folder, the file is --json
-        ap.error(f"--out is the results folder; for the JSON file give --json {args.out}")
+    return parse_config(ap, SwapModelConfig, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     setup_logging(args.verbose)
     result = run(args.locomo)
     table = markdown(result)

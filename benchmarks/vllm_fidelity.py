@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.config import ModelOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.export import join_lines, load_prompts
 from benchmarks.common.harness import (
     add_model,
@@ -73,7 +74,20 @@ def classify(n: int, vllm_cached: int, model_cached: int, block: int, evicting: 
     return "other"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class FidelityConfig(ModelOptions, OutOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    prompts: str
+    engine_url: str | None
+    block_size: int | None
+    num_blocks: int | None
+    max_model_len: int
+    vllm_args: str
+    max_requests: int | None
+
+
+def parse_args(argv: list[str] | None) -> FidelityConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.vllm_fidelity",
         description=__doc__,
@@ -91,7 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-requests", type=int, default=None, help="stop after N measured requests")
     add_out(ap)
     add_verbose(ap)
-    return ap.parse_args(argv)
+    return parse_config(ap, FidelityConfig, argv)
 
 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -191,7 +205,7 @@ def markdown(summary: dict[str, Any], rows: list[Compared], header: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _compare(a: argparse.Namespace, data: dict[str, Any]) -> tuple[int, int | None, list[Compared]]:
+def _compare(a: FidelityConfig, data: dict[str, Any]) -> tuple[int, int | None, list[Compared]]:
     """Launch vLLM (or use ``--engine-url``), read its block size and capacity, replay: (block, capacity, rows)."""
     server: Any = None
     try:

@@ -12,7 +12,6 @@ A :class:`WorkerSpec` (a run's ``--engine``, ``--model``, ``--threads``, ...) st
 
 from __future__ import annotations
 
-import argparse
 import logging
 import re
 import secrets
@@ -22,12 +21,14 @@ from typing import Any
 
 import httpx
 
+from benchmarks.common.config import EngineOptions, ModelOptions
 from benchmarks.common.harness import ENGINES, Engine, resolve_model
 from cp_memory.engine import SMOLLM2_135M, LlamaServer, ManagedServer, RandomModelSpec, VLLMServer
 
 logger = logging.getLogger("benchmarks.workers")
 
 __all__ = [
+    "WorkerOptions",
     "WorkerSpec",
     "capacity_tokens",
     "kv_bytes_per_token",
@@ -36,6 +37,16 @@ __all__ = [
     "vllm_kv_cache_bytes",
     "worker_metrics",
 ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions(ModelOptions, EngineOptions):
+    """The options a multi-replica benchmark's config has for its workers: ``--engine --model --vllm-args``
+    (the harness's) and ``--threads --cache-mib --ctx-size`` per worker."""
+
+    threads: int
+    cache_mib: int
+    ctx_size: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,12 +62,12 @@ class WorkerSpec:
     vllm_args: tuple[str, ...] = ()
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> WorkerSpec:
-        """From a command line's ``--engine --model --threads --cache-mib --ctx-size --vllm-args``; the model
-        is resolved (built and cached on first use) here, so a name the engine cannot load fails at once."""
-        fields = {f: getattr(args, f) for f in ("engine", "model", "threads", "cache_mib", "ctx_size")}
-        resolve_model(args.model, args.engine)
-        return cls(**fields, vllm_args=tuple(args.vllm_args.split()))
+    def from_options(cls, opts: WorkerOptions) -> WorkerSpec:
+        """From a config's ``--engine --model --threads --cache-mib --ctx-size --vllm-args``; the model is
+        resolved (built and cached on first use) here, so a name the engine cannot load fails at once."""
+        fields = {f: getattr(opts, f) for f in ("engine", "model", "threads", "cache_mib", "ctx_size")}
+        resolve_model(opts.model, opts.engine)
+        return cls(**fields, vllm_args=tuple(opts.vllm_args.split()))
 
     @property
     def kv_bytes_per_token(self) -> int:

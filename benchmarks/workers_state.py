@@ -57,6 +57,7 @@ from typing import Any
 
 from benchmarks.common import harness
 from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.config import LocomoOptions, OutOptions, VerboseOptions, parse_config, split_commas
 from benchmarks.common.pointers import History
 
 logger = logging.getLogger("benchmarks.workers_state")
@@ -86,7 +87,7 @@ class Replay:
         return None
 
 
-def record_answers(a: argparse.Namespace) -> tuple[dict[str, list[str]], dict[str, dict[str, list[dict[str, Any]]]]]:
+def record_answers(a: WorkersStateConfig) -> tuple[dict[str, list[str]], dict[str, dict[str, list[dict[str, Any]]]]]:
     """Ingest the users' memories into the embedded mem0 and search each question once."""
     from benchmarks.common.ingest import ingest, make_memory
     from benchmarks.common.locomo import load_locomo
@@ -276,7 +277,7 @@ def run_once(
     store_url: str | None,
     workload: str,
     questions: Mapping[str, list[str]],
-    a: argparse.Namespace,
+    a: WorkersStateConfig,
     answers: Path,
 ) -> Run:
     """All users' turns, round-robin over ``n`` fresh workers, one shared (cold) engine model."""
@@ -350,7 +351,7 @@ class GatewayRun:
     gateway_ms_p99: float = 0.0
 
 
-def chat_sessions(a: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+def chat_sessions(a: WorkersStateConfig) -> dict[str, list[dict[str, Any]]]:
     """Per LoCoMo conversation, the bodies a re-rendering chat client sends (module doc)."""
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
@@ -429,7 +430,7 @@ def gateway_markdown(runs: Sequence[GatewayRun], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gateway_arm(a: argparse.Namespace, argv: list[str] | None, url: str) -> None:
+def gateway_arm(a: WorkersStateConfig, argv: list[str] | None, url: str) -> None:
     import redis
 
     sessions = chat_sessions(a)
@@ -445,12 +446,36 @@ def gateway_arm(a: argparse.Namespace, argv: list[str] | None, url: str) -> None
         f"{len(sessions)} LoCoMo dialogues as chat sessions x {a.questions} requests, a client re-rendering its "
         f"history, round-robin; one shared engine (cache model, 16-token blocks); {harness.machine().summary}"
     )
-    payload = harness.envelope("benchmarks.workers_state", argv, config=vars(a), summary=[asdict(r) for r in runs])
+    payload = harness.envelope("benchmarks.workers_state", argv, config=asdict(a), summary=[asdict(r) for r in runs])
     harness.write_outputs(Path(a.out), "workers_state_gateway", payload, markdown=gateway_markdown(runs, header))
     print(gateway_markdown(runs, header))
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class WorkersStateConfig(LocomoOptions, OutOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    workers: int
+    conversations: str
+    questions: int
+    k: int
+    max_overfetch: int
+    max_memories: int | None
+    redis_url: str | None
+    arms: str
+    gateway_replicas: int
+
+    @property
+    def arm_names(self) -> set[str]:
+        """``--arms`` as a set: ``workers``, ``gateway`` or both."""
+        return set(split_commas(self.arms))
+
+    def __post_init__(self) -> None:
+        if not self.arm_names or self.arm_names - {"workers", "gateway"}:
+            raise ValueError(f"--arms takes workers, gateway or both, got {self.arms!r}")
+
+
+def parse_args(argv: list[str] | None) -> WorkersStateConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.workers_state",
         description=__doc__,
@@ -468,15 +493,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_locomo(ap)
     harness.add_out(ap, "results")
     harness.add_verbose(ap)
-    return ap.parse_args(argv)
+    return parse_config(ap, WorkersStateConfig, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     harness.setup_logging(a.verbose)
-    arms = {x.strip() for x in a.arms.split(",") if x.strip()}
-    if not arms or arms - {"workers", "gateway"}:
-        raise SystemExit(f"--arms takes workers, gateway or both, got {a.arms!r}")
+    arms = a.arm_names
     Path(a.out).mkdir(parents=True, exist_ok=True)
     with given_redis(a.redis_url) if a.redis_url else private_redis() as url:
         if "gateway" in arms:
@@ -486,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def workers_arm(a: argparse.Namespace, argv: list[str] | None, url: str) -> None:
+def workers_arm(a: WorkersStateConfig, argv: list[str] | None, url: str) -> None:
     """The mem0 wrapper's workers (module doc): 1 and N processes, local store and Redis, two workloads."""
     questions, answers = record_answers(a)
     out = Path(a.out)
@@ -508,7 +531,7 @@ def workers_arm(a: argparse.Namespace, argv: list[str] | None, url: str) -> None
         f"{len(questions)} LoCoMo users x {a.questions} turns, k={a.k}, round-robin; one shared engine "
         f"(cache model, 16-token blocks); {m.summary}"
     )
-    payload = harness.envelope("benchmarks.workers_state", argv, config=vars(a), summary=[asdict(r) for r in runs])
+    payload = harness.envelope("benchmarks.workers_state", argv, config=asdict(a), summary=[asdict(r) for r in runs])
     harness.write_outputs(out, "workers_state", payload, markdown=markdown(runs, header))
     print(markdown(runs, header))
 

@@ -25,7 +25,7 @@ import argparse
 import logging
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,10 +53,11 @@ from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
 from benchmarks.agents.schedule import Concurrency
 from benchmarks.agents.tap import Tap
 from benchmarks.agents.trace import has_timings, in_flight, load_trace
+from benchmarks.common.config import LocomoOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_locomo, add_out, add_verbose, envelope, setup_logging, write_outputs
 from cp_memory.gateway.config import GATEWAY_SECRET_ENV
 
-__all__ = ["CONCURRENT_TRACES", "TRACES", "concurrency_for", "main", "run_trace"]
+__all__ = ["CONCURRENT_TRACES", "TRACES", "AgentReplayConfig", "concurrency_for", "main", "parse_args", "run_trace"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def _one_arm(
     tap: Tap,
     records: Sequence[Mapping[str, Any]],
     run: str,
-    opts: argparse.Namespace,
+    opts: AgentReplayConfig,
     setup: MemorySetup | None = None,
     concurrency: Concurrency = Concurrency.SERIAL,
 ) -> tuple[list[Sent], list[Any], Attribution]:
@@ -113,8 +114,7 @@ def _one_arm(
         engine.flush(run)
         tap.headers = dict(engine.headers)
         edit = partial(edit_body, model=engine.model, max_tokens=opts.max_tokens)
-        speed = getattr(opts, "speed", 1.0)
-        rows, sent, how = replay_arm_matched(arm, sending, tap, edit=edit, concurrency=concurrency, speed=speed)
+        rows, sent, how = replay_arm_matched(arm, sending, tap, edit=edit, concurrency=concurrency, speed=opts.speed)
     verdicts = stability(records, sent)
     return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)], sent, how
 
@@ -132,15 +132,15 @@ def concurrency_for(records: Sequence[Mapping[str, Any]], asked: str | None) -> 
     return Concurrency.RECORDED, {"mode": "recorded", "asked": asked or "default", "recorded_in_flight": recorded}
 
 
-def _described(records: Sequence[Mapping[str, Any]], opts: argparse.Namespace) -> tuple[Concurrency, dict[str, Any]]:
-    concurrency, described = concurrency_for(records, getattr(opts, "concurrency", None))
+def _described(records: Sequence[Mapping[str, Any]], opts: AgentReplayConfig) -> tuple[Concurrency, dict[str, Any]]:
+    concurrency, described = concurrency_for(records, opts.concurrency)
     if concurrency is Concurrency.RECORDED:
-        described["speed"] = getattr(opts, "speed", 1.0)
+        described["speed"] = opts.speed
     return concurrency, described
 
 
 def run_trace(
-    engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace, setup: MemorySetup | None = None
+    engine: Engine, path: Path, arms: Sequence[str], opts: AgentReplayConfig, setup: MemorySetup | None = None
 ) -> dict[str, Any]:
     """Replay one trace through every arm on ``engine`` (``setup``: with mem0 memories,
     :mod:`benchmarks.agents.memories`); the run's figures (see the module docstring)."""
@@ -199,7 +199,7 @@ def _memories_head(setup: MemorySetup, seen: Mapping[str, Any]) -> dict[str, Any
     }
 
 
-def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: argparse.Namespace) -> list[dict[str, Any]]:
+def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: AgentReplayConfig) -> list[dict[str, Any]]:
     """Without memories, then with the LoCoMo user's memories (passthrough: mem0's pattern; gateway: --mem0)."""
     store = Path(opts.workdir) / f"mem0-{engine.name}-{path.name.split('.')[0]}"
     shutil.rmtree(store, ignore_errors=True)
@@ -210,7 +210,27 @@ def _memory_runs(engine: Engine, path: Path, arms: Sequence[str], opts: argparse
     return [run_trace(engine, path, arms, opts), run_trace(engine, path, arms, opts, setup)]
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class AgentReplayConfig(LocomoOptions, OutOptions, VerboseOptions):
+    """The replay's options (:func:`parse_args`)."""
+
+    trace: list[str] | None
+    engine: str
+    arms: str
+    requests: int
+    rounds: int
+    max_tokens: int
+    block_size: int
+    workdir: str
+    mem0: bool
+    mem0_conv: int
+    mem0_other: int
+    mem0_memories: int
+    concurrency: str | None
+    speed: float
+
+
+def parse_args(argv: Sequence[str] | None) -> AgentReplayConfig:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.agents replay", description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--trace", action="append", default=None, help="a trace file (repeatable; default: the two serial ones)"
@@ -236,7 +256,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     add_locomo(ap)
     add_out(ap, "results/agents")
     add_verbose(ap)
-    opts = ap.parse_args(argv)
+    return parse_config(ap, AgentReplayConfig, argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    opts = parse_args(argv)
     setup_logging(opts.verbose)
     arms = [a for a in opts.arms.split(",") if a]
     traces = [Path(t) for t in (opts.trace or TRACES)]

@@ -25,13 +25,14 @@ import logging
 import os
 import re
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import LocomoOptions, OutOptions, VerboseOptions, parse_config, split_commas
 from benchmarks.common.locomo import load_locomo
-from benchmarks.workers import WorkerSpec
+from benchmarks.workers import WorkerOptions, WorkerSpec
 from cp_memory.agents import ChainConfig
 from cp_memory.core.blocks import ContextBlock
 from cp_memory.engine import EngineClient, LlamaServer
@@ -120,21 +121,47 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = _parser()
-    a = ap.parse_args(argv)
-    a.arms = [x.strip() for x in re.split(r",(?![^\[]*\])", a.arms) if x.strip()]
-    a.workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
-    try:
-        for x in a.arms:
+@dataclass(frozen=True, kw_only=True)
+class CoaConfig(LocomoOptions, WorkerOptions, OutOptions, VerboseOptions):
+    """The run's options (``_parser``): the workers', the workload's, the arms'."""
+
+    workers: int
+    capacity_tokens: int | None
+    conversations: int
+    questions: int
+    k: int
+    turns: int
+    segment_tokens: int
+    concurrency: int
+    worker_max_tokens: int
+    manager_max_tokens: int
+    reps: int
+    seed: int
+    chat: bool
+    arms: tuple[str, ...]
+    workloads: tuple[str, ...]
+    agent_args: str
+    sglang_tuned: str
+    foreign_rate: float
+    foreign_words: int
+    keep_logs: bool
+
+    def __post_init__(self) -> None:
+        for x in self.arms:
             parse_arm(x)
-    except ValueError as exc:
-        ap.error(str(exc))
-    if not a.arms:
-        ap.error("no arms")
-    if not a.workloads or any(w not in WORKLOADS for w in a.workloads):
-        ap.error("--workloads takes single and/or multi")
-    return a
+        if not self.arms:
+            raise ValueError("no arms")
+        if not self.workloads or any(w not in WORKLOADS for w in self.workloads):
+            raise ValueError("--workloads takes single and/or multi")
+
+
+def _arm_names(text: str) -> tuple[str, ...]:
+    """``--arms``: a comma list whose items may hold commas in brackets (``agent_aware[a=1,b=2]``)."""
+    return tuple(x.strip() for x in re.split(r",(?![^\[]*\])", text) if x.strip())
+
+
+def parse_args(argv: list[str] | None) -> CoaConfig:
+    return parse_config(_parser(), CoaConfig, argv, arms=_arm_names, workloads=split_commas)
 
 
 def text_id(text: Any) -> str:
@@ -142,7 +169,7 @@ def text_id(text: Any) -> str:
     return "sha1:" + hashlib.sha1(str(text).encode("utf-8")).hexdigest()[:12]
 
 
-def _arms(a: argparse.Namespace) -> dict[str, Arm]:
+def _arms(a: CoaConfig) -> dict[str, Arm]:
     """The known arms and those of ``--arms``, with ``--agent-args`` / ``--sglang-tuned`` applied."""
     arms: dict[str, Arm] = {**ARMS, **{x: parse_arm(x) for x in a.arms}}
     if a.agent_args:
@@ -154,7 +181,7 @@ def _arms(a: argparse.Namespace) -> dict[str, Arm]:
     return arms
 
 
-def _workloads(a: argparse.Namespace) -> tuple[dict[str, list[Item]], str]:
+def _workloads(a: CoaConfig) -> tuple[dict[str, list[Item]], str]:
     """The workloads of ``--workloads``, every block sized by the model family's llama tokenizer; and the
     tokenizing llama-server's version."""
     convs = load_locomo(a.locomo)[: a.conversations]
@@ -170,8 +197,8 @@ def _workloads(a: argparse.Namespace) -> tuple[dict[str, list[Item]], str]:
         return {name: with_tokens(items, tok) for name, items in work.items()}, server.version()
 
 
-def _settings(a: argparse.Namespace) -> RunSettings:
-    spec = WorkerSpec.from_args(a)
+def _settings(a: CoaConfig) -> RunSettings:
+    spec = WorkerSpec.from_options(a)
     log_dir = Path(a.out) / "logs" if a.keep_logs else None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -215,7 +242,7 @@ def _env(work: dict[str, list[Item]], llama_version: str, s: RunSettings) -> dic
 
 
 def _run_all(
-    a: argparse.Namespace, arms: dict[str, Arm], work: dict[str, list[Item]], s: RunSettings
+    a: CoaConfig, arms: dict[str, Arm], work: dict[str, list[Item]], s: RunSettings
 ) -> tuple[list[Run], list[dict[str, Any]]]:
     """Every workload on every arm, ``--reps`` times, the arms' order rotated between repetitions."""
     runs: list[Run] = []
@@ -244,7 +271,7 @@ def _scrubbed(records: list[dict[str, Any]], model: str) -> list[dict[str, Any]]
     return records
 
 
-def _header(a: argparse.Namespace, arms: dict[str, Arm], env: dict[str, Any], machine: str) -> str:
+def _header(a: CoaConfig, arms: dict[str, Arm], env: dict[str, Any], machine: str) -> str:
     foreign = (
         f"Foreign traffic: {a.foreign_rate:g} one-off requests/s of {a.foreign_words} words from other "
         "applications (through the gateway for sglang arms, straight to the workers for agent arms); the "
@@ -278,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = harness.envelope(
         "benchmarks.coa",
         argv,
-        config=vars(a),
+        config=asdict(a),
         arms={n: asdict(arms[n]) for n in a.arms},
         env=env,
         summary=summary,

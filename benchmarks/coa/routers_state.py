@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.cache_model import BlockPrefixCache
+from benchmarks.common.config import LocomoOptions, parse_config, split_commas
 from benchmarks.common.locomo import load_locomo
 from benchmarks.common.locomo_select import select_conversations
 from benchmarks.workers_state import given_redis, private_redis
@@ -133,7 +134,31 @@ def markdown(runs: Sequence[RouterRun], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class RoutersStateConfig(LocomoOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    conversations: str
+    questions: int
+    k: int
+    workers: int
+    cache_tokens: int
+    arms: str
+    redis_url: str | None
+    out: str | None
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        """``--arms`` as a list."""
+        return split_commas(self.arms)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.arm_names) - set(ARMS))
+        if unknown:
+            raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
+
+
+def parse_args(argv: Sequence[str] | None) -> RoutersStateConfig:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.coa.routers_state", description=__doc__.split("\n")[0])
     ap.add_argument("--conversations", default="0-3", help="LoCoMo conversations (indexes or ranges)")
     ap.add_argument("--questions", type=int, default=20, help="questions per conversation")
@@ -144,11 +169,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--redis-url", default=None, help="a Redis to use (default: a private redis-server)")
     ap.add_argument("--locomo", default=None, help="locomo10.json (default: the usual places)")
     ap.add_argument("--out", default=None, help="write routers_state.{json,md} into this folder")
-    return ap.parse_args(argv)
+    return parse_config(ap, RoutersStateConfig, argv)
 
 
 @contextmanager
-def _redis(a: argparse.Namespace, arms: Sequence[str]) -> Iterator[str | None]:
+def _redis(a: RoutersStateConfig, arms: Sequence[str]) -> Iterator[str | None]:
     if "two_redis" not in arms:
         yield None
     else:
@@ -159,10 +184,7 @@ def _redis(a: argparse.Namespace, arms: Sequence[str]) -> Iterator[str | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     a = parse_args(argv)
-    arms = [x.strip() for x in a.arms.split(",") if x.strip()]
-    unknown = sorted(set(arms) - set(ARMS))
-    if unknown:
-        raise SystemExit(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
+    arms = a.arm_names
     convs = [c for _, c in select_conversations(a.conversations, load_locomo(a.locomo))]
     items = build_workload(convs, questions_per_conversation=a.questions, k=a.k)
     with _redis(a, arms) as url:
@@ -176,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        doc = {"settings": vars(a), "runs": [{**asdict(r), "hit_ratio": r.hit_ratio} for r in runs]}
+        doc = {"settings": asdict(a), "runs": [{**asdict(r), "hit_ratio": r.hit_ratio} for r in runs]}
         (out / "routers_state.json").write_text(json.dumps(doc, indent=1) + "\n")
         (out / "routers_state.md").write_text(text)
     return 0

@@ -145,7 +145,8 @@ def run_arm(
     failed = [r for r in results if isinstance(r, ChainOfAgentsError)]
     for e in failed:
         logger.error("%s", e)
-    run = replace(_run(arm, workload, rep, items, ok, len(failed), wall, metrics, per_worker, other), feed=feed)
+    measured = _Measured(ok, len(failed), wall, metrics, per_worker, other)
+    run = replace(_run(arm, workload, rep, items, measured), feed=feed)
     logger.info(
         "%s / %s rep %d: %.3f q/s, hit %.1f%%, prefilled %d tokens (engines: %d), %d failed%s",
         workload,
@@ -165,20 +166,23 @@ def run_arm(
     return run, [_record(arm, workload, rep, items[int(str(r.tag))], r) for r in ok]
 
 
-def _run(
-    arm: Arm,
-    workload: str,
-    rep: int,
-    items: Sequence[Item],
-    ok: Sequence[CoAResult],
-    failed: int,
-    wall: float,
-    metrics: Sequence[dict[str, float]],
-    per_worker: tuple[int, ...],
-    other: ForeignStats,
-) -> Run:
-    """The run's numbers: the chain's own calls, the engines' counters (``metrics``), the calls each
-    worker served (``per_worker``) and the routes."""
+@dataclass(frozen=True)
+class _Measured:
+    """What one arm's run left: the answered questions, how many failed, the wall time, the engines' counters
+    (``metrics``), the calls each worker served (``per_worker``) and the foreign traffic (``other``)."""
+
+    ok: Sequence[CoAResult]
+    failed: int
+    wall: float
+    metrics: Sequence[dict[str, float]]
+    per_worker: tuple[int, ...]
+    other: ForeignStats
+
+
+def _run(arm: Arm, workload: str, rep: int, items: Sequence[Item], m: _Measured) -> Run:
+    """The run's numbers: the chain's own calls, the engines' counters, the calls each worker served and
+    the routes."""
+    ok, wall, metrics, other = m.ok, m.wall, m.metrics, m.other
     calls = [c for r in ok for c in r.calls]
     wcalls = [c for c in calls if c.role == "worker"]
     prompt = sum(c.prompt_tokens or 0 for c in calls)
@@ -191,7 +195,7 @@ def _run(
         workload=workload,
         rep=rep,
         questions=len(ok),
-        failed=failed,
+        failed=m.failed,
         wall_s=wall,
         throughput_qps=len(ok) / wall if wall > 0 else 0.0,
         worker_calls=len(wcalls),
@@ -209,7 +213,7 @@ def _run(
         predicted_cached_tokens=sum(c.predicted_cached_tokens for c in wcalls),
         duplicates_dropped=sum(len(r.duplicates) for r in ok),
         mean_f1=statistics.fmean(f1s) if f1s else 0.0,
-        calls_per_worker=per_worker,
+        calls_per_worker=m.per_worker,
         prefilled_per_worker=tuple(int(m.get("prompt_tokens_total", 0)) for m in metrics),
         reasons=dict(Counter(c.route.value for c in calls)) if arm.kind == "agent" else {},
         foreign_requests=other.requests,

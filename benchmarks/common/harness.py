@@ -2,15 +2,16 @@
 it, the result envelope with the exact command, the JSON + markdown + PNG writer, the shared CLI options
 and the one model resolver.
 
-A benchmark's ``main`` reads its options (``add_*`` below give the shared ones, with defaults from the
-library's own config), runs, then hands :func:`write_outputs` a payload built by :func:`envelope`::
+A benchmark's ``main`` reads its options into its typed config (``add_*`` below give the shared ones, with
+defaults from the library's own config; :func:`benchmarks.common.config.parse_config` makes the frozen
+dataclass), runs, then hands :func:`write_outputs` a payload built by :func:`envelope`::
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.foo")
     add_locomo(ap); add_out(ap, "results"); add_model(ap)
-    args = ap.parse_args(argv)
+    cfg = parse_config(ap, FooConfig, argv)  # FooConfig(LocomoOptions, OutOptions, ModelOptions)
     ...
-    payload = envelope("benchmarks.foo", argv, config=vars(args), summary=rows)
-    write_outputs(Path(args.out), "foo", payload, markdown=table, plot=lambda p: draw(rows, p))
+    payload = envelope("benchmarks.foo", argv, config=asdict(cfg), summary=rows)
+    write_outputs(Path(cfg.out), "foo", payload, markdown=table, plot=lambda p: draw(rows, p))
 
 Every committed result therefore carries ``command`` (re-runnable as it stands), ``machine`` (cpu, cores,
 memory, GPU, Python, platform and a one-line ``summary``) and ``git_commit``.

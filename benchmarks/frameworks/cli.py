@@ -19,10 +19,12 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import JsonOptions, LocomoOptions, ModelOptions, OutOptions, VerboseOptions, parse_config
 
 from .arms import FrameworkRunner
 from .probe import EngineProbe
@@ -63,6 +65,30 @@ def _runner(name: str) -> type[FrameworkRunner]:
     module, cls = RUNNERS[name]
     runner: type[FrameworkRunner] = getattr(importlib.import_module(f".{module}", __package__), cls)
     return runner
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworksConfig(LocomoOptions, ModelOptions, OutOptions, JsonOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    frameworks: str
+    answers: str
+    chats: int
+    turns: int
+    top_k: int
+    max_tokens: int
+    overfetch: int
+    conversation: int
+    ctx_size: int
+    quick: bool
+    png: str | None
+    report: str | None
+
+
+def parse_args(argv: Sequence[str] | None) -> FrameworksConfig:
+    """The options; ``--quick``: 1 chat x 3 turns on the random model."""
+    args = parse_config(build_parser(), FrameworksConfig, argv)
+    return replace(args, chats=1, turns=3, model="random") if args.quick else args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +168,7 @@ def _block(
             s.stop()
 
 
-def run(args: argparse.Namespace, partial: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(args: FrameworksConfig, partial: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every framework x answer mode; returns the benchmark's ``meta`` and the turns' records."""
     from benchmarks.common.ingest import ingest
     from cp_memory.embedded import default_memory, set_offline_env
@@ -194,21 +220,20 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> tuple[dict[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.quick:
-        args.chats, args.turns, args.model = 1, 3, "random"
+    args = parse_args(argv)
+    turns = args.turns
     harness.setup_logging(args.verbose)
     for noisy in QUIET:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     out = Path(args.out)
     if args.report:  # an earlier run's JSON, envelope and all
         payload = json.loads(Path(args.report).read_text(encoding="utf-8"))
-        args.turns = payload["meta"].get("turns", max(r["turn"] for r in payload["records"]))
+        turns = payload["meta"].get("turns", max(r["turn"] for r in payload["records"]))
     else:
         out.mkdir(parents=True, exist_ok=True)
         meta, records = run(args, out / "frameworks.partial.json")
         payload = harness.envelope("benchmarks.frameworks", argv, meta=meta, summary=[], records=records)
-    summary = payload["summary"] = summarize(payload["records"], args.turns)
+    summary = payload["summary"] = summarize(payload["records"], turns)
     table = markdown(summary, {**payload, **payload["meta"]})  # older results: command, machine in meta
 
     harness.write_outputs(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import JsonOptions, parse_config
 
 EXTRAS = ("langgraph", "llamaindex", "openai-agents")
 BASE = "mem0,engine,bench,agents"
@@ -85,7 +86,7 @@ def measure() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.frameworks.install_size", description=__doc__)
     harness.add_json(p)
-    args = p.parse_args(argv)
+    args = parse_config(p, JsonOptions, argv)
     result = harness.envelope("benchmarks.frameworks.install_size", argv, **measure())
     if args.json:
         harness.write_json(args.json, result)

@@ -16,15 +16,17 @@ import os
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import LocomoOptions, OutOptions, VerboseOptions, parse_config
 
 from .report import aims, markdown, plot, summarize
 from .run import Record, run_provider
 
-__all__ = ["main"]
+__all__ = ["HostedConfig", "build_parser", "main", "parse_args"]
 
 logger = logging.getLogger("benchmarks.hosted")
 
@@ -62,7 +64,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _providers(args: argparse.Namespace) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class HostedConfig(LocomoOptions, OutOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    providers: str
+    systems: str
+    conversations: str
+    chats: int
+    turns: int
+    chat_top_k: int
+    questions: int
+    qa_top_k: str
+    step_s: float
+    openai_model: str
+    anthropic_model: str
+    base_url: str | None
+    api_key_env: str | None
+    key_secret_env: str
+    name: str
+    report: str | None
+
+
+def parse_args(argv: Sequence[str] | None) -> HostedConfig:
+    return parse_config(build_parser(), HostedConfig, argv)
+
+
+def _providers(args: HostedConfig) -> list[str]:
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     if any(p not in MODELS for p in providers):
         raise SystemExit(f"--providers: choose from {sorted(MODELS)}")
@@ -71,7 +99,7 @@ def _providers(args: argparse.Namespace) -> list[str]:
     return providers
 
 
-def _endpoints(args: argparse.Namespace, providers: Sequence[str], stack: ExitStack) -> dict[str, tuple[str, str]]:
+def _endpoints(args: HostedConfig, providers: Sequence[str], stack: ExitStack) -> dict[str, tuple[str, str]]:
     """provider -> (base URL, API key): the real provider's with ``--base-url``, else the local server's."""
     from .server import ProviderServer
 
@@ -84,7 +112,7 @@ def _endpoints(args: argparse.Namespace, providers: Sequence[str], stack: ExitSt
     return {p: (server.url + ("/v1" if p == "openai" else ""), "local") for p in providers}
 
 
-def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
+def _measure(args: HostedConfig) -> tuple[dict[str, Any], list[Record]]:
     """Build the workload, send it to every provider; returns (meta, records)."""
     from benchmarks.common.ingest import make_memory
     from cp_memory.providers import PromptCacheKeys, default_counting
@@ -127,7 +155,7 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
     meta = {
         "label": "measured on the provider" if args.base_url else "modelled on the documented rules",
         "target": f"measured on {args.base_url}" if args.base_url else LOCAL_TARGET,
-        "args": vars(args),
+        "args": asdict(args),
         "models": models,
         "tokenizer": counting.name,
         "memories": work.memories,
@@ -139,7 +167,7 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     harness.setup_logging(args.verbose)
     for noisy in QUIET:
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -18,9 +18,11 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import VerboseOptions
 from benchmarks.common.ingest import MEMORY_SOURCES
 from benchmarks.common.modes import CHAT_MODES, RECOMMENDED_MODE
 
@@ -190,7 +192,9 @@ def _run_options(o: argparse._ArgumentGroup) -> None:
 
 
 def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> BenchConfig:
-    """The run's configuration from parsed options (``--quick`` fills in what was not given)."""
+    """The run's configuration from parsed options (``--quick`` fills in what was not given): this
+    benchmark's conversion point (its parser is built from :class:`BenchConfig`, the one source of its
+    defaults, rather than the reverse that :func:`benchmarks.common.config.parse_config` checks)."""
     given: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchConfig) if f.name in args}
     quick = bool(args.quick)
     given.update(
@@ -206,25 +210,30 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str] = ()) -> Benc
     return BenchConfig(**given)
 
 
-def _report(args: argparse.Namespace) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions(VerboseOptions):
+    """What the command does besides the run's :class:`BenchConfig`: ``--report`` (only print an earlier run's
+    table) and ``--summary-json`` (also write the small summary)."""
+
+    report: str | None
+    summary_json: str | None
+
+
+def _report(opts: ReportOptions, source: str) -> int:
     """``--report``: the table of an earlier run again (and its summary JSON with ``--summary-json``)."""
     try:
-        payload, summaries = load_run(args.report)
+        payload, summaries = load_run(source)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.error("cannot read %s: %s", args.report, exc)
+        logger.error("cannot read %s: %s", source, exc)
         return 2
     sys.stdout.write(markdown_table(summaries, payload["meta"], payload.get("machine")) + "\n")
-    if args.summary_json:
-        harness.write_json(args.summary_json, summary_payload(payload, summaries, source=args.report))
+    if opts.summary_json:
+        harness.write_json(opts.summary_json, summary_payload(payload, summaries, source=source))
     return 0
 
 
-def _run(args: argparse.Namespace, argv: Sequence[str]) -> BenchResult | int:
-    from cp_memory.embedded import set_offline_env
-
-    set_offline_env()  # before mem0 is imported: telemetry off, no model hub
+def _run(cfg: BenchConfig) -> BenchResult | int:
     try:
-        cfg = config_from_args(args, argv)
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         with logging_redirect_tqdm():
@@ -238,17 +247,26 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> BenchResult | int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from cp_memory.embedded import set_offline_env
+
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    harness.setup_logging(args.verbose)
+    opts = ReportOptions(report=args.report, summary_json=args.summary_json, verbose=args.verbose)
+    harness.setup_logging(opts.verbose)
     for name in _NOISY:
-        logging.getLogger(name).setLevel(logging.DEBUG if args.verbose else logging.ERROR)
-    if args.report:
-        return _report(args)
-    result = _run(args, argv)
+        logging.getLogger(name).setLevel(logging.DEBUG if opts.verbose else logging.ERROR)
+    if opts.report:
+        return _report(opts, opts.report)
+    set_offline_env()  # before mem0 is imported: telemetry off, no model hub
+    try:
+        cfg = config_from_args(args, argv)
+    except (ValueError, FileNotFoundError) as exc:
+        logger.error("%s", exc)
+        return 2
+    result = _run(cfg)
     if isinstance(result, int):
         return result
-    if args.summary_json:
-        harness.write_json(args.summary_json, summary_payload(result.payload, result.summaries, str(result.folder)))
+    if opts.summary_json:
+        harness.write_json(opts.summary_json, summary_payload(result.payload, result.summaries, str(result.folder)))
     sys.stdout.write(result.table + "\n\nresults: " + str(result.folder) + "\n")
     return 0

@@ -15,10 +15,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import LocomoOptions, OutOptions, ThreadsOptions, VerboseOptions, parse_config
 from benchmarks.locomo.engines import BenchEngine
 
 from .arms import parse_arms
@@ -28,7 +30,7 @@ from .stats import BOOTSTRAP, SEED
 
 logger = logging.getLogger("benchmarks.quality")
 
-__all__ = ["main", "parse_questions", "resolve"]
+__all__ = ["QualityConfig", "main", "parse_args", "parse_questions", "resolve"]
 
 #: models this benchmark names beyond the harness's (fetched by benchmarks.common.model_fetch)
 FETCHED = ("qwen2.5-1.5b",)
@@ -54,6 +56,29 @@ def resolve(name: str) -> Path:
 
         return model_path(name)
     return harness.resolve_model(name, "llama")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityConfig(LocomoOptions, ThreadsOptions, OutOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    model: str
+    conversations: str
+    questions: str
+    position: int
+    position_k: int
+    rounds: int
+    arms: str
+    chat_turns: int
+    chat_max_k: int
+    max_tokens: int
+    ctx_size: int
+    engine: str
+    vllm_args: str
+    mem0_dir: str | None
+    stem: str
+    report_only: bool
+    no_report: bool
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,7 +113,11 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _measure(args: argparse.Namespace) -> None:
+def parse_args(argv: Sequence[str] | None) -> QualityConfig:
+    return parse_config(_parser(), QualityConfig, argv)
+
+
+def _measure(args: QualityConfig) -> None:
     from benchmarks.common.ingest import ingest, make_memory
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
@@ -130,7 +159,7 @@ def label(model: str, engine: str) -> str:
     return name if engine == "llama" else f"{name}@{engine}"
 
 
-def _engine(args: argparse.Namespace) -> BenchEngine:
+def _engine(args: QualityConfig) -> BenchEngine:
     from benchmarks.locomo.http_engines import LlamaEngine, VLLMEngine
 
     if args.engine == "torch":
@@ -160,7 +189,7 @@ def write_report(out: str, stem: str, argv: Sequence[str] | None) -> dict[str, A
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     harness.setup_logging(args.verbose)
     try:
         if not args.report_only:

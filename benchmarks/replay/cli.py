@@ -7,7 +7,7 @@ Fairness as in the LoCoMo benchmark: the runs come in the export's order (modes 
 and k); each run starts on a cold cache (a launched llama-server is restarted; SGLang ``/flush_cache``;
 vLLM ``/reset_prefix_cache``; an external llama.cpp only gets its slots erased, which the output says),
 then the warm-up requests, then the prompts in order. Statistics: :mod:`benchmarks.replay.stats`.
-Standard library only (plus this repository's stdlib-only ``benchmarks.common.export/metrics``).
+Standard library only (plus this repository's stdlib-only ``benchmarks.common.export/metrics/config``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.config import OutOptions, VerboseOptions, parse_config
 from benchmarks.common.export import join_lines, load_prompts
 from benchmarks.common.harness import envelope
 
@@ -31,7 +33,7 @@ from .stats import markdown, summarize
 
 logger = logging.getLogger("benchmarks.replay")
 
-__all__ = ["group_by_mode", "main", "replay", "select_runs"]
+__all__ = ["ReplayConfig", "build_parser", "group_by_mode", "main", "parse_args", "replay", "select_runs"]
 
 
 def select_runs(
@@ -202,15 +204,47 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplayConfig(OutOptions, VerboseOptions):
+    """The replay's options (:func:`parse_args`)."""
+
+    prompts: str
+    engine_url: str | None
+    llama_server: str | None
+    model: str | None
+    model_name: str | None
+    api_key: str | None
+    ctx_size: int
+    threads: int | None
+    cache_ram_mib: int
+    gpu_layers: int | None
+    server_args: str
+    server_log: str | None
+    modes: str
+    top_k: str
+    conversations: str
+    requests_per_run: int | None
+    max_tokens: int | None
+    flush: str
+    deadline_s: float | None
+    label: str
+
+
+def parse_args(argv: Sequence[str] | None) -> ReplayConfig:
+    return parse_config(build_parser(), ReplayConfig, argv)
+
+
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _engine(args: argparse.Namespace) -> tuple[StreamingClient, str, LaunchedLlamaServer | None]:
+def _engine(args: ReplayConfig) -> tuple[StreamingClient, str, LaunchedLlamaServer | None]:
     """(client, engine kind, the launched llama-server or None) from ``--llama-server`` / ``--engine-url``."""
     if not args.llama_server:
+        assert args.engine_url, "main checks that one engine is given"
         client = StreamingClient(args.engine_url, model=args.model_name, api_key=args.api_key)
         return client, client.probe(), None
+    assert args.model, "main checks that --llama-server has its --model"
     server = LaunchedLlamaServer(
         args.llama_server,
         args.model,
@@ -225,7 +259,7 @@ def _engine(args: argparse.Namespace) -> tuple[StreamingClient, str, LaunchedLla
     return StreamingClient(server.base_url), "llama.cpp (launched, restarted per run)", server
 
 
-def _run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+def _run(args: ReplayConfig) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Load, select, replay: (the export, the runs, the records, the engine's description)."""
     data = load_prompts(args.prompts)
     conversations = [int(c) for c in _split(args.conversations)]
@@ -247,7 +281,7 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]
     finally:
         if server is not None:
             server.stop()
-    engine = {"kind": kind, "url": args.engine_url, "model": client.model or args.model}
+    engine: dict[str, Any] = {"kind": kind, "url": args.engine_url, "model": client.model or args.model}
     engine["command"] = server.command() if server else None
     engine["restarts"] = server.restarts if server else 0
     engine["start_s_mean"] = (sum(server.start_s) / len(server.start_s)) if server and server.start_s else None
@@ -256,7 +290,7 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -19,15 +19,18 @@ import contextlib
 import logging
 import os
 import sys
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from benchmarks.common import harness
+from benchmarks.common.config import LocomoOptions, OutOptions, VerboseOptions, parse_config, split_commas
 from benchmarks.common.ingest import ingest, make_memory
 from benchmarks.common.locomo import load_locomo
 from benchmarks.common.locomo_select import select_conversations
 from benchmarks.common.modes import CachedSearch, KSpec, parse_top_k
 from benchmarks.locomo.runner import select_questions
-from benchmarks.workers import WorkerSpec, pool_key
+from benchmarks.workers import WorkerOptions, WorkerSpec, pool_key
 from cp_memory.engine import running
 from cp_memory.engine.router import SGLangRouter
 
@@ -40,7 +43,41 @@ logger = logging.getLogger("benchmarks.scale")
 MODES = ("baseline", "aligned")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True, kw_only=True)
+class ScaleConfig(WorkerOptions, LocomoOptions, OutOptions, VerboseOptions):
+    """The run's options (:func:`parse_args`)."""
+
+    replicas: int
+    routers: tuple[str, ...]
+    modes: tuple[str, ...]
+    conversations: str
+    questions: int
+    k: str
+    max_memories: int | None
+    concurrency: int
+    max_tokens: int
+    balance_abs: int
+    reps: int
+    mem0_dir: str | None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError("--replicas must be >= 1")
+
+
+def _one_or_more(flag: str, choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """The converter of ``--<flag>``: a comma list, one or more of ``choices``."""
+
+    def convert(text: str) -> tuple[str, ...]:
+        picked = split_commas(text)
+        if not picked or any(x not in choices for x in picked):
+            raise ValueError(f"--{flag} takes {', '.join(choices)}")
+        return picked
+
+    return convert
+
+
+def parse_args(argv: list[str] | None) -> ScaleConfig:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -69,18 +106,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_locomo(ap)
     harness.add_out(ap)
     harness.add_verbose(ap)
-    a = ap.parse_args(argv)
-    for flag, choices in (("routers", ROUTERS), ("modes", MODES)):
-        picked = [x.strip() for x in getattr(a, flag).split(",") if x.strip()]
-        if not picked or any(x not in choices for x in picked):
-            ap.error(f"--{flag} takes {', '.join(choices)}")
-        setattr(a, flag, picked)
-    if a.replicas < 1:
-        ap.error("--replicas must be >= 1")
-    return a
+    return parse_config(
+        ap, ScaleConfig, argv, routers=_one_or_more("routers", ROUTERS), modes=_one_or_more("modes", MODES)
+    )
 
 
-def _users(a: argparse.Namespace, k: KSpec) -> tuple[list[User], CachedSearch]:
+def _users(a: ScaleConfig, k: KSpec) -> tuple[list[User], CachedSearch]:
     """One user per conversation, its memories in mem0 (LoCoMo's observations), and the mem0 search every
     mode and router then shares (each question searched once here, so all see the same results)."""
     convs = [c for _, c in select_conversations(a.conversations, load_locomo(a.locomo))]
@@ -95,7 +126,7 @@ def _users(a: argparse.Namespace, k: KSpec) -> tuple[list[User], CachedSearch]:
 
 
 def _serve(
-    a: argparse.Namespace, spec: WorkerSpec, users: list[User], search: CachedSearch, k: KSpec
+    a: ScaleConfig, spec: WorkerSpec, users: list[User], search: CachedSearch, k: KSpec
 ) -> tuple[list[Request], dict[tuple[str, str, int], float]]:
     """Every (router, mode) run on cold replicas, the routers' order rotated between repetitions (and the
     modes' order reversed every other one); the requests and each run's wall time."""
@@ -136,7 +167,7 @@ def _serve(
     return reqs, walls
 
 
-def _header(a: argparse.Namespace, users: int, k: KSpec, machine: str, loadavg: list[list[float]]) -> str:
+def _header(a: ScaleConfig, users: int, k: KSpec, machine: str, loadavg: list[list[float]]) -> str:
     cap = f", first {a.max_memories} memories each" if a.max_memories else ""
     replica_kind = "vLLM" if a.engine == "vllm" else "llama-server"
     return (
@@ -160,20 +191,20 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if "sglang-router" in a.routers:
         SGLangRouter(["http://127.0.0.1:1"])  # argument check only; start() says if the extra is missing
-    spec = WorkerSpec.from_args(a)
+    spec = WorkerSpec.from_options(a)
     (k,) = parse_top_k(a.k)
     users, search = _users(a, k)
     load_start = _load()
     reqs, walls = _serve(a, spec, users, search, k)
     summary = summarize(reqs, walls)
-    env = {
+    env: dict[str, Any] = {
         "loadavg": [load_start, _load()],
         "sglang_router": SGLangRouter.version(),
         "engine": a.engine,
         "capacity_tokens_per_replica": spec.capacity_tokens,
     }
     payload = harness.envelope(
-        "benchmarks.scale", argv, config=vars(a), env=env, summary=summary, requests=[asdict(r) for r in reqs]
+        "benchmarks.scale", argv, config=asdict(a), env=env, summary=summary, requests=[asdict(r) for r in reqs]
     )
     md = markdown(summary, _header(a, len(users), k, payload["machine"]["summary"], env["loadavg"]))
     harness.write_outputs(a.out, "scale", payload, markdown=md, plot=lambda path: plot(summary, path))

@@ -5,10 +5,9 @@ name) never reach the engine."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from benchmarks.agents.bench import TRACES, _generation_records, run_trace
+from benchmarks.agents.bench import TRACES, _generation_records, parse_args, run_trace
 from benchmarks.agents.engines import start_engine
 from benchmarks.agents.memories import prepare_memories
 from tests.mem0_fixtures import require_mem0
@@ -17,7 +16,7 @@ from tests.support import locomo_file
 
 def _replay(trace: Path, requests: int, workdir: Path) -> dict[str, object]:
     require_mem0()
-    opts = argparse.Namespace(requests=requests, rounds=1, max_tokens=4, workdir=str(workdir))
+    opts = parse_args(["--requests", str(requests), "--rounds", "1", "--max-tokens", "4", "--workdir", str(workdir)])
     records = _generation_records(trace, requests)
     setup = prepare_memories(records, workdir / "store", locomo=str(locomo_file()), conv=0, other=1, count=20)
     with start_engine("modelled") as engine:
