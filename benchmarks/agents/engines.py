@@ -18,8 +18,10 @@ from pathlib import Path
 __all__ = ["ENGINES", "Engine", "start_engine"]
 
 ENGINES = ("vllm", "llama", "modelled")
-#: ChatML that renders tool calls' arguments, as real models' templates do (the gateway tests' template)
-TEMPLATE = Path(__file__).resolve().parents[2] / "tests" / "gateway" / "chatml_tools.jinja"
+#: ChatML that renders the tool definitions (a ``# Tools`` / ``<tools>`` section in the system turn, one JSON
+#: object a tool, as Qwen's and Hermes' templates do) and tool calls' arguments: what the arms do to the tool
+#: list reaches the engine's prompt, as it does on a real model
+TEMPLATE = Path(__file__).with_name("chatml_tools.jinja")
 #: a Claude Code request is ~12-16 K tokens with SmolLM2's tokenizer; its longest session ends near 20 K
 CONTEXT = 32768
 SERVED_NAME = "replay"
