@@ -40,8 +40,9 @@ from typing import Any
 import httpx
 
 from benchmarks.agents.processes import ServerProcess, gateway_process, litellm_binary, litellm_process
-from benchmarks.agents.scripted import Protocol, reply, sse
+from benchmarks.agents.scripted import reply
 from benchmarks.agents.trace import load_trace
+from benchmarks.agents.wire import Protocol, sse
 from benchmarks.common.config import JsonOptions, OutOptions, VerboseOptions, parse_config
 from benchmarks.common.harness import add_json, add_out, envelope, setup_logging, write_outputs
 from benchmarks.common.metrics import percentile
