@@ -46,7 +46,7 @@ from benchmarks.agents.replay import (
     Attribution,
     Sent,
     edit_body,
-    replay_arm_matched,
+    replay_arm,
     stability,
 )
 from benchmarks.agents.report import PAPER, markdown, plot, summarise_arm
@@ -114,7 +114,7 @@ def _one_arm(
         engine.flush(run)
         tap.headers = dict(engine.headers)
         edit = partial(edit_body, model=engine.model, max_tokens=opts.max_tokens)
-        rows, sent, how = replay_arm_matched(arm, sending, tap, edit=edit, concurrency=concurrency, speed=opts.speed)
+        rows, sent, how = replay_arm(arm, sending, tap, edit=edit, concurrency=concurrency, speed=opts.speed)
     verdicts = stability(records, sent)
     return [replace(r, breaks_at=v) for r, v in zip(rows, verdicts, strict=True)], sent, how
 

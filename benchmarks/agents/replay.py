@@ -46,7 +46,6 @@ __all__ = [
     "edit_body",
     "prices_for",
     "replay_arm",
-    "replay_arm_matched",
     "stability",
 ]
 
@@ -173,28 +172,12 @@ def replay_arm(
     timeout: float = 900,
     concurrency: Concurrency = Concurrency.SERIAL,
     speed: float = 1.0,
-) -> tuple[list[Sent], list[Any]]:
+) -> tuple[list[Sent], list[Any], Attribution]:
     """Send ``records`` through ``arm``, one at a time in order or at their recorded ``concurrency``
     (:mod:`benchmarks.agents.schedule`; ``speed``: :func:`~benchmarks.agents.schedule.slots_for`'s); returns each
-    request's :class:`Sent` (stability not yet checked) and the body the arm sent upstream for it (None where
-    nothing reached the engine), in record order."""
-    rows, upstream, _ = replay_arm_matched(
-        arm, records, tap, edit=edit, timeout=timeout, concurrency=concurrency, speed=speed
-    )
-    return rows, upstream
-
-
-def replay_arm_matched(
-    arm: Arm,
-    records: Sequence[Mapping[str, Any]],
-    tap: Tap,
-    *,
-    edit: Callable[[Mapping[str, Any]], dict[str, Any]],
-    timeout: float = 900,
-    concurrency: Concurrency = Concurrency.SERIAL,
-    speed: float = 1.0,
-) -> tuple[list[Sent], list[Any], Attribution]:
-    """:func:`replay_arm`, with how the tap's calls were matched to requests (:func:`attribute`)."""
+    request's :class:`Sent` (stability not yet checked), the body the arm sent upstream for it (None where
+    nothing reached the engine), in record order, and how the tap's calls were matched to requests
+    (:func:`attribute`)."""
     tap.wait_idle()
     tap.take()
     answers: dict[int, tuple[int, float | None]] = {}

@@ -275,9 +275,7 @@ class ContextIndex:
     # ------------------------------------------------------------------ eviction sync
     def evict(self, request_id: Hashable) -> bool:
         """The engine evicted ``request_id``: remove its leaf and prune empty ancestors. Unknown id -> False."""
-        try:
-            hash(request_id)
-        except TypeError:
+        if not _hashable(request_id):
             return False
         with self._changing():
             return self._live.evict(request_id)
@@ -307,9 +305,7 @@ class ContextIndex:
         stays over capacity while only pinned ones are left. Pins count (each :meth:`pin` needs its
         :meth:`unpin`). The engine's own evictions (:meth:`evict`), :meth:`trim` and :meth:`clear` still remove
         a pinned request, and its pins with it. False when the request is not live."""
-        try:
-            hash(request_id)
-        except TypeError:
+        if not _hashable(request_id):
             return False
         with self._lock:
             return self._live.pin(request_id)
@@ -318,9 +314,7 @@ class ContextIndex:
         """Release one pin of :meth:`pin` (SGLang's ``dec_lock_ref``); with none left the request is evictable
         again, from the next change on (unpinning evicts nothing itself, so a caller that unpins before its
         next request sees the index as if it had never pinned). False when the request held no pin."""
-        try:
-            hash(request_id)
-        except TypeError:
+        if not _hashable(request_id):
             return False
         with self._lock:
             return self._live.unpin(request_id)
@@ -480,3 +474,12 @@ class ContextIndex:
 
 def _number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _hashable(value: object) -> bool:
+    """Whether ``value`` can be a request id (an unhashable one is no live request's: the lookups answer False)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

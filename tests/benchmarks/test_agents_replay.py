@@ -53,7 +53,7 @@ def test_every_arm_gets_the_same_edits_and_nothing_else() -> None:
 def test_the_tap_records_what_the_arm_sent_and_the_upstreams_usage() -> None:
     records = load_trace(CODEX)[:3]
     with ScriptedServer() as server, Tap(server.url) as tap:
-        rows, sent = replay_arm(
+        rows, sent, _ = replay_arm(
             Arm("passthrough", tap.url), records, tap, edit=partial(edit_body, model=None, max_tokens=4)
         )
     assert [r.status for r in rows] == [200, 200, 200]
@@ -109,7 +109,7 @@ def test_the_modelled_rules_server_serves_codex_its_responses_with_openai_cache_
 
     records = load_trace(CODEX)[:8]
     with ProviderServer() as server, Tap(server.url, headers={"x-bench-run": "codex"}) as tap:
-        rows, _ = replay_arm(
+        rows, _, _ = replay_arm(
             Arm("passthrough", tap.url), records, tap, edit=partial(edit_body, model=None, max_tokens=4)
         )
     firsts = {r.session: r.seq for r in reversed(rows)}

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.agents.arms import Arm
 from benchmarks.agents.bench import CONCURRENT_TRACES
-from benchmarks.agents.replay import Attribution, Sent, edit_body, replay_arm_matched, stability
+from benchmarks.agents.replay import Attribution, Sent, edit_body, replay_arm, stability
 from benchmarks.agents.schedule import Concurrency
 from benchmarks.agents.tap import Tap
 from benchmarks.agents.trace import has_timings, load_trace, session_of
@@ -55,11 +55,11 @@ def replay(
     edit = partial(edit_body, model=None, max_tokens=4)
     with Tap(server.url, headers={"x-bench-run": run}) as tap:
         if not gateway:
-            return replay_arm_matched(
+            return replay_arm(
                 Arm("passthrough", tap.url), records, tap, edit=edit, concurrency=Concurrency.RECORDED, speed=SPEED
             )
         with running_gateway(tap.url, "anthropic") as running:
-            return replay_arm_matched(
+            return replay_arm(
                 Arm("gateway", running.url), records, tap, edit=edit, concurrency=Concurrency.RECORDED, speed=SPEED
             )
 

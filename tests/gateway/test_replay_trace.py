@@ -50,9 +50,11 @@ def replay(llama: Any, records: list[dict[str, Any]], through_gateway: bool) -> 
     edit = partial(edit_body, model="replay", max_tokens=4)
     with Tap(llama.base_url) as tap:
         if not through_gateway:
-            return replay_arm(Arm("passthrough", tap.url), records, tap, edit=edit)
+            rows, sent, _ = replay_arm(Arm("passthrough", tap.url), records, tap, edit=edit)
+            return rows, sent
         with running_gateway(tap.url, "llamacpp") as gateway:
-            return replay_arm(Arm("gateway", gateway.url), records, tap, edit=edit)
+            rows, sent, _ = replay_arm(Arm("gateway", gateway.url), records, tap, edit=edit)
+            return rows, sent
 
 
 def test_a_claude_code_session_through_the_gateway_never_prefills_more(llama: Any) -> None:
