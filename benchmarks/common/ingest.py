@@ -167,7 +167,8 @@ def ingest(
     max_memories: int | None = None,
     progress: bool = True,
 ) -> list[Ingested]:
-    """Add each conversation's memories for its own user (skipped when the user already has some)."""
+    """Add each conversation's memories for its own user (skipped when the user already has all of them;
+    a user left partial by a run cut off mid-ingestion is emptied and ingested again)."""
     import time
 
     from tqdm import tqdm
@@ -177,12 +178,21 @@ def ingest(
         uid = user_id_for(conv, source, max_memories)
         t0 = time.perf_counter()
         have = len(user_memories(memory, uid))
-        if have:
+        items = memory_items(conv, source, max_memories)
+        infer = source == "extract"
+        if have and (infer or have == len(items)):
             logger.info("%s: %d memories already stored for %s; not ingested again", conv.sample_id, have, uid)
             out.append(Ingested(conv.sample_id, uid, have, 0, 0.0))
             continue
-        items = memory_items(conv, source, max_memories)
-        infer = source == "extract"
+        if have:  # a store left by a run cut off mid-ingestion: never answer over a partial user
+            logger.warning(
+                "%s: %d of %d memories stored for %s (an ingestion cut short); ingesting again",
+                conv.sample_id,
+                have,
+                len(items),
+                uid,
+            )
+            memory.delete_all(user_id=uid)
         bar: Iterable[tuple[Any, dict[str, Any]]] = tqdm(
             items,
             desc=f"ingest {conv.sample_id} ({source})",

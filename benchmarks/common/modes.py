@@ -286,9 +286,12 @@ class ModeBuilder:
         mem0_kwargs: Mapping[str, Any] | None = None,
         alpha: float = DEFAULT_ALPHA,
         options: Mapping[str, Any] | None = None,
+        library_defaults: bool = False,
     ) -> None:
         """``options``: ContextPilotMemory options over the mode's own (e.g. ``annotate_top=None``, the full
-        order annotation; ``annotate=False``; benchmarks.quality's arms)."""
+        order annotation; ``annotate=False``; benchmarks.quality's arms). ``library_defaults``: the wrapper is
+        ``ContextPilotMemory(search)`` with no option at all (an aligned mode only; benchmarks.quality's
+        ``default`` arm: exactly what a user who turns cp_memory on gets)."""
         spec = mode if isinstance(mode, ModeSpec) else parse_mode(mode, extra_budget=extra_budget)
         if spec.name == "aligned+superset" and spec.extra_budget <= 0:
             raise ValueError("aligned+superset needs extra_budget > 0")
@@ -299,7 +302,11 @@ class ModeBuilder:
         self.conversation_id = conversation_id
         self.mem0_kwargs = dict(mem0_kwargs or {})
         self.cpm: ContextPilotMemory | None = None
-        if spec.aligned:
+        if library_defaults:
+            if not spec.aligned or spec.dedup or options or spec.alignment != AlignmentMode():
+                raise ValueError(f"library_defaults runs the plain aligned mode with no options, not {spec.name!r}")
+            self.cpm = ContextPilotMemory(search)
+        elif spec.aligned:
             # a new wrapper = a cold per-user context index and an empty dedup log for this mode
             # dedup: max_overfetch=0 -> the same k memories as every other mode, the ones already sent
             # replaced by location annotations (the paper's multi-turn dedup). ContextPilotMemory's default

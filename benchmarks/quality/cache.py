@@ -56,6 +56,7 @@ class AnswerCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._rows: dict[tuple[str, str, int, str, str, int], Answer] = {}
+        self._by_sha: dict[tuple[str, str], Answer] = {}  # (model, prompt_sha) -> an answer to that request
         if self.path.exists():
             self._load()
 
@@ -67,7 +68,7 @@ class AnswerCache:
             except (ValueError, TypeError):
                 bad += 1  # a line cut short by a kill
                 continue
-            self._rows[row.key] = row
+            self._keep(row)
         if bad:
             logger.warning("%s: %d unreadable line(s) skipped", self.path, bad)
         logger.info("%s: %d cached answers", self.path, len(self._rows))
@@ -81,14 +82,15 @@ class AnswerCache:
         return row
 
     def by_sha(self, model: str, sha: str) -> Answer | None:
-        """Any cached answer of ``model`` to the identical request (the position test's repeats)."""
-        for row in self._rows.values():
-            if row.model == model and row.prompt_sha == sha:
-                return row
-        return None
+        """A cached answer of ``model`` to the identical request, under any key (one dict look-up)."""
+        return self._by_sha.get((model, sha))
+
+    def _keep(self, row: Answer) -> None:
+        self._rows[row.key] = row
+        self._by_sha.setdefault((row.model, row.prompt_sha), row)
 
     def add(self, row: Answer) -> None:
-        self._rows[row.key] = row
+        self._keep(row)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(row), ensure_ascii=False) + "\n")

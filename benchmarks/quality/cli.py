@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ from benchmarks.locomo.engines import BenchEngine
 
 from .arms import parse_arms
 from .cache import AnswerCache
-from .report import counts, markdown, plot_position, summarize
+from .report import counts, harness_speed, markdown, plot_position, summarize
 from .stats import BOOTSTRAP, SEED
+from .timing import read_runs
 
 logger = logging.getLogger("benchmarks.quality")
 
@@ -86,11 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     harness.add_locomo(ap)
     ap.add_argument("--model", default="smollm2", help=f"smollm2 (default), {', '.join(FETCHED)} or a GGUF path")
     ap.add_argument("--conversations", default="all", help="all, 0, 0,3, 0-4 or sample ids (default all)")
-    ap.add_argument("--questions", default="20=300,100=100", help="K=N per k over all conversations")
+    ap.add_argument("--questions", default="20=500,100=150", help="K=N per k over all conversations")
     ap.add_argument("--position", type=int, default=60, help="questions in the position test (0: none)")
     ap.add_argument("--position-k", type=int, default=20, help="memories per position-test prompt")
     ap.add_argument("--rounds", type=int, default=6, help="passes, each a share further (balanced partial runs)")
-    ap.add_argument("--arms", default="all", help="all or a comma-separated subset (pairs are added)")
+    ap.add_argument(
+        "--arms", default="decisive", help="decisive (default: the arms users get), all, or names (pairs are added)"
+    )
     ap.add_argument("--chat-turns", type=int, default=5, help="questions per chat in the chat arms")
     ap.add_argument("--chat-max-k", type=int, default=20, help="chat arms only up to this k (context length)")
     ap.add_argument("--max-tokens", type=int, default=24, help="generated tokens per answer (greedy)")
@@ -104,7 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--vllm-args", default="", help="extra arguments for vLLM's api_server (one string)")
     harness.add_threads(ap)
-    ap.add_argument("--mem0-dir", default=None, help="keep the embedded mem0 store here (later runs skip ingestion)")
+    ap.add_argument(
+        "--mem0-dir",
+        default="auto",
+        help="the embedded mem0 store: auto (default: kept in the cache folder, later runs skip ingestion), "
+        "none (a fresh temporary one) or a folder",
+    )
     harness.add_out(ap, "docs/results")
     ap.add_argument("--stem", default="quality", help="file stem of the JSON / markdown / PNG (default quality)")
     ap.add_argument("--report-only", action="store_true", help="write the report from the caches; run nothing")
@@ -117,39 +126,53 @@ def parse_args(argv: Sequence[str] | None) -> QualityConfig:
     return parse_config(_parser(), QualityConfig, argv)
 
 
-def _measure(args: QualityConfig) -> None:
+def _measure(args: QualityConfig, argv: Sequence[str] | None) -> None:
     from benchmarks.common.ingest import ingest, make_memory
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
     from benchmarks.common.modes import CachedSearch
 
     from .run import QualityRun, default_cache, plan_questions, run_all
+    from .timing import HarnessClock, write_run
 
     arms, per_k = parse_arms(args.arms), parse_questions(args.questions)
     engine = _engine(args)  # a missing model fails before minutes of ingestion
     convs = [c for _, c in select_conversations(args.conversations, load_locomo(args.locomo))]
-    memory = make_memory(store_dir=args.mem0_dir)
+    name = label(args.model, args.engine)
+    cache_path = default_cache(args.out, name)
+    clock = HarnessClock()
+    memory = make_memory(store_dir=mem0_dir(args.mem0_dir))
+    run: QualityRun | None = None
     try:
-        engine.start()
-        users = ingest(memory, convs, "observations", progress=False)
+        with clock.phase("ingest"):
+            engine.start()
+            users = ingest(memory, convs, "observations", progress=False)
         search = CachedSearch(memory)
-        run = QualityRun(
-            label(args.model, args.engine),
-            engine,
-            search,
-            AnswerCache(default_cache(args.out, label(args.model, args.engine))),
-            args.max_tokens,
-            args.chat_turns,
-        )
+        run = QualityRun(name, engine, search, AnswerCache(cache_path), args.max_tokens, args.chat_turns, clock=clock)
         by_sid = {u.sample_id: u for u in users}
         plan = plan_questions(convs, per_k, args.position, args.position_k, lambda c: run.evidence(by_sid[c.sample_id]))
         run_all(run, convs, users, plan, arms, args.chat_max_k, args.rounds, progress=lambda s: logger.info("%s", s))
         logger.info("done: %d asked, %d from the cache, %d engine errors", run.asked, run.reused, run.errors)
     finally:
+        if run is not None and run.asked:
+            stats = {"argv": list(argv or sys.argv[1:]), "reused": run.reused, "errors": run.errors}
+            write_run(cache_path, {**stats, **clock.summary(run.asked)})
+            logger.info("harness: %s", clock.summary(run.asked))
         engine.close()
         close = getattr(memory, "close", None)
         if callable(close):
             close()
+
+
+def mem0_dir(option: str | None) -> str | None:
+    """``--mem0-dir``: ``auto`` (default) keeps the embedded store in the cache folder, so a resumed run skips
+    ingestion (the same ids: the store is what the answers were asked over); ``none``: a fresh temporary one."""
+    if option is None or option == "none":
+        return None
+    if option == "auto":
+        root = Path(os.environ.get("CP_MEMORY_CACHE") or Path.home() / ".cache" / "cp_memory")
+        return str(root / "quality-mem0")
+    return option
 
 
 def label(model: str, engine: str) -> str:
@@ -176,15 +199,19 @@ def _engine(args: QualityConfig) -> BenchEngine:
 def write_report(out: str, stem: str, argv: Sequence[str] | None) -> dict[str, Any]:
     """Summaries of every model cached under ``out`` -> ``<stem>.json`` / ``.md`` / ``.png``."""
     folder = Path(out) / "quality_answers"
-    models = {p.stem: summarize(AnswerCache(p).rows()) for p in sorted(folder.glob("*.jsonl"))}
+    caches = sorted(folder.glob("*.jsonl"))  # runs/ (the harness's own records) is one level down
+    models = {p.stem: summarize(AnswerCache(p).rows()) for p in caches}
+    speed = {p.stem: harness_speed(read_runs(p)) for p in caches}
     payload = harness.envelope(
         "benchmarks.quality",
         argv,
         counts=counts(models),
         bootstrap={"resamples": BOOTSTRAP, "seed": SEED},
+        harness_speed=speed,
         models=models,
     )
-    harness.write_outputs(out, stem, payload, markdown=markdown(models), plot=lambda p: plot_position(models, p))
+    text = markdown(models, speed=speed)
+    harness.write_outputs(out, stem, payload, markdown=text, plot=lambda p: plot_position(models, p))
     return payload
 
 
@@ -193,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     harness.setup_logging(args.verbose)
     try:
         if not args.report_only:
-            _measure(args)
+            _measure(args, argv)
     except (FileNotFoundError, ValueError) as exc:
         logger.error("%s", exc)
         return 2

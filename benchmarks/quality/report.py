@@ -5,7 +5,7 @@ chat) with its 95 % bootstrap interval; the position test's curve against ``firs
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from .cache import Answer
 from .position import VARIANTS
 from .stats import by_category, mean_points, paired_diff
 
-__all__ = ["counts", "markdown", "plot_position", "summarize"]
+__all__ = ["counts", "harness_speed", "markdown", "plot_position", "summarize"]
 
 Q = tuple[str, int]
 
@@ -72,6 +72,69 @@ def _order(name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
+def harness_speed(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The harness's own records (:mod:`.timing`, one per run) summed: answers asked a minute overall and
+    per k, where the time went (the engine's prefill vs the rest), and each run's figures with its load."""
+    if not runs:
+        return None
+    answers = sum(int(r.get("answers", 0)) for r in runs)
+    measured = sum(float(r.get("measured_s", 0.0)) for r in runs)
+    phases: dict[str, float] = defaultdict(float)
+    by_k: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for r in runs:
+        for name, sec in (r.get("seconds") or {}).items():
+            phases[name] += float(sec)
+        for k, cell in (r.get("by_k") or {}).items():
+            by_k[k][0] += cell["answers"]
+            by_k[k][1] += cell["seconds"]
+    prefill = sum(float(r.get("server_prefill_s", 0.0)) for r in runs)
+    prefilled = sum(int(r.get("prefilled_tokens", 0)) for r in runs)
+    prompt = sum(int(r.get("prompt_tokens", 0)) for r in runs)
+    return {
+        "runs": len(runs),
+        "answers": answers,
+        "measured_s": round(measured, 1),
+        "answers_per_minute": _per_minute(answers, measured),
+        "by_k": {
+            k: {"answers": int(n), "seconds": round(sec, 1), "answers_per_minute": _per_minute(n, sec)}
+            for k, (n, sec) in sorted(by_k.items(), key=lambda kv: int(kv[0]))
+        },
+        "seconds": {name: round(sec, 1) for name, sec in phases.items()},
+        "server_prefill_s": round(prefill, 1),
+        "prompt_tokens_per_answer": round(prompt / answers) if answers else None,
+        "prefilled_tokens_per_answer": round(prefilled / answers) if answers else None,
+        "prefill_tokens_per_s": round(prefilled / prefill, 1) if prefill else None,
+        "each": [
+            {
+                "answers": r.get("answers"),
+                "answers_per_minute": r.get("answers_per_minute"),
+                "by_k": {k: c["answers_per_minute"] for k, c in (r.get("by_k") or {}).items()},
+                "prefill_tokens_per_s": r.get("prefill_tokens_per_s"),
+                "load_average": r.get("load_average"),
+            }
+            for r in runs
+        ],
+    }
+
+
+def _per_minute(answers: float, seconds: float) -> float | None:
+    return round(60 * answers / seconds, 1) if seconds > 0 and answers else None
+
+
+def _speed_rows(model: str, speed: Mapping[str, Any]) -> list[str]:
+    ks = ", ".join(f"k={k}: {c['answers_per_minute']}/min ({c['answers']})" for k, c in speed["by_k"].items())
+    sec = speed["seconds"]
+    rest = speed["measured_s"] - sec.get("engine", 0.0)
+    return [
+        f"- **{model}**: {speed['answers']} answers asked in {speed['measured_s']:.0f} s over {speed['runs']} run(s),"
+        f" {speed['answers_per_minute']}/min ({ks}); the engine {sec.get('engine', 0.0):.0f} s (its prefill"
+        f" {speed['server_prefill_s']:.0f} s, {speed['prefilled_tokens_per_answer']} of"
+        f" {speed['prompt_tokens_per_answer']} prompt tokens prefilled per answer at"
+        f" {speed['prefill_tokens_per_s']} tok/s), everything else {rest:.0f} s"
+        f" (mem0 {sec.get('mem0', 0.0):.0f} s, context build {sec.get('build', 0.0):.0f} s).",
+    ]
+
+
 def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
@@ -98,15 +161,26 @@ def _arm_rows(cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def markdown(models: Mapping[str, Mapping[str, Any]], title: str = "LoCoMo answer quality per arm") -> str:
-    """Tables of every model: arms per k, then the position curve."""
+def markdown(
+    models: Mapping[str, Mapping[str, Any]],
+    title: str = "LoCoMo answer quality per arm",
+    *,
+    speed: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> str:
+    """Tables of every model: arms per k, then the position curve; the harness's speed first where recorded."""
     lines = [
         f"# {title}",
         "",
         "F1 / EM in points (x100); Δ = paired mean difference from the pair arm (baseline;",
-        "chat+dedup: chat) with its 95 % bootstrap interval, * = the interval excludes 0.",
+        "chat arms: chat) with its 95 % bootstrap interval, * = the interval excludes 0.",
         "",
     ]
+    recorded = {m: s for m, s in (speed or {}).items() if s}
+    if recorded:
+        lines += ["## Harness speed", ""]
+        for model, s in recorded.items():
+            lines += _speed_rows(model, s)
+        lines.append("")
     for model, summary in models.items():
         for k, cells in summary["arms"].items():
             lines += [f"## {model}, k={k}", "", *_arm_rows(cells), ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,10 @@ from cp_memory.core.render import build_messages
 
 from .arms import Arm, arms_for
 from .cache import Answer, AnswerCache, prompt_sha
+from .labelled import rank_labelled_context
 from .position import position_prompts, single_evidence
 from .stats import exact_match
+from .timing import HarnessClock
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +94,23 @@ class QualityRun:
     asked: int = 0
     reused: int = 0
     errors: int = 0
+    clock: HarnessClock = field(default_factory=HarnessClock)
     _evidence: dict[str, EvidenceIndex] = field(default_factory=dict)
+    _texts: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def evidence(self, user: Ingested) -> EvidenceIndex:
         if user.user_id not in self._evidence:
-            self._evidence[user.user_id] = EvidenceIndex.of_user(self.search.memory, user.user_id)
+            with self.clock.phase("mem0"):
+                self._evidence[user.user_id] = EvidenceIndex.of_user(self.search.memory, user.user_id)
         return self._evidence[user.user_id]
+
+    def texts(self, user: Ingested) -> dict[str, str]:
+        """Every memory of the user by id (read once per run)."""
+        if user.user_id not in self._texts:
+            with self.clock.phase("mem0"):
+                rows = user_memories(self.search.memory, user.user_id)
+            self._texts[user.user_id] = {str(m["id"]): str(m.get("memory") or "") for m in rows}
+        return self._texts[user.user_id]
 
     def answer(
         self, key: tuple[str, str, int, str, str, int], messages: list[dict[str, Any]], qa: QA, hit: tuple[int, int]
@@ -105,10 +119,16 @@ class QualityRun:
         sha = prompt_sha(messages)
         row = self.cache.get(key, sha)
         if row is None:
-            same = self.cache.by_sha(self.model, sha) if key[1] == "position" else None
-            row = same and _rekeyed(same, key)
-            if row is None:
-                reply = self.engine.chat(messages, max_tokens=self.max_tokens)
+            # the identical request was answered under another key (an arm whose prompt equals another's
+            # for this question, the position test's repeats, a renamed arm): greedy, the same answer
+            same = self.cache.by_sha(self.model, sha)
+            row = same and _rekeyed(same, key, hit)
+            if row is not None:
+                self.reused += 1
+            else:
+                with self.clock.phase("engine"):
+                    reply = self.engine.chat(messages, max_tokens=self.max_tokens)
+                self.clock.engine_reply(reply.server_prompt_ms, reply.prompt_tokens, reply.cached_tokens)
                 if reply.error is not None:
                     self.errors += 1
                     logger.warning("%s: engine error %s", key, reply.error)
@@ -136,7 +156,8 @@ class QualityRun:
         """The questions in order, each through every arm before the next (a fresh builder per arm; chats
         restart every ``chat_turns``). Question-major: the aligned arms' prompts for one question share their
         blocks, so the engine's prompt cache serves the second and third almost free."""
-        states = [_ArmState.start(self, conv, user, k, arm) for arm in arms]
+        with self.clock.phase("build"):
+            states = [_ArmState.start(self, conv, user, k, arm) for arm in arms]
         for turn, qi in enumerate(qids):
             for state in states:
                 self._ask_arm(state, conv, user, k, turn, qi)
@@ -146,24 +167,30 @@ class QualityRun:
             st.history = []
             st.builder.new_chat(f"{st.chat_id}/chat{turn // self.chat_turns}")
         qa = conv.qa[qi]
-        built = st.builder.build(qa.question)
-        carrier = {"results": [], "context_pilot": {"context": built.context}}
-        history = st.history if st.arm.chat else None
-        messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
-        ev = self.evidence(user).score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
+        with self.clock.phase("build"):
+            built = st.builder.build(qa.question)
+            context = built.context
+            if st.arm.rank_labels:
+                context = rank_labelled_context(built.block_ids, built.retrieval_ids, self.texts(user))
+            carrier = {"results": [], "context_pilot": {"context": context}}
+            history = st.history if st.arm.chat else None
+            messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT, history=history)
+            ev = self.evidence(user).score(qa.evidence, built.block_ids + built.duplicate_ids, built.retrieval_ids)
         key = (self.model, "arms", k, st.arm.name, conv.sample_id, qi)
         row = self.answer(key, messages, qa, (ev.hit, ev.coverable))
-        st.builder.sent(built, row is not None)
+        with self.clock.phase("build"):
+            st.builder.sent(built, row is not None)
         if st.arm.chat:
             st.history += [messages[-1], {"role": "assistant", "content": row.answer if row else ""}]
 
     def run_position(self, conv: Conversation, user: Ingested, k: int, qids: Sequence[int]) -> None:
         """The controlled position test for ``qids`` (questions with one evidence memory) at ``k``."""
-        texts = {str(m["id"]): str(m.get("memory") or "") for m in user_memories(self.search.memory, user.user_id)}
+        texts = self.texts(user)
         evidence = self.evidence(user)
         for qi in qids:
             qa = conv.qa[qi]
-            ranked = self.search.ranked_ids(qa.question, top_k=k, filters={"user_id": user.user_id}, **MEM0_KWARGS)
+            with self.clock.phase("mem0"):
+                ranked = self.search.ranked_ids(qa.question, top_k=k, filters={"user_id": user.user_id}, **MEM0_KWARGS)
             for variant, context in position_prompts(qa, evidence, ranked, texts, k):
                 carrier = {"results": [], "context_pilot": {"context": context}}
                 messages = build_messages(qa.question, carrier, system=SYSTEM_PROMPT)
@@ -190,14 +217,26 @@ class _ArmState:
             conversation_id=chat_id,
             mem0_kwargs=MEM0_KWARGS,
             options=arm.options,
+            library_defaults=arm.library_defaults,
         )
         return cls(arm, builder, chat_id)
 
 
-def _rekeyed(row: Answer, key: tuple[str, str, int, str, str, int]) -> Answer:
+def _rekeyed(row: Answer, key: tuple[str, str, int, str, str, int], hit: tuple[int, int]) -> Answer:
+    """The answer to the identical request under ``key``, with this arm's own evidence figures."""
     from dataclasses import replace
 
-    return replace(row, model=key[0], part=key[1], k=key[2], arm=key[3], sample_id=key[4], q_index=key[5])
+    return replace(
+        row,
+        model=key[0],
+        part=key[1],
+        k=key[2],
+        arm=key[3],
+        sample_id=key[4],
+        q_index=key[5],
+        evidence_hit=hit[0],
+        evidence_coverable=hit[1],
+    )
 
 
 def _cut(qids: Sequence[int], r: int, rounds: int) -> tuple[int, ...]:
@@ -238,9 +277,12 @@ def _run_k(
     arms: Sequence[Arm],
     progress: Callable[[str], None],
 ) -> None:
-    for q in qids:  # retrieve once up front: every arm gets the same memoized mem0 results
-        run.search.search(conv.qa[q].question, top_k=k, filters={"user_id": user.user_id}, **MEM0_KWARGS)
+    t0, asked0 = time.perf_counter(), run.asked
+    with run.clock.phase("mem0"):
+        for q in qids:  # retrieve once up front: every arm gets the same memoized mem0 results
+            run.search.search(conv.qa[q].question, top_k=k, filters={"user_id": user.user_id}, **MEM0_KWARGS)
     run.run_arms(conv, user, k, arms, qids)
+    run.clock.k_done(k, run.asked - asked0, time.perf_counter() - t0)
     progress(f"{conv.sample_id} k={k}: {len(qids)} q x {len(arms)} arms (asked {run.asked}, cached {run.reused})")
 
 

@@ -470,6 +470,9 @@ class _FakeMemory:
     def get_all(self, *, filters: dict[str, Any], top_k: int) -> dict[str, Any]:
         return {"results": [{}] * self.by_user.get(filters["user_id"], 0)}
 
+    def delete_all(self, *, user_id: str) -> None:
+        self.by_user.pop(user_id, None)
+
 
 def _tiny_conversation() -> Any:
     from benchmarks.common.locomo import QA, Conversation, Observation, Turn
@@ -511,8 +514,12 @@ def test_ingest_sources_and_reuse() -> None:
     assert all(kw["infer"] is False for _, kw in mem.calls)
     again = ingest(mem, [conv], "observations", progress=False)  # already stored: not added twice
     assert again[0].added == 0 and len(mem.calls) == 2
+    mem.by_user["locomo-c-observations"] = 1  # a run cut off mid-ingestion left one of two memories
+    redone = ingest(mem, [conv], "observations", progress=False)
+    assert redone[0].added == 2 and redone[0].memories == 2 and len(mem.calls) == 4  # emptied, ingested again
+    mem.calls.clear()
     ingest(mem, [conv], "extract", progress=False)
-    assert [kw["infer"] for _, kw in mem.calls[2:]] == [True, True]
+    assert [kw["infer"] for _, kw in mem.calls] == [True, True]
 
 
 def test_judge_scores_with_a_stub_client() -> None:

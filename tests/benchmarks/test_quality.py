@@ -13,15 +13,23 @@ import pytest
 from benchmarks.common.locomo import QA
 from benchmarks.common.model_fetch import QWEN25_CODER_15B, ModelMissing, _check_header, gguf_header, model_path
 from benchmarks.locomo.evidence import EvidenceIndex
-from benchmarks.quality.arms import ARMS, arms_for, parse_arms
+from benchmarks.quality.arms import ARMS, DECISIVE, Arm, arms_for, parse_arms
 from benchmarks.quality.cache import Answer, AnswerCache
 from benchmarks.quality.cli import label, main, parse_questions
+from benchmarks.quality.labelled import rank_labelled_context
 from benchmarks.quality.position import VARIANTS, position_prompts, single_evidence
+from benchmarks.quality.report import harness_speed
 from benchmarks.quality.stats import exact_match, paired_diff
+from benchmarks.quality.timing import HarnessClock, read_runs, write_run
 from tests.support import llama_server_binary, locomo_file
 
 
 def test_arms_pairs_and_chat_limit() -> None:
+    assert [a.name for a in parse_arms("decisive")] == list(DECISIVE)
+    assert DECISIVE == ("baseline", "default", "aligned-noann", "swap@0.1/0.75", "labelled", "chat", "chat+dedup")
+    assert ARMS["default"].library_defaults and not ARMS["default"].options
+    assert ARMS["chat+dedup"].options == ARMS["chat"].options == {"align": False, "labels": "bullet"}
+    assert ARMS["chat-doc+dedup"].pair == "chat-doc"
     assert [a.name for a in parse_arms("chat+dedup")] == ["chat", "chat+dedup"]
     assert [a.name for a in parse_arms("aligned-full")] == ["baseline", "aligned-full"]
     assert ARMS["aligned-full"].options == {"annotate_top": None}
@@ -96,6 +104,55 @@ def test_answer_cache_resumes_and_checks_the_prompt(tmp_path: Path) -> None:
     assert again.get(_row("baseline", 1, 1.0).key, "other prompt") is None
 
 
+def test_identical_request_is_found_under_any_key(tmp_path: Path) -> None:
+    cache = AnswerCache(tmp_path / "m.jsonl")
+    cache.add(_row("baseline", 1, 1.0))
+    assert cache.by_sha("m", "s") is not None and cache.by_sha("m", "other") is None
+    assert AnswerCache(tmp_path / "m.jsonl").by_sha("m", "s") is not None  # rebuilt on load
+
+
+def test_labelled_blocks_move_with_their_rank_labels() -> None:
+    """mem0 ranked m1 > m2 > m3; alignment put m3 first. Each block keeps its rank label, and the annotation
+    names the labels in rank order because the prompt no longer starts with them in that order."""
+    texts = {"m1": "Alice likes tea", "m2": "Bob runs", "m3": "Carol paints"}
+    ctx = rank_labelled_context(["m3", "m1", "m2"], ["m1", "m2", "m3"], texts)
+    assert ctx.splitlines()[:3] == ["[Doc 3] Carol paints", "[Doc 1] Alice likes tea", "[Doc 2] Bob runs"]
+    assert "[Doc 1]" in ctx.splitlines()[-1] and ctx.splitlines()[-1].index("[Doc 1]") < ctx.splitlines()[-1].index(
+        "[Doc 2]"
+    )
+    in_order = rank_labelled_context(["m1", "m2", "m3"], ["m1", "m2", "m3"], texts)
+    assert in_order == "[Doc 1] Alice likes tea\n[Doc 2] Bob runs\n[Doc 3] Carol paints"  # nothing owed
+    with pytest.raises(ValueError, match="permutation"):
+        rank_labelled_context(["m1", "m4"], ["m1", "m2"], {**texts, "m4": "x"})
+
+
+def test_library_defaults_arm_takes_no_options() -> None:
+    with pytest.raises(ValueError, match="no options"):
+        Arm("x", "aligned", {"annotate": False}, library_defaults=True)
+
+
+def test_harness_clock_charges_the_innermost_phase_and_reports_speed(tmp_path: Path) -> None:
+    clock = HarnessClock()
+    with clock.phase("build"):
+        with clock.phase("engine"):
+            pass
+    clock.engine_reply(500.0, 1000, 400)
+    clock.k_done(20, 30, 45.0)
+    with pytest.raises(ValueError, match="unknown phase"):
+        with clock.phase("nap"):
+            pass
+    record = clock.summary(30)
+    assert record["prefilled_tokens"] == 600 and record["prefill_tokens_per_s"] == 1200.0
+    assert record["by_k"]["20"] == {"answers": 30, "seconds": 45.0, "answers_per_minute": 40.0}
+    cache = tmp_path / "quality_answers" / "m.jsonl"
+    write_run(cache, record)
+    write_run(cache, record)
+    speed = harness_speed(read_runs(cache))
+    assert speed is not None and speed["runs"] == 2 and speed["answers"] == 60
+    assert speed["by_k"]["20"]["answers_per_minute"] == 40.0 and speed["prefilled_tokens_per_answer"] == 20
+    assert harness_speed([]) is None
+
+
 def _gguf(path: Path, kv: dict[str, str | int]) -> Path:
     def s(x: str) -> bytes:
         return struct.pack("<Q", len(x.encode())) + x.encode()
@@ -145,11 +202,12 @@ def test_five_questions_through_smollm2_end_to_end(tmp_path: Path) -> None:
     llama_server_binary()
     locomo = str(locomo_file())
     argv = ["--locomo", locomo, "--conversations", "0", "--questions", "5=5", "--position", "2", "--position-k", "5",
-            "--chat-turns", "3", "--max-tokens", "12", "--out", str(tmp_path)]  # fmt: skip
+            "--chat-turns", "3", "--max-tokens", "12", "--out", str(tmp_path),
+            "--mem0-dir", str(tmp_path / "mem0")]  # fmt: skip
     assert main(argv) == 0
     result = json.loads((tmp_path / "quality.json").read_text())
     arms = result["models"]["smollm2"]["arms"]["5"]
-    assert list(arms) == list(ARMS)
+    assert list(arms) == list(DECISIVE)
     for name, cell in arms.items():
         assert cell["n"] == 5 and 0 <= cell["f1"] <= 100 and 0 <= cell["em"] <= 100
         assert sum(c["n"] for c in cell["categories"].values()) == 5
@@ -160,7 +218,9 @@ def test_five_questions_through_smollm2_end_to_end(tmp_path: Path) -> None:
     assert result["counts"]["smollm2"] == {"k=5": 5, "position k=5": 2}
     assert (tmp_path / "quality.md").read_text().startswith("# LoCoMo answer quality")
     lines = (tmp_path / "quality_answers" / "smollm2.jsonl").read_text().splitlines()
-    assert len(lines) == 8 * 5 + 5 * 2
+    assert len(lines) == 7 * 5 + 5 * 2
+    speed = result["harness_speed"]["smollm2"]
+    assert speed["runs"] == 1 and 0 < speed["answers"] <= 45 and speed["by_k"]["5"]["answers"] <= 35
     # resumable: a second run rebuilds the same prompts and answers every one of them from the cache
     assert main(argv) == 0
     assert (tmp_path / "quality_answers" / "smollm2.jsonl").read_text().splitlines() == lines
