@@ -269,6 +269,41 @@ def test_no_cycle_between_the_packages_rooms():
     assert cycles == []
 
 
+def test_no_cycle_between_modules():
+    """No module reaches itself through the modules it imports, a function-level or TYPE_CHECKING import
+    included (a factory that imports its implementation lazily lives above both; a shared record lives
+    below both): strongly connected components of the module graph (Tarjan) must all be single modules."""
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, _, target in _internal_imports():
+        if target in MODULES and target != name:
+            graph[name].add(target)
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in order:
+            visit(name)
+    assert cycles == []
+
+
 #: private names imported across modules, each with why it waits: empty since issue 33 (a shared piece is
 #: public in its owner module); an entry needs a reason and is refused once no longer needed
 PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}

@@ -4,14 +4,14 @@ and its kinds. Bad arguments are plain ``ValueError`` / ``TypeError`` (:mod:`cp_
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import Literal
 
 from ..core.errors import CPMemoryError
 
-if TYPE_CHECKING:
-    from .records import Role
+__all__ = ["AgentsError", "ChainOfAgentsError", "Role"]
 
-__all__ = ["AgentsError", "ChainOfAgentsError"]
+#: who made an engine call (a failed chain names it; :mod:`.records` re-exports it with the call records)
+Role = Literal["worker", "manager"]
 
 
 class AgentsError(CPMemoryError):

@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from cp_memory.core.blocks import ContextBlock
 from cp_memory.core.dedup import DedupResult
 
-from .errors import ChainOfAgentsError
+from .errors import ChainOfAgentsError, Role
 from .routes import Route, RouteReason
 from .segment import Segment
 
@@ -29,9 +29,6 @@ __all__ = [
     "RouterStep",
     "SyncCompletionClient",
 ]
-
-#: who made an engine call
-Role = Literal["worker", "manager"]
 
 
 @runtime_checkable

@@ -38,15 +38,14 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cp_memory.core.lru import LRUMap
+from cp_memory.state.client import StateClient
 from cp_memory.state.health import StoreHealth
 from cp_memory.state.keys import StateKeys
-from cp_memory.state.ops import AsyncStateStore, Op, Read, Write, open_async_state_store
+from cp_memory.state.ops import AsyncStateStore, Op, open_async_state_store
 from cp_memory.state.store import (
     STATE_RETRY_S,
     STATE_TIMEOUT_S,
     StateStore,
-    StoreUnavailable,
     Versioned,
     open_state_store,
 )
@@ -299,16 +298,25 @@ class RouterState:
         self.keys = StateKeys(config.tenant)
         self.pool_key = self.keys.router_pool(config.name, self.names)
         self.instance = uuid.uuid4().hex
-        self.store: StateStore = open_state_store(config.url, timeout_s=config.timeout_s)
-        self.astore: AsyncStateStore = open_async_state_store(config.url, self.store, timeout_s=config.timeout_s)
-        self.health = StoreHealth(
+        store = open_state_store(config.url, timeout_s=config.timeout_s)
+        health = StoreHealth(
             f"of router {config.name!r}",
             retry_s=config.retry_s,
             fallback="the router routes with its local cache models, homes and counters",
             back="shared homes and counters",
         )
+        self.client = StateClient(
+            store,
+            keys=self.keys,
+            ttl_s=config.ttl_s,
+            health=health,
+            astore=open_async_state_store(config.url, store, timeout_s=config.timeout_s),
+            warn_keys=256,
+        )
+        self.store: StateStore = self.client.store
+        self.astore: AsyncStateStore = self.client.astore
+        self.health = health
         self._last: tuple[Pool, str] | None = None  # the pool record this router read or wrote last
-        self._warned: LRUMap[str, bool] = LRUMap(256)
 
     def home_key(self, head: Hashable) -> str:
         return self.keys.router_home(self.config.name, self.names, key_digest(head))
@@ -319,34 +327,14 @@ class RouterState:
 
     # ------------------------------------------------------------------ store calls
     def _read(self, key: str) -> Op[Versioned | None]:
-        if not self.health.usable():
-            return None
-        try:
-            got: Versioned = yield Read(key, "", self.config.ttl_s)
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return None
-        self.health.succeeded()
-        return got
+        return self.client.read(key)
 
     def _write(self, key: str, data: bytes, expected: str) -> Op[str | None]:
         """The new token; "" on a conflict; None when the store cannot answer."""
-        if not self.health.usable():
-            return None
-        try:
-            written: str | None = yield Write(key, data, expected, self.config.ttl_s)
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return None
-        self.health.succeeded()
-        return written or ""
+        return self.client.write(key, data, expected=expected)
 
     def _bad(self, key: str, exc: Exception) -> None:
-        first = self._warned.peek(key) is None
-        self._warned.set(key, True)
-        (logger.warning if first else logger.debug)(
-            "the router's state store holds an unusable value under %s (%s): it is replaced", key, exc
-        )
+        self.client.bad_value(key, exc, "the router replaces it")
 
     def _pool(self, got: Versioned) -> Pool:
         if got.absent or got.data is None:

@@ -13,7 +13,7 @@ Both send a batch as the array ``[ts, [event, ...], data_parallel_rank?]``. :cla
 event encoded (``msgspec.Raw``, a slice, no copy): :func:`event_record` decodes it by its layout (msgspec
 unions may not mix maps and arrays of Structs) and skips a type not in :data:`EVENT_TYPES`. A block hash is
 ``Any`` here, msgspec refusing a ``bytes | str`` union: :func:`event_record` checks each with the one rule
-(an int, or bytes or a str of at most :data:`~cp_memory.engine.kv_wire.MAX_HASH_BYTES`). msgspec is the
+(an int, or bytes or a str of at most :data:`~cp_memory.engine.kv_records.MAX_HASH_BYTES`). msgspec is the
 ``kv-events`` extra: kv_wire imports this module when it decodes.
 """
 
@@ -23,7 +23,8 @@ from typing import Annotated, Any, ClassVar
 
 import msgspec
 
-from .kv_wire import (
+from .errors import MalformedEvents
+from .kv_records import (
     MAX_BLOCK_SIZE,
     MAX_HASH_BYTES,
     AllBlocksCleared,
@@ -31,7 +32,6 @@ from .kv_wire import (
     BlockRemoved,
     BlockStored,
     KVEvent,
-    MalformedEvents,
 )
 
 __all__ = [

@@ -15,7 +15,7 @@ import json
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 import httpx
 
@@ -23,12 +23,10 @@ from .deadline import parse_retry_after
 from .errors import EngineResponseTooLarge, EngineStatusError, EngineStreamError, RetryableStatus
 from .sse import CompletionResult, StreamDecoder, error_detail
 
-if TYPE_CHECKING:
-    from .transport import Call
-
 __all__ = [
     "DECODE_PIECE",
     "ERROR_BODY_LIMIT",
+    "Attempt",
     "Body",
     "Bounded",
     "Handler",
@@ -64,6 +62,45 @@ class Reply:
             return None
 
 
+class _Planned(Protocol):
+    @property
+    def chat(self) -> bool: ...
+
+    @property
+    def request_id(self) -> str | None: ...
+
+
+class _Limits(Protocol):
+    @property
+    def max_response_bytes(self) -> int: ...
+
+
+class Attempt(Protocol):
+    """What the handlers read of one attempt of a call (:class:`cp_memory.engine.transport.Call` is one):
+    where it went, when it started, its byte cap and deadline, and the byte counters :class:`Bounded`
+    advances (the call resets them per attempt)."""
+
+    received: int  # decoded bytes of this attempt's answer
+    received_raw: int  # bytes of it on the wire
+    t0: float
+
+    @property
+    def request(self) -> _Planned: ...
+
+    @property
+    def config(self) -> _Limits: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def where(self) -> str: ...
+
+    def expired(self) -> bool: ...
+
+    def deadline_error(self) -> Exception: ...
+
+
 class Handler(Protocol[T_co]):
     """Consumes an answer's body: ``feed`` returns ``True`` to stop reading early."""
 
@@ -75,7 +112,7 @@ class Handler(Protocol[T_co]):
 class ErrorBody:
     """Collects the start of an error answer (:data:`ERROR_BODY_LIMIT`), then raises."""
 
-    def __init__(self, call: Call[Any], status: int, headers: httpx.Headers) -> None:
+    def __init__(self, call: Attempt, status: int, headers: httpx.Headers) -> None:
         self.call = call
         self.status = status
         self.retry_after = parse_retry_after(headers.get("retry-after"))
@@ -99,7 +136,7 @@ class ErrorBody:
 class Stream:
     """A successful completion answer: SSE (or one JSON document) into a CompletionResult."""
 
-    def __init__(self, call: Call[CompletionResult], headers: httpx.Headers) -> None:
+    def __init__(self, call: Attempt, headers: httpx.Headers) -> None:
         self.call = call
         event_stream = "text/event-stream" in headers.get("content-type", "")
         self.decoder = StreamDecoder(call.url, call.t0, chat=call.request.chat, event_stream=event_stream)
@@ -165,7 +202,7 @@ class Bounded(Generic[T_co]):
     ``Accept-Encoding: identity``) is a malformed answer; an error answer in one is kept raw
     (under :data:`ERROR_BODY_LIMIT`), so that its status still counts."""
 
-    def __init__(self, call: Call[Any], inner: Handler[T_co], status: int, headers: httpx.Headers) -> None:
+    def __init__(self, call: Attempt, inner: Handler[T_co], status: int, headers: httpx.Headers) -> None:
         self.call = call
         self.inner = inner
         self.codings = [c.strip().lower() for c in headers.get("content-encoding", "").split(",") if c.strip()]
@@ -218,7 +255,7 @@ class Bounded(Generic[T_co]):
         return self.inner.finish()
 
 
-def completion_handler(call: Call[CompletionResult], status: int, headers: httpx.Headers) -> Handler[CompletionResult]:
+def completion_handler(call: Attempt, status: int, headers: httpx.Headers) -> Handler[CompletionResult]:
     if status >= 400:
         return ErrorBody(call, status, headers)
     return Stream(call, headers)

@@ -6,13 +6,13 @@ on a ZMQ ``PUB`` socket, one multipart message per scheduler step that changed t
     [topic, sequence (8 bytes, big-endian), msgpack([timestamp, [event, ...], dp_rank?])]
 
 An event is a ``BlockStored`` (block hashes, parent block hash, token ids, block size, ...), a
-``BlockRemoved`` (block hashes) or an ``AllBlocksCleared``. vLLM >= 0.11 encodes an event as a map
-with a ``"type"`` key; older vLLM and SGLang as an array whose first item is the type name, then the
-fields in declaration order. :func:`decode_batch` reads both with msgspec Structs declared as the engines
-declare them (:mod:`cp_memory.engine._kv_structs`), checks what a Struct cannot declare (a block hash is an
-int, or bytes or a str; one block per ``block_size`` token ids) and skips an event type it does not know;
-anything else raises :class:`MalformedEvents`. A field the decoder does not read is skipped unread, as the
-engines' own decoders skip it.
+``BlockRemoved`` (block hashes) or an ``AllBlocksCleared``. vLLM >= 0.11 encodes an event as a map with a
+``"type"`` key; older vLLM and SGLang as an array whose first item is the type name, then the fields in
+declaration order (the records: :mod:`cp_memory.engine.kv_records`). :func:`decode_batch` reads both with
+msgspec Structs declared as the engines declare them (:mod:`cp_memory.engine._kv_structs`), checks what a
+Struct cannot declare (a block hash is an int, or bytes or a str; one block per ``block_size`` token ids)
+and skips an event type it does not know; anything else raises :class:`MalformedEvents`. A field the decoder
+does not read is skipped unread, as the engines' own decoders skip it.
 
 Decoding is bounded (the feed's socket is not trusted): a payload over ``max_message_bytes``
 (:data:`MAX_MESSAGE_BYTES`, 4 MiB; also the subscriber's ZMQ ``MAXMSGSIZE``, so a bigger message is
@@ -28,11 +28,22 @@ batch, not when ``/reset_prefix_cache`` answers.
 from __future__ import annotations
 
 import gc
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from .errors import MalformedEvents
+from .kv_records import (
+    MAX_BLOCK_SIZE,
+    MAX_EVENTS_PER_BATCH,
+    MAX_HASH_BYTES,
+    MAX_MESSAGE_BYTES,
+    AllBlocksCleared,
+    BlockHash,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    KVEvent,
+)
 
 __all__ = [
     "MAX_BLOCK_SIZE",
@@ -50,62 +61,9 @@ __all__ = [
     "decode_event",
 ]
 
-#: the largest payload decoded (bytes); also the subscriber's ZMQ ``MAXMSGSIZE`` (4x a 128k-token step)
-MAX_MESSAGE_BYTES = 4 * 2**20
-#: the most events one message may carry (vLLM sends one ``BlockRemoved`` per evicted block)
-MAX_EVENTS_PER_BATCH = 262_144
-#: the largest ``block_size`` accepted (vLLM: 16 by default, hybrid models a few hundred)
-MAX_BLOCK_SIZE = 65_536
-#: the longest bytes/str block hash accepted (vLLM's sha256: 32 bytes)
-MAX_HASH_BYTES = 256
-
-#: a block hash as published: an int (vLLM >= 0.10 with the default hash), bytes (sha256) or a str
-BlockHash = Hashable
-
-
-@dataclass(frozen=True)
-class BlockStored:
-    """``block_hashes[i]`` holds ``token_ids[i * block_size : (i + 1) * block_size]``, chained after
-    ``parent_block_hash`` (None: the first block of a prompt)."""
-
-    block_hashes: tuple[BlockHash, ...]
-    parent_block_hash: BlockHash | None
-    token_ids: tuple[int, ...]
-    block_size: int
-    medium: str | None = None
-    group: int | None = None
-
-
-@dataclass(frozen=True)
-class BlockRemoved:
-    """The engine dropped these blocks (evicted to make room, or replaced)."""
-
-    block_hashes: tuple[BlockHash, ...]
-    medium: str | None = None
-    group: int | None = None
-
-
-@dataclass(frozen=True)
-class AllBlocksCleared:
-    """The engine holds no cached block any more (a cache reset, or a restarted engine)."""
-
-
-KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
-@dataclass(frozen=True)
-class EventBatch:
-    """One published message: the events of one engine step, in order."""
-
-    seq: int
-    ts: float
-    events: tuple[KVEvent, ...]
-    rank: int | None = None
-
-
 # ---------------------------------------------------------------------------------------------
 # decoding: declared msgspec Structs (cp_memory.engine._kv_structs, imported on first use: msgspec is the
-# kv-events extra) -> the records above
+# kv-events extra) -> the records (cp_memory.engine.kv_records, re-exported here)
 # ---------------------------------------------------------------------------------------------
 
 

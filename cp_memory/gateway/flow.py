@@ -27,12 +27,22 @@ from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SentLog, digest, replay
 from .rules import RuleResult, apply_rules
 from .schema import schema_enabled, strip_tools
-from .sessions import SessionState, SessionStore, open_session_store
+from .sessions import SessionState, SessionStore
 from .tenancy import Identity, identify
 
-__all__ = ["Gateway", "Plan"]
+__all__ = ["Gateway", "Plan", "open_session_store"]
 
 logger = logging.getLogger(__name__)
+
+
+def open_session_store(config: GatewayConfig) -> SessionStore:
+    """The sessions ``config.state_store`` names: this process's (None, the default) or Redis (imported only
+    then: the ``redis`` extra)."""
+    if config.state_store is None:
+        return SessionStore(config.max_sessions, config.session_ttl_s, config.max_tenants)
+    from .shared_sessions import RedisSessionStore
+
+    return RedisSessionStore(config)
 
 
 @dataclass

@@ -5,11 +5,12 @@ for prefix replay) and its savings; a :class:`TenantState` the tenant's savings.
 hashes (:mod:`cp_memory.gateway.tenancy`): nothing is shared across tenants. A session idle for longer than the
 TTL is forgotten on its next lookup; the least recently used ones fall out when the map is full.
 
-Where they live is a seam (:func:`open_session_store`): this process (:class:`SessionStore`, the default) or
-a Redis shared by gateway replicas (``state_store=`` in :class:`~cp_memory.gateway.config.GatewayConfig`:
-:class:`~cp_memory.gateway.shared_sessions.RedisSessionStore`). Either way the flow asks
-``store.session(tenant, session)`` for a :class:`SessionState` and reads/writes its ``logs`` and calls its
-``record``; the Redis store loads the logs on that lookup and writes each assignment and booking through.
+Where they live is a seam (:func:`cp_memory.gateway.flow.open_session_store`): this process
+(:class:`SessionStore`, the default) or a Redis shared by gateway replicas (``state_store=`` in
+:class:`~cp_memory.gateway.config.GatewayConfig`:
+:class:`~cp_memory.gateway.shared_sessions.RedisSessionStore`). Either way the flow asks ``store.session(tenant,
+session)`` for a :class:`SessionState` and reads/writes its ``logs`` and calls its ``record``; the Redis store
+loads the logs on that lookup and writes each assignment and booking through.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..core.lru import LRUMap
 from ..providers.account import Savings, SavingsAccount
@@ -27,10 +27,7 @@ from .content.records import ContentState
 from .protocols import Api
 from .replay import SentLog
 
-if TYPE_CHECKING:
-    from .config import GatewayConfig
-
-__all__ = ["Attribution", "Booking", "SessionState", "SessionStore", "TenantState", "open_session_store"]
+__all__ = ["Attribution", "Booking", "SessionState", "SessionStore", "TenantState"]
 
 #: what a ledger also books elsewhere (a shared store): usage, gateway tokens, replayed, rewritten segments
 Booking = Callable[[CacheUsage, int, int, int], None]
@@ -150,12 +147,3 @@ class SessionStore:
 
     def __len__(self) -> int:
         return len(self._sessions)
-
-
-def open_session_store(config: GatewayConfig) -> SessionStore:
-    """The sessions ``config.state_store`` names: this process's (None, the default) or Redis."""
-    if config.state_store is None:
-        return SessionStore(config.max_sessions, config.session_ttl_s, config.max_tenants)
-    from .shared_sessions import RedisSessionStore
-
-    return RedisSessionStore(config)

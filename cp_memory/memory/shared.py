@@ -22,15 +22,14 @@ import logging
 import uuid
 import weakref
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from ..core.index import ContextIndex, Placement
-from ..core.lru import LRUMap
 from ..core.scope import Scope
-from ..state.errors import StoreUnavailable
+from ..state.client import CONFLICT, StateClient
 from ..state.health import StoreHealth
 from ..state.keys import StateKeys
-from ..state.ops import AsyncStateStore, AsyncStoreAdapter, Delete, Op, Read, Write, arun, open_async_state_store, run
+from ..state.ops import Op, open_async_state_store
 from ..state.records import decode_index, encode_index
 from ..state.store import StateStore, Versioned, open_state_store
 from .config import ContextPilotConfig
@@ -39,89 +38,12 @@ from .state import ScopeState, ScopeStore
 if TYPE_CHECKING:
     from .shared_dedup import SharedDeduplicator
 
-__all__ = ["CONFLICT", "INSERT_ATTEMPTS", "Shared", "SharedState", "open_shared"]
+__all__ = ["CONFLICT", "INSERT_ATTEMPTS", "Shared", "open_shared"]
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 #: compare-and-set attempts of one index insert before it stays in this process's index
 INSERT_ATTEMPTS = 5
-#: what :meth:`SharedState.write` returns when the key no longer holds the expected token
-CONFLICT = ""
-
-
-class SharedState:
-    """A store (its sync and async sides), its keys (tenant), TTL and health. Every operation is a generator of
-    store requests (:mod:`cp_memory.state.ops`) run by :meth:`run` or :meth:`arun`; it returns None when the
-    store cannot say."""
-
-    def __init__(
-        self, store: StateStore, config: ContextPilotConfig, name: str = "", astore: AsyncStateStore | None = None
-    ) -> None:
-        self.store = store
-        self.astore: AsyncStateStore = astore if astore is not None else AsyncStoreAdapter(store)
-        self.keys = StateKeys(config.state_tenant)
-        self.ttl_s = config.state_ttl_s
-        self.health = StoreHealth(name or type(store).__name__, retry_s=config.state_retry_s)
-        self._warned: LRUMap[str, bool] = LRUMap(1024)
-
-    def run(self, op: Op[T]) -> T:
-        """Drive ``op`` with the sync store (blocks the calling thread up to the store's timeout)."""
-        return run(op, self.store)
-
-    async def arun(self, op: Op[T]) -> T:
-        """Drive ``op`` with the async store (the event loop keeps running while the store answers)."""
-        return await arun(op, self.astore)
-
-    def read(self, key: str, have: str = "") -> Op[Versioned | None]:
-        if not self.health.usable():
-            return None
-        try:
-            got: Versioned = yield Read(key, have, self.ttl_s)
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return None
-        self.health.succeeded()
-        return got
-
-    def write(self, key: str, data: bytes, *, expected: str) -> Op[str | None]:
-        """The new token; ``CONFLICT`` ("") when the key no longer holds ``expected``; None when the store
-        cannot answer."""
-        written, _ = yield from self.write_outcome(key, data, expected=expected)
-        return written
-
-    def write_outcome(
-        self, key: str, data: bytes, *, expected: str, token: str | None = None
-    ) -> Op[tuple[str | None, bool]]:
-        """:meth:`write` (the new value's token ``token`` when given) and whether a failed write was *sent*:
-        True when the store failed after the request went out (a timeout): it may have been applied, or may
-        still be (a compare-and-set on ``expected``)."""
-        if not self.health.usable():
-            return None, False
-        try:
-            written: str | None = yield Write(key, data, expected, self.ttl_s, token)
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return None, True
-        self.health.succeeded()
-        return (CONFLICT if written is None else written), False
-
-    def delete(self, key: str) -> Op[bool]:
-        try:
-            yield Delete(key)
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return False
-        return True
-
-    def bad_value(self, key: str, exc: Exception, consequence: str) -> None:
-        """One warning per key for a value this store cannot use (foreign or malformed)."""
-        first = self._warned.peek(key) is None
-        self._warned.set(key, True)
-        (logger.warning if first else logger.debug)(
-            "the state store holds an unusable value under %s (%s: %s): %s", key, type(exc).__name__, exc, consequence
-        )
 
 
 class Shared:
@@ -132,7 +54,7 @@ class Shared:
     insert under the lock, then write by compare-and-set; another search of this process that moved the
     index in between makes it read again, as another process would."""
 
-    def __init__(self, shared: SharedState, scopes: ScopeStore, deduplicator: SharedDeduplicator) -> None:
+    def __init__(self, shared: StateClient, scopes: ScopeStore, deduplicator: SharedDeduplicator) -> None:
         self.state = shared
         self.scopes = scopes
         self.deduplicator = deduplicator
@@ -250,6 +172,12 @@ def open_shared(config: ContextPilotConfig, scopes: ScopeStore, store: StateStor
         name = url.split("@")[-1]  # never the password
     else:
         name, astore = type(store).__name__, None
-    shared = SharedState(store, config, name, astore)
+    shared = StateClient(
+        store,
+        keys=StateKeys(config.state_tenant),
+        ttl_s=config.state_ttl_s,
+        health=StoreHealth(name or type(store).__name__, retry_s=config.state_retry_s),
+        astore=astore,
+    )
     dedup = SharedDeduplicator(shared, max_conversations=config.max_conversations, content=config.content_dedup)
     return Shared(shared, scopes, dedup)

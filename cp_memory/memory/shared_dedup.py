@@ -44,11 +44,11 @@ from ..core.dedup_plan import check_turn, committed_result, plan_turn, register_
 from ..core.dedup_records import Conversation, DedupResult, Location, PlanTicket
 from ..core.lru import LRUMap
 from ..core.scope import Scope
+from ..state.client import CONFLICT, StateClient
 from ..state.errors import LostRecord
 from ..state.ops import Op
 from ..state.records import decode_conversation, encode_conversation, encode_tombstone
 from ..state.store import new_token
-from .shared import CONFLICT, SharedState
 
 __all__ = ["SharedDeduplicator"]
 
@@ -92,7 +92,7 @@ _SEARCH_READ: ContextVar[tuple[int, str, Conversation | _Unknown] | None] = Cont
 class SharedDeduplicator(Deduplicator):
     """A :class:`~cp_memory.core.dedup.Deduplicator` whose committed state lives in a shared store."""
 
-    def __init__(self, shared: SharedState, *, max_conversations: int, content: bool) -> None:
+    def __init__(self, shared: StateClient, *, max_conversations: int, content: bool) -> None:
         super().__init__(max_conversations=max_conversations, content=content)
         self.shared = shared
         # key -> (generation, last turn number) this process saw

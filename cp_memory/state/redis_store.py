@@ -18,7 +18,7 @@ from typing import Any
 
 from ..extras import requires
 from .errors import StoreUnavailable
-from .store import MALFORMED, Versioned, new_token
+from .versioned import MALFORMED, Versioned, new_token
 
 with requires("redis", "cp_memory.state.redis_store"):
     import redis

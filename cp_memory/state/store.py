@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .errors import StoreUnavailable
+from .versioned import MALFORMED, Versioned, new_token
 
 __all__ = [
     "MALFORMED",
@@ -33,27 +33,6 @@ __all__ = [
 STATE_TIMEOUT_S = 0.25
 #: after a failed call, how long callers use their fallback before asking the store again (seconds)
 STATE_RETRY_S = 2.0
-
-#: the token a reader sees for a key that holds something this store did not write (another type, no token):
-#: a write passing it as ``expected`` replaces that value
-MALFORMED = "!malformed"
-
-
-@dataclass(frozen=True)
-class Versioned:
-    """A read: ``token`` of the value ("" when the key is absent) and its bytes (None when absent, or when
-    the key still holds the token the reader already has)."""
-
-    token: str
-    data: bytes | None
-
-    @property
-    def absent(self) -> bool:
-        return self.token == ""
-
-
-def new_token() -> str:
-    return uuid.uuid4().hex
 
 
 @runtime_checkable
