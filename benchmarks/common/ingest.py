@@ -150,6 +150,21 @@ def make_memory(
     return default_memory(store_dir, llm=llm) if llm is not None else default_memory(store_dir)
 
 
+def close_memory(memory: Any) -> None:
+    """Release what a mem0 ``Memory`` holds: its history db (mem0's ``close``) and its vector store's client.
+    mem0's ``close`` leaves the Qdrant client open, and local Qdrant locks its folder until that client closes:
+    a second ``Memory`` on the same folder in the same process (a resumed run, a test) needs it closed."""
+    for release in (
+        getattr(memory, "close", None),
+        getattr(getattr(getattr(memory, "vector_store", None), "client", None), "close", None),
+    ):
+        if callable(release):
+            try:
+                release()
+            except Exception:
+                logger.debug("closing mem0 failed", exc_info=True)
+
+
 def user_memories(memory: Any, user_id: str) -> list[Any]:
     """Every memory of ``user_id`` in a mem0 store."""
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks.common import harness
 from benchmarks.common.export import PromptExport
-from benchmarks.common.ingest import MEMORY_SOURCES, Ingested, ingest, make_memory
+from benchmarks.common.ingest import MEMORY_SOURCES, Ingested, close_memory, ingest, make_memory
 from benchmarks.common.locomo import QA, Conversation, load_locomo
 from benchmarks.common.locomo_select import select_conversations
 from benchmarks.common.modes import BUDGET, CHAT_MODES, MODES, CachedSearch, parse_top_k
@@ -252,16 +252,7 @@ def _measure(
         if own_engine:
             eng.close()
         if own_memory and memory is not None:
-            _close(memory)
-
-
-def _close(memory: Any) -> None:
-    close = getattr(memory, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception:
-            logger.debug("closing mem0 failed", exc_info=True)
+            close_memory(memory)
 
 
 def _described(cfg: BenchConfig, settings: RunSettings, picked: Sequence[tuple[int, Conversation]]) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def parse_args(argv: Sequence[str] | None) -> QualityConfig:
 
 
 def _measure(args: QualityConfig, argv: Sequence[str] | None) -> None:
-    from benchmarks.common.ingest import ingest, make_memory
+    from benchmarks.common.ingest import close_memory, ingest, make_memory
     from benchmarks.common.locomo import load_locomo
     from benchmarks.common.locomo_select import select_conversations
     from benchmarks.common.modes import CachedSearch
@@ -159,9 +159,7 @@ def _measure(args: QualityConfig, argv: Sequence[str] | None) -> None:
             write_run(cache_path, {**stats, **clock.summary(run.asked)})
             logger.info("harness: %s", clock.summary(run.asked))
         engine.close()
-        close = getattr(memory, "close", None)
-        if callable(close):
-            close()
+        close_memory(memory)
 
 
 def mem0_dir(option: str | None) -> str | None:

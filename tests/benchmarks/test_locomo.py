@@ -371,6 +371,7 @@ def test_cli_model_cache_quick_flags(
     from benchmarks.locomo import cli, run
 
     monkeypatch.setattr(run, "make_memory", lambda **_: memory)
+    monkeypatch.setattr(run, "close_memory", lambda _: None)  # the module's mem0 outlives this run
     argv = ["--engine", "model-cache", "--locomo", str(_locomo_path()), "--quick", "--questions", "2"]
     argv += ["--max-memories", "30", "--top-k", "4", "--out", str(tmp_path), "--no-progress"]
     argv += ["--summary-json", str(tmp_path / "summary.json")]
