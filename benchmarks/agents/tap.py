@@ -88,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         reader = SSETap(_MAX_EVENT_BYTES)
         status, whole = 502, b""
         try:
-            with tap.client.stream(method, tap.upstream + self.path, content=body, headers=headers) as answer:
+            with self._open(tap, method, body, headers) as answer:
                 status = answer.status_code
                 self.send_response(status)
                 for name, value in answer.headers.items():
@@ -110,6 +110,32 @@ class _Handler(BaseHTTPRequestHandler):
         reader.close()
         usage = reader.usage if reader.events else body_usage(whole)
         tap.keep(Tapped(method, self.path, body, status, usage, arrived, sent_headers))
+
+    def _open(self, tap: Tap, method: str, body: bytes, headers: dict[str, str]) -> Any:
+        """The upstream's answer, opened; a pooled connection the engine closed while idle (it answers nothing:
+        ``RemoteProtocolError`` before any byte) is dropped and the request sent once more on a fresh one."""
+        for attempt in (1, 2):
+            request = tap.client.build_request(method, tap.upstream + self.path, content=body, headers=headers)
+            try:
+                return _Opened(tap.client.send(request, stream=True))
+            except httpx.RemoteProtocolError:
+                if attempt == 2:
+                    raise
+                log.debug("tap: %s %s: the upstream closed an idle connection; sending again", method, self.path)
+        raise AssertionError("unreachable")
+
+
+class _Opened:
+    """An opened streamed answer as a context manager (closed on exit)."""
+
+    def __init__(self, answer: httpx.Response) -> None:
+        self.answer = answer
+
+    def __enter__(self) -> httpx.Response:
+        return self.answer
+
+    def __exit__(self, *exc: object) -> None:
+        self.answer.close()
 
 
 class _Server(ThreadingHTTPServer):
