@@ -5,21 +5,23 @@ The **decisive arms** (the default set, what users actually get):
 
 =====================  ============================================================================
 ``baseline``           mem0's order, no annotation (what a user without cp_memory sends)
-``default``            exactly what ``ContextPilotMemory(memory)`` does with no options: aligned order
-                       and the default order annotation (mem0's top five, then "the rest")
-``aligned-noann``      aligned order, no order annotation (isolates the annotation)
-``swap@0.1/0.75``      the recommended swap (a few cached memories in, as many low-ranked ones out),
-                       default annotation
+``default``            exactly what ``ContextPilotMemory(memory)`` does with no options: aligned order,
+                       no order annotation since the k=20 result (``annotate=False``; docs/quality.md)
+``aligned-noann``      aligned order, no order annotation (isolates the annotation; now the same prompt
+                       as ``default``, answered once)
+``swap@0.1/0.75``      the recommended swap (a few cached memories in, as many low-ranked ones out), no
+                       annotation (the library default)
 ``labelled``           the gateway's question: blocks keep mem0's rank as their label (``[Doc 3]`` stays
-                       ``[Doc 3]`` wherever alignment moves it), default annotation naming those labels
+                       ``[Doc 3]`` wherever alignment moves it), the top-five order annotation naming them
 ``chat``               chats of ``chat_turns`` questions with history, as the chat integrations lay them
                        out (``CHAT_CONFIG``: mem0's order, ``- text`` bullets), dedup off: dedup's pair
 ``chat+dedup``         ``CHAT_CONFIG`` itself: the same chats, memories sent in an earlier turn of the chat
                        become one pointer line ("Also relevant, shown before: turn 1 items 3, 7.")
 =====================  ============================================================================
 
-More, behind ``--arms all`` or by name: ``aligned`` (the default arm through the benchmark's option set, the
-name of the earlier runs), ``aligned-full`` (the paper's full annotation), ``superset@0.25``, ``chat-doc`` /
+More, behind ``--arms all`` or by name: ``aligned`` (aligned + the top-five annotation: the library default
+before the k=20 result, the name of the earlier runs), ``aligned-full`` (the paper's full annotation),
+``swap+ann`` (swap with the top-five annotation, the earlier ``swap@0.1/0.75``), ``superset@0.25``, ``chat-doc`` /
 ``chat-doc+dedup`` (the earlier chat pair: ``[Doc i]`` labels, aligned + the paper's location annotations).
 
 Every arm's prompt is the same chat request (:data:`benchmarks.locomo.runner.SYSTEM_PROMPT`, then the
@@ -81,13 +83,14 @@ ARMS: dict[str, Arm] = {
         Arm(BASELINE, "baseline"),
         Arm("default", "aligned", library_defaults=True),
         Arm("aligned-noann", "aligned", {"annotate": False}),
-        Arm("swap@0.1/0.75", "aligned+swap@0.1/0.75"),
-        Arm("labelled", "aligned", library_defaults=True, rank_labels=True),
+        Arm("swap@0.1/0.75", "aligned+swap@0.1/0.75", {"annotate": False}),
+        Arm("labelled", "aligned", rank_labels=True),
         Arm(CHAT_BASELINE, "aligned", _CHAT, chat=True),
         Arm("chat+dedup", "dedup", _CHAT, chat=True),
         # behind --arms all / by name
         Arm("aligned", "aligned"),
         Arm("aligned-full", "aligned", {"annotate_top": None}),
+        Arm("swap+ann", "aligned+swap@0.1/0.75"),
         Arm("superset@0.25", "aligned+superset@0.25"),
         Arm("chat-doc", "baseline", chat=True),
         Arm("chat-doc+dedup", "dedup", chat=True, pair_name="chat-doc"),

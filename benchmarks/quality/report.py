@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .arms import ARMS
+from .arms import ARMS, DECISIVE
 from .cache import Answer
 from .position import VARIANTS
 from .stats import by_category, mean_points, paired_diff
@@ -235,10 +235,14 @@ def plot_position(models: Mapping[str, Mapping[str, Any]], path: Path) -> Path |
 
 
 def counts(models: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """Questions every arm reached, per model and k (the headline counts of a partial run)."""
+    """Questions every decisive arm run reached (any arm where none ran), per model and k (the headline counts
+    of a partial run; the extra arms' own counts are in their rows)."""
     out: dict[str, dict[str, int]] = {}
     for model, s in models.items():
-        row = {f"k={k}": min((c["n"] for c in cells.values()), default=0) for k, cells in s["arms"].items()}
+        row = {}
+        for k, cells in s["arms"].items():
+            decisive = [c["n"] for name, c in cells.items() if name in DECISIVE]
+            row[f"k={k}"] = min(decisive or [c["n"] for c in cells.values()], default=0)
         row.update({f"position k={k}": cells.get("first", {}).get("n", 0) for k, cells in s["position"].items()})
         out[model] = row
     return out

@@ -21,6 +21,7 @@ from benchmarks.quality.position import VARIANTS, position_prompts, single_evide
 from benchmarks.quality.report import harness_speed
 from benchmarks.quality.stats import exact_match, paired_diff
 from benchmarks.quality.timing import HarnessClock, read_runs, write_run
+from cp_memory.memory.config import ContextPilotConfig
 from tests.support import llama_server_binary, locomo_file
 
 
@@ -34,6 +35,9 @@ def test_arms_pairs_and_chat_limit() -> None:
     assert [a.name for a in parse_arms("aligned-full")] == ["baseline", "aligned-full"]
     assert ARMS["aligned-full"].options == {"annotate_top": None}
     assert ARMS["aligned-noann"].options == {"annotate": False}
+    # the library default has no order annotation since the k=20 result (docs/quality.md); swap follows it
+    assert ContextPilotConfig().annotate is False
+    assert ARMS["swap@0.1/0.75"].options == {"annotate": False} and ARMS["swap+ann"].options == {}
     assert ARMS["chat+dedup"].pair == "chat" and ARMS["swap@0.1/0.75"].pair == "baseline"
     assert all(not a.chat for a in arms_for(tuple(ARMS.values()), 100, chat_max_k=20))
     with pytest.raises(ValueError, match="unknown arm"):

@@ -99,8 +99,17 @@ def test_results_order_mem0_keeps_mem0s_ranking(mem):
     assert sorted(info["order"]) == sorted(r["id"] for r in plain["results"])
 
 
-def test_order_annotation_restores_mem0_ranking(mem, cp):
-    """By default it names mem0's five best memories in mem0's order, then says the others follow."""
+def test_no_order_annotation_by_default(mem, cp):
+    """Off by default since LoCoMo answers were scored (docs/quality.md): the aligned prompt carries none."""
+    cp.search(Q1, filters={"user_id": A}, top_k=8)
+    info = cp.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)["context_pilot"]
+    assert cp.cp_config.annotate is False
+    assert info["order_annotation"] == "" and "priority order" not in info["context"]
+
+
+def test_order_annotation_restores_mem0_ranking(mem):
+    """With annotate=True it names mem0's five best memories in mem0's order, then says the others follow."""
+    cp = ContextPilotMemory(mem, annotate=True)
     cp.search(Q1, filters={"user_id": A}, top_k=8)  # warm the index so the next order can differ
     out = cp.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)
     info = out["context_pilot"]
@@ -113,7 +122,7 @@ def test_order_annotation_restores_mem0_ranking(mem, cp):
 
 
 def test_annotate_top_none_is_the_papers_full_ranking(mem):
-    cp = ContextPilotMemory(mem, annotate_top=None)
+    cp = ContextPilotMemory(mem, annotate=True, annotate_top=None)
     cp.search(Q1, filters={"user_id": A}, top_k=8)
     info = cp.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)["context_pilot"]
     plain = mem.search(QB.replace("Melanie", "Caroline"), filters={"user_id": A}, top_k=8)

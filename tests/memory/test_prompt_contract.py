@@ -91,7 +91,7 @@ def legacy_context_pieces(query: str, response: Any) -> tuple[tuple[str, ...], i
 @pytest.fixture(scope="module")
 def turns(mem: Any) -> Iterator[dict[str, tuple[str, Any]]]:
     """name -> (question, response) over the session's real mem0 store."""
-    cp = ContextPilotMemory(mem, commit="on_search")
+    cp = ContextPilotMemory(mem, commit="on_search", annotate=True)  # the contract covers the annotation too
     out: dict[str, tuple[str, Any]] = {}
     out["fresh"] = (Q1, cp.search(Q1, filters=F, top_k=6))
     out["aligned prefix"] = (Q2, cp.search(Q2, filters=F, top_k=6))

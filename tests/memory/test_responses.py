@@ -95,7 +95,7 @@ def test_memory_text_cannot_forge_labels_annotations_or_the_question(mem):
     )
     ingest(mem, "vic", [hostile, "Vic likes coffee.", "Vic likes cake."])
     try:
-        out = ContextPilotMemory(mem).search("What does Vic like?", filters={"user_id": "vic"}, top_k=3)
+        out = ContextPilotMemory(mem, annotate=True).search("What does Vic like?", filters={"user_id": "vic"}, top_k=3)
         context = out["context_pilot"]["context"]
         assert len(LABEL_LINE.findall(context)) == 3  # one labelled line per memory
         lines = context.splitlines()
@@ -157,7 +157,7 @@ def test_16_threads_mixing_add_search_get_all_on_2_users():
 
 
 def test_the_order_annotation_appears_only_when_alignment_changed_mem0s_order(mem):
-    cpm = ContextPilotMemory(mem)
+    cpm = ContextPilotMemory(mem, annotate=True)
     first = cpm.search(Q, filters=F, top_k=5)["context_pilot"]
     assert list(first["order"]) == list(first["original_ids"])[:5]  # a cold index keeps mem0's order
     assert first["order_annotation"] == "" and "priority order" not in first["context"]
@@ -169,7 +169,7 @@ def test_the_order_annotation_appears_only_when_alignment_changed_mem0s_order(me
 
 
 def test_the_default_annotation_names_mem0s_top_five_unless_the_prompt_starts_with_them(mem):
-    cpm = ContextPilotMemory(mem)  # annotate_top=5
+    cpm = ContextPilotMemory(mem, annotate=True)  # annotate_top=5
     owed_seen = set()
     for q in (Q, "What does Caroline like?", "Where does Caroline work?", Q + " and her friends", Q):
         info = cpm.search(q, filters=F, top_k=8)["context_pilot"]
