@@ -16,7 +16,8 @@ trace recorded without timing (the result says so), sends one request at a time 
 engine an Anthropic trace meets Anthropic's documented cache rules and an OpenAI Responses trace (Codex) OpenAI's
 (the gateway told ``--upstream-kind openai``), priced by :func:`benchmarks.agents.replay.prices_for`. Writes
 ``agents_replay.json`` / ``.md`` / ``.png`` into ``--out`` (``agents_replay_concurrent.*`` when a run was at the
-recorded concurrency; :mod:`benchmarks.agents.report`).
+recorded concurrency; ``--name _documents`` puts ``_documents`` after ``agents_replay``;
+:mod:`benchmarks.agents.report`). ``--context`` sets a real engine's context (the document traces need 65536).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.agents.arms import ARMS, ArmUnavailable, start_arm
-from benchmarks.agents.engines import ENGINES, Engine, start_engine
+from benchmarks.agents.engines import CONTEXT, ENGINES, Engine, start_engine
 from benchmarks.agents.memories import (
     SECRET,
     TOP_K,
@@ -220,6 +221,8 @@ class AgentReplayConfig(LocomoOptions, OutOptions, VerboseOptions):
     requests: int
     rounds: int
     max_tokens: int
+    context: int
+    name: str
     block_size: int
     workdir: str
     mem0: bool
@@ -241,6 +244,8 @@ def parse_args(argv: Sequence[str] | None) -> AgentReplayConfig:
     ap.add_argument("--rounds", type=int, default=2, help="replays per arm on a real engine, order rotated (2)")
     ap.add_argument("--max-tokens", type=int, default=4, help="output cap of every replayed request (4)")
     ap.add_argument("--block-size", type=int, default=32, help="vLLM's prefix-cache block (32)")
+    ap.add_argument("--context", type=int, default=CONTEXT, help=f"a real engine's context, tokens ({CONTEXT})")
+    ap.add_argument("--name", default="", help="appended to the output files' stem (e.g. _documents)")
     ap.add_argument("--workdir", default="/tmp/cp_memory_replay", help="scratch folders of the peer proxies")
     ap.add_argument("--mem0", action="store_true", help="also replay with a LoCoMo user's mem0 memories")
     ap.add_argument("--mem0-conv", type=int, default=0, help="--mem0: the harness user's LoCoMo conversation (0)")
@@ -266,13 +271,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     traces = [Path(t) for t in (opts.trace or TRACES)]
     runs = []
     for name in [e for e in opts.engine.split(",") if e]:
-        with start_engine(name, block_size=opts.block_size) as engine:
+        with start_engine(name, block_size=opts.block_size, context=opts.context) as engine:
             for path in traces:
                 runs += _memory_runs(engine, path, arms, opts) if opts.mem0 else [run_trace(engine, path, arms, opts)]
     done = [r for r in runs if "arms" in r]
     payload = envelope("benchmarks.agents", ["replay", *(argv or [])], method=METHOD, paper=PAPER, runs=done)
     payload["skipped"] = [{k: r[k] for k in ("trace", "engine", "skipped")} for r in runs if "skipped" in r]
     concurrent = any(r.get("concurrency", {}).get("mode") == "recorded" for r in done)
-    stem = "agents_replay" + ("_concurrent" if concurrent else "") + ("_mem0" if opts.mem0 else "")
+    stem = "agents_replay" + opts.name + ("_concurrent" if concurrent else "") + ("_mem0" if opts.mem0 else "")
     write_outputs(opts.out, stem, payload, markdown=markdown(payload), plot=partial(plot, payload))
     return payload

@@ -22,7 +22,8 @@ ENGINES = ("vllm", "llama", "modelled")
 #: object a tool, as Qwen's and Hermes' templates do) and tool calls' arguments: what the arms do to the tool
 #: list reaches the engine's prompt, as it does on a real model
 TEMPLATE = Path(__file__).with_name("chatml_tools.jinja")
-#: a Claude Code request is ~12-16 K tokens with SmolLM2's tokenizer; its longest session ends near 20 K
+#: a Claude Code request is ~12-16 K tokens with SmolLM2's tokenizer; its longest session ends near 20 K (the
+#: document-analysis traces reach ~50 K: ``--context 65536`` there)
 CONTEXT = 32768
 SERVED_NAME = "replay"
 
@@ -42,17 +43,17 @@ class Engine:
 
 
 @contextmanager
-def _vllm(block_size: int) -> Iterator[Engine]:
+def _vllm(block_size: int, context: int) -> Iterator[Engine]:
     from cp_memory.engine import VLLMServer, hf_model_dir
     from cp_memory.engine.random_model import RandomModelSpec
 
-    model = hf_model_dir(RandomModelSpec(context_length=CONTEXT))
+    model = hf_model_dir(RandomModelSpec(context_length=context))
     tools = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--chat-template", str(TEMPLATE)]
     server = VLLMServer(
         model,
         served_model_name=SERVED_NAME,
         block_size=block_size,
-        max_model_len=CONTEXT,
+        max_model_len=context,
         max_num_seqs=2,
         enforce_eager=True,
         extra_args=tools,
@@ -65,11 +66,11 @@ def _vllm(block_size: int) -> Iterator[Engine]:
 
 
 @contextmanager
-def _llama() -> Iterator[Engine]:
+def _llama(context: int) -> Iterator[Engine]:
     from cp_memory.engine import LlamaServer, random_model_path
 
     extra = ["--jinja", "--chat-template-file", str(TEMPLATE)]
-    with LlamaServer(random_model_path(), slots=1, ctx_size=CONTEXT, cache_ram_mib=1024, extra_args=extra) as server:
+    with LlamaServer(random_model_path(), slots=1, ctx_size=context, cache_ram_mib=1024, extra_args=extra) as server:
         label = "llama-server (random-weight llama, 1 slot, prompt cache)"
         yield Engine("llama", label, server.base_url, "llamacpp", SERVED_NAME, lambda _: server.flush_cache())
 
@@ -86,13 +87,14 @@ def _modelled() -> Iterator[Engine]:
 
 
 @contextmanager
-def start_engine(name: str, *, block_size: int = 32) -> Iterator[Engine]:
-    """Start engine ``name`` (one of :data:`ENGINES`); yields it and stops it afterwards."""
+def start_engine(name: str, *, block_size: int = 32, context: int = CONTEXT) -> Iterator[Engine]:
+    """Start engine ``name`` (one of :data:`ENGINES`) with ``context`` tokens of context (a real engine); yields it
+    and stops it afterwards."""
     if name == "vllm":
-        with _vllm(block_size) as engine:
+        with _vllm(block_size, context) as engine:
             yield engine
     elif name == "llama":
-        with _llama() as engine:
+        with _llama(context) as engine:
             yield engine
     elif name == "modelled":
         with _modelled() as engine:

@@ -24,12 +24,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from benchmarks.agents.tasks import Intent, Step, find_task
+from benchmarks.agents.tasks import Intent, Step, Task, TurnTag, find_turn
 from benchmarks.agents.trace import TraceWriter, scrub_headers
 from benchmarks.agents.wire import CREATED, Events, Protocol, ToolCall, Turn, encode, sse
 
@@ -53,26 +53,55 @@ def _tool_names(protocol: Protocol, body: dict[str, Any]) -> list[str]:
     return names
 
 
-def _tool_results(protocol: Protocol, body: dict[str, Any]) -> int:
+def _items(protocol: Protocol, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation's items in order: Responses ``input`` items, else ``messages``."""
+    raw = body.get("input") if protocol is Protocol.RESPONSES else body.get("messages")
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    return [i for i in raw or [] if isinstance(i, dict)]
+
+
+def _results_in(protocol: Protocol, item: dict[str, Any]) -> int:
+    """How many tool results one conversation item carries."""
     if protocol is Protocol.RESPONSES:
-        raw = body.get("input")
-        items: list[Any] = raw if isinstance(raw, list) else []
-        return sum(1 for i in items if isinstance(i, dict) and str(i.get("type", "")).endswith("call_output"))
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        return int(str(item.get("type", "")).endswith("call_output"))
     if protocol is Protocol.CHAT:
-        return sum(1 for m in messages if m.get("role") == "tool")
-    return sum(
-        1
-        for m in messages
-        if m.get("role") == "user" and isinstance(m.get("content"), list)
-        for b in m["content"]
-        if isinstance(b, dict) and b.get("type") == "tool_result"
-    )
+        return int(item.get("role") == "tool")
+    content = item.get("content")
+    if item.get("role") != "user" or not isinstance(content, list):
+        return 0
+    return sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+
+
+def _tool_results(protocol: Protocol, body: dict[str, Any]) -> int:
+    return sum(_results_in(protocol, i) for i in _items(protocol, body))
+
+
+def _position(protocol: Protocol, body: dict[str, Any], tasks: Mapping[str, Task] | None) -> tuple[TurnTag, int] | None:
+    """The turn the newest tagged user message names and the tool results after it (None: no tag anywhere). A
+    tag inside a tool result (a file that quotes one) names nothing."""
+    found: TurnTag | None = None
+    done = 0
+    for item in _items(protocol, body):
+        results = _results_in(protocol, item)
+        done += results
+        if results == 0 and item.get("role") in ("user", None):
+            tag = find_turn(json.dumps(item.get("content"), ensure_ascii=False), tasks)
+            if tag is not None:
+                found, done = tag, 0
+    if found is None:  # the tag outside the messages (a system prompt): the whole conversation is one turn
+        tag = find_turn(json.dumps(body, ensure_ascii=False), tasks)
+        return None if tag is None else (tag, _tool_results(protocol, body))
+    return found, done
 
 
 def _shell_command(step: Step) -> str:
     if step.intent is Intent.READ:
-        return f"cat {step.arg}"
+        if step.offset is None and step.limit is None:
+            return f"cat {step.arg}"
+        first = step.offset or 1
+        last = f"{first + step.limit - 1}" if step.limit is not None else "$"
+        return f"sed -n '{first},{last}p' {step.arg}"
     if step.intent is Intent.GREP:
         return f"grep -rn '{step.arg}' ."
     return step.arg
@@ -80,8 +109,11 @@ def _shell_command(step: Step) -> str:
 
 def _arguments(step: Step, folder: Path, tools: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
     """The harness tool (of ``tools``) that carries out ``step`` and its arguments, or None."""
+    part = {k: v for k, v in (("offset", step.offset), ("limit", step.limit)) if v is not None}
     if step.intent is Intent.READ and "Read" in tools:  # Claude Code
-        return "Read", {"file_path": str(folder / step.arg)}
+        return "Read", {"file_path": str(folder / step.arg), **part}
+    if step.intent is Intent.READ and "read" in tools:  # OpenClaw
+        return "read", {"path": str(folder / step.arg), **part}
     if step.intent is Intent.GREP and "Grep" in tools:
         return "Grep", {"pattern": step.arg, "path": str(folder), "output_mode": "content", "-n": True}
     if "Bash" in tools:  # Claude Code 2.1.x defers Grep behind ToolSearch: grep through Bash
@@ -93,6 +125,8 @@ def _arguments(step: Step, folder: Path, tools: Sequence[str]) -> tuple[str, dic
         return "shell_command", {"command": command, "workdir": str(folder)}
     if "shell" in tools:
         return "shell", {"command": ["bash", "-lc", command], "workdir": str(folder)}
+    if "exec" in tools:  # OpenClaw
+        return "exec", {"command": command, "workdir": str(folder), "title": step.say or "Run the command"}
     return None
 
 
@@ -101,30 +135,34 @@ def _thinks(protocol: Protocol, body: dict[str, Any]) -> bool:
     return protocol is Protocol.ANTHROPIC and isinstance(thinking, dict) and thinking.get("type") != "disabled"
 
 
-def plan(protocol: Protocol, body: dict[str, Any]) -> Turn:
-    """The scripted turn answering ``body``: the current step's tool call, or the answer (deterministic)."""
+def plan(protocol: Protocol, body: dict[str, Any], tasks: Mapping[str, Task] | None = None) -> Turn:
+    """The scripted turn answering ``body``: the current step's tool call, or the answer (deterministic).
+    ``tasks``: the tasks by name (default :data:`benchmarks.agents.tasks.TASKS`)."""
     serial = json.dumps(body, ensure_ascii=False)
     tokens = max(1, len(serial.encode()) // 4)
-    found = find_task(serial)
+    found = _position(protocol, body, tasks)
     if found is None:
         return Turn("OK.", input_tokens=tokens, key="untagged")
-    task, folder = found
-    done = _tool_results(protocol, body)
-    step = task.step(done)
-    key = f"{task.name}{done:02d}"
-    thinking = f"Step {done + 1} of the {task.name} task: {step.intent.value}." if _thinks(protocol, body) else None
+    tag, done = found
+    task, folder, turn = tag.task, tag.folder, tag.task.turns[tag.turn]
+    step = turn.step(done)
+    key = f"{task.name}{done:02d}" if len(task.turns) == 1 else f"{task.name}-t{tag.turn + 1:02d}s{done:02d}"
+    what = f"Step {done + 1} of the {task.name} task" + (f", turn {tag.turn + 1}" if len(task.turns) > 1 else "")
+    thinking = f"{what}: {step.intent.value}." if _thinks(protocol, body) else None
     if step.intent is Intent.ANSWER:
         return Turn(step.arg, thinking=thinking, input_tokens=tokens, key=key)
     chosen = _arguments(step, folder, _tool_names(protocol, body))
     if chosen is None:
-        return Turn(task.steps[-1].arg, thinking=thinking, input_tokens=tokens, key=key)
+        return Turn(turn.steps[-1].arg, thinking=thinking, input_tokens=tokens, key=key)
     call_id = {Protocol.ANTHROPIC: "toolu_", Protocol.RESPONSES: "call_", Protocol.CHAT: "call_"}[protocol] + key
     return Turn(step.say, ToolCall(call_id, chosen[0], chosen[1]), thinking=thinking, input_tokens=tokens, key=key)
 
 
-def reply(protocol: Protocol, body: dict[str, Any]) -> tuple[dict[str, Any], Events]:
+def reply(
+    protocol: Protocol, body: dict[str, Any], tasks: Mapping[str, Task] | None = None
+) -> tuple[dict[str, Any], Events]:
     """The whole reply to ``body`` and the same reply as SSE events (``data: [DONE]`` not included)."""
-    return encode(protocol, plan(protocol, body), body)
+    return encode(protocol, plan(protocol, body, tasks), body)
 
 
 # --- the server ------------------------------------------------------------------------------------------
@@ -178,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
             record = owner.record(self, "POST", body, payload, arrived=arrived)
             self._answer(record, 404 if protocol is None else 400, payload)
             return
-        whole, events = reply(protocol, body)
+        whole, events = reply(protocol, body, owner.tasks)
         record = owner.record(self, "POST", body, whole, protocol, arrived=arrived)
         try:
             owner.before_answer()
@@ -231,7 +269,8 @@ class ScriptedServer:
     its arrival, before ``t_answered`` is known). ``answer_delay`` seconds pass between a generation request's
     arrival and its reply (a model's modelled time to answer; 0: at once), so sessions that run at once overlap
     in flight as they would against a real model. Each record carries ``t_sent`` and ``t_answered``
-    (:mod:`benchmarks.agents.trace`), seconds since :meth:`start` on the monotonic clock."""
+    (:mod:`benchmarks.agents.trace`), seconds since :meth:`start` on the monotonic clock. ``tasks``: the tasks the
+    tags may name, by name (default :data:`benchmarks.agents.tasks.TASKS`; a document suite passes its own)."""
 
     def __init__(
         self,
@@ -240,11 +279,13 @@ class ScriptedServer:
         port: int = 0,
         on_request: Callable[[dict[str, Any]], None] | None = None,
         answer_delay: float = 0.0,
+        tasks: Mapping[str, Task] | None = None,
     ) -> None:
         if answer_delay < 0:
             raise ValueError(f"answer_delay must be >= 0 seconds, got {answer_delay}")
         self.port = port
         self.answer_delay = answer_delay
+        self.tasks = tasks
         self.records: list[dict[str, Any]] = []
         self._trace = TraceWriter(trace) if trace is not None else None
         self._on_request = on_request

@@ -1,24 +1,28 @@
 """The scripted tasks: what the scripted model asks the harness to do, step by step, in a scratch folder.
 
-A task is a list of :class:`Step` intents (read a file, grep a pattern, run a command, answer). The scripted
-server (:mod:`benchmarks.agents.scripted`) turns the intent of the current step into the tool call of the harness
-in front of it (Claude Code's ``Read`` / ``Grep`` / ``Bash``, Codex's shell tool, ...), so the harness executes
-its real tools and sends its real follow-up. The step played is the number of tool results already in the
-conversation: the server keeps no state and the same task always gives the same traffic.
+A task is one or more :class:`TaskTurn` (a user message and the :class:`Step` intents that answer it: read a file
+or part of one, grep a pattern, run a command, answer). The scripted server (:mod:`benchmarks.agents.scripted`)
+turns the intent of the current step into the tool call of the harness in front of it (Claude Code's ``Read`` /
+``Grep`` / ``Bash``, Codex's shell tool, OpenClaw's ``read`` / ``exec``, ...), so the harness executes its real
+tools and sends its real follow-up. The turn played is the last user message's tag; the step is the number of
+tool results after it: the server keeps no state and the same task always gives the same traffic.
 
-The prompt names the task and its folder (``[task:docs dir:/tmp/...]``), so one server serves any number of
-sessions, users and tasks at once.
+Each user message names its task, turn and folder (``[task:docs dir:/tmp/...]`` for the first turn,
+``[task:docs turn:2 dir:/tmp/...]`` after it), so one server serves any number of sessions, users and tasks at
+once. :mod:`benchmarks.agents.documents` builds the document-analysis suites (the paper's claw-tasks, and a
+generated one) from the same records.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-__all__ = ["TASKS", "Intent", "Step", "Task", "find_task", "prompt_for"]
+__all__ = ["TASKS", "Intent", "Step", "Task", "TaskTurn", "TurnTag", "find_task", "find_turn", "prompt_for"]
 
 
 class Intent(Enum):
@@ -33,22 +37,51 @@ class Intent(Enum):
 @dataclass(frozen=True)
 class Step:
     """One scripted model turn: ``intent`` with its ``arg`` (a path relative to the task folder, a pattern, a
-    command, or the answer text) and the short text the model says before calling the tool."""
+    command, or the answer text) and the short text the model says before calling the tool. A read may name a
+    part of the file: ``offset`` (1-based first line) and ``limit`` (lines)."""
 
     intent: Intent
     arg: str
     say: str = ""
+    offset: int | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskTurn:
+    """One user message of a task (``instruction``) and the steps that answer it (the last one answers)."""
+
+    instruction: str
+    steps: tuple[Step, ...]
+
+    def step(self, done: int) -> Step:
+        """The step after ``done`` tool results (the answer once the script has run out)."""
+        return self.steps[min(done, len(self.steps) - 1)]
 
 
 @dataclass(frozen=True)
 class Task:
-    """A scripted task: its ``name``, the user's ``instruction``, its ``steps`` (the last one answers) and the
-    ``files`` (relative path -> text) of its scratch folder."""
+    """A scripted task: its ``name``, its ``turns`` (one user message each, sent one after the other to one
+    session) and the ``files`` (relative path -> text) of its scratch folder."""
 
     name: str
-    instruction: str
-    steps: tuple[Step, ...]
+    turns: tuple[TaskTurn, ...]
     files: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def single(cls, name: str, instruction: str, steps: tuple[Step, ...], files: tuple[tuple[str, str], ...]) -> Task:
+        """A one-message task."""
+        return cls(name, (TaskTurn(instruction, steps),), files)
+
+    @property
+    def instruction(self) -> str:
+        """The first user message."""
+        return self.turns[0].instruction
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Every step of every turn, in order."""
+        return tuple(s for t in self.turns for s in t.steps)
 
     def materialise(self, folder: Path) -> Path:
         """Write the task's files under ``folder`` (made if missing); returns ``folder``, absolute."""
@@ -59,9 +92,9 @@ class Task:
             path.write_text(text, encoding="utf-8")
         return folder
 
-    def step(self, done: int) -> Step:
-        """The step after ``done`` tool results (the answer once the script has run out)."""
-        return self.steps[min(done, len(self.steps) - 1)]
+    def step(self, done: int, turn: int = 0) -> Step:
+        """The step of ``turn`` after ``done`` tool results (the answer once the script has run out)."""
+        return self.turns[min(turn, len(self.turns) - 1)].step(done)
 
 
 _WORDS = (
@@ -115,7 +148,7 @@ def _docs_task() -> Task:
         "Compare the harbour budget decisions across the meeting notes in this folder and say who "
         "keeps the ledger. Use the tools to read the files."
     )
-    return Task("docs", instruction, steps, files)
+    return Task.single("docs", instruction, steps, files)
 
 
 def _code_task() -> Task:
@@ -162,23 +195,45 @@ def _code_task() -> Task:
         "[1, 2, 3, 4]); it should average the two middle values (2.5).",
     )
     instruction = "Find the bug in calc.py that test_calc.py exposes, without editing files. Use the tools."
-    return Task("code", instruction, steps, files)
+    return Task.single("code", instruction, steps, files)
 
 
 #: every scripted task by name
 TASKS: dict[str, Task] = {t.name: t for t in (_docs_task(), _code_task())}
 
-_TAG = re.compile(r"\[task:(?P<name>[\w-]+) dir:(?P<dir>[^\]\s]+)\]")
+_TAG = re.compile(r"\[task:(?P<name>[\w-]+)(?: turn:(?P<turn>\d+))? dir:(?P<dir>[^\]\s]+)\]")
 
 
-def prompt_for(task: Task, folder: Path) -> str:
-    """The prompt a harness is started with: the tag the server finds the task by, then the instruction."""
-    return f"[task:{task.name} dir:{folder}] {task.instruction}"
+@dataclass(frozen=True)
+class TurnTag:
+    """What one user message's tag names: the task, its turn (0-based) and the session's folder."""
+
+    task: Task
+    turn: int
+    folder: Path
 
 
-def find_task(text: str) -> tuple[Task, Path] | None:
-    """The task and folder a prompt's tag names (None when ``text`` holds no known tag)."""
-    m = _TAG.search(text)
-    if m is None or m.group("name") not in TASKS:
-        return None
-    return TASKS[m.group("name")], Path(m.group("dir"))
+def prompt_for(task: Task, folder: Path, turn: int = 0) -> str:
+    """The user message of ``turn``: the tag the server finds the task by, then the instruction (the first turn's
+    tag names no turn, as the single-message tasks' committed traces do)."""
+    number = f" turn:{turn + 1}" if turn else ""
+    return f"[task:{task.name}{number} dir:{folder}] {task.turns[turn].instruction}"
+
+
+def find_turn(text: str, tasks: Mapping[str, Task] | None = None) -> TurnTag | None:
+    """The last known tag in ``text`` (None when there is none); ``tasks``: by name (default :data:`TASKS`)."""
+    book = TASKS if tasks is None else tasks
+    found = None
+    for m in _TAG.finditer(text):
+        if m.group("name") in book:
+            task = book[m.group("name")]
+            turn = int(m.group("turn") or 1) - 1
+            if 0 <= turn < len(task.turns):
+                found = TurnTag(task, turn, Path(m.group("dir")))
+    return found
+
+
+def find_task(text: str, tasks: Mapping[str, Task] | None = None) -> tuple[Task, Path] | None:
+    """The task and folder a prompt's (last) tag names (None when ``text`` holds no known tag)."""
+    tag = find_turn(text, tasks)
+    return None if tag is None else (tag.task, tag.folder)
