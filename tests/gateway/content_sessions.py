@@ -93,8 +93,10 @@ def tool_results(api: Api, body: dict[str, Any]) -> list[tuple[str, str]]:
 WHOLE = re.compile(r"^Please refer to the result of tool call (\S+) in the previous conversation\.$")
 SAME = re.compile(r"^the result of tool call (\S+) above has the same content\.$")
 LINES = re.compile(
-    r"^Please refer to lines (\d+)-(\d+) of the result of tool call (\S+) in the previous conversation\.$"
+    r"^( *\d+(?:\t|\u2192))?Please refer to (?:lines (\d+)-(\d+)|line (\d+)) of the result of tool call (\S+) "
+    r"in the previous conversation\.$"
 )
+LABEL = re.compile(r"^ *\d+(?:\t|\u2192)")
 
 
 EXEC = re.compile(r"\A((?:[A-Z][^\n]*\n)*?Output:\n)(.*)\Z", re.S)
@@ -127,8 +129,12 @@ def _expand(text: str, seen: dict[str, str]) -> str:
         if m is None:
             out.append(line)
             continue
-        first, last, source = int(m.group(1)), int(m.group(2)), m.group(3)
-        out.append("".join(seen[source].splitlines(keepends=True)[first - 1 : last]))
+        first = int(m.group(2) or m.group(4))
+        last, source = int(m.group(3) or first), m.group(5)
+        lines = seen[source].splitlines(keepends=True)[first - 1 : last]
+        if m.group(1):  # a numbered line: its own number, the earlier line's text after that one's number
+            lines = [m.group(1) + LABEL.sub("", lines[0], count=1).rstrip("\n") + ("\n" if line.endswith("\n") else "")]
+        out.append("".join(lines))
     return "".join(out)
 
 

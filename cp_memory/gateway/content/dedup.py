@@ -6,7 +6,11 @@ before is replaced by the core's location annotation (:func:`cp_memory.core.anno
 ``Please refer to the result of tool call toolu_01 in the previous conversation.``; a copy earlier in the
 same request reads ``... above has the same content.``). A long text most of whose content-defined chunks
 (:mod:`cp_memory.gateway.content.chunks`) the history shows becomes, run by run, ``Please refer to lines
-12-40 of the result of tool call toolu_01 in the previous conversation.`` lines plus its new lines.
+12-40 of the result of tool call toolu_01 in the previous conversation.`` lines plus its new lines. Inside a
+chunk the history does not show whole, a long line (a paragraph of at least :data:`MIN_LINE_POINTER_CHARS`)
+it shows byte for byte is pointed to on its own (``Please refer to line 7 of ...``): two documents that share
+paragraphs word for word, or a part re-read whose chunk edges moved, send the shared paragraphs once. A line a
+read tool numbered keeps its own number, and only the text after it is compared and replaced.
 
 **Never a pointer to text the model does not see**: every candidate location is checked against the request
 being forwarded (after prefix replay: what the model sees), and must hold the byte-identical text in an
@@ -17,6 +21,7 @@ client that compacted or edited its history simply gets no pointer.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +38,12 @@ __all__ = [
     "MIN_CHUNKED_CHARS",
     "MIN_CHUNK_SAVING_CHARS",
     "MIN_CHUNK_SAVING_SHARE",
+    "MIN_LINE_POINTER_CHARS",
     "Found",
     "Lookup",
     "block_pointer",
     "chunk_rewrite",
+    "long_lines",
     "shown_text",
 ]
 
@@ -49,6 +56,11 @@ MIN_CHUNK_SAVING_CHARS = 400
 MIN_CHUNK_SAVING_SHARE = 0.25
 #: the pointer to a run of unchanged chunks (lines of the text it points to, 1-based)
 CHUNK_TEMPLATE = "Please refer to lines {first}-{last} of {label} in the previous conversation."
+LINE_TEMPLATE = "Please refer to line {first} of {label} in the previous conversation."
+#: the shortest line pointed to on its own (a pointer line is ~90 characters: it must at least halve the line)
+MIN_LINE_POINTER_CHARS = 240
+#: a read tool's line number in front of a line (``cat -n``, Claude Code's ``Read``)
+_LINE_LABEL = re.compile(r" *\d{1,7}(?:\t|\u2192)")
 
 
 @dataclass(frozen=True)
@@ -94,16 +106,58 @@ def _pointer_line(source: str, run: tuple[Where, int, int], text: str) -> str:
     piece = text[start:end]
     first = source.count("\n", 0, where.start) + 1
     last = first + piece.count("\n") - (1 if piece.endswith("\n") else 0)
-    line = CHUNK_TEMPLATE.format(first=first, last=last, label=where.label)
+    template = LINE_TEMPLATE if last == first else CHUNK_TEMPLATE
+    line = template.format(first=first, last=last, label=where.label)
     return line + "\n" if piece.endswith("\n") else line
 
 
-def _runs(text: str, lookup: Lookup) -> list[tuple[Where | None, int, int]]:
-    """Chunk by chunk: (source location or None, start, end), contiguous pointed chunks merged."""
-    out: list[tuple[Where | None, int, int]] = []
+def long_lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The ``[start, end)`` spans of the lines of ``text[start:end]`` of at least :data:`MIN_LINE_POINTER_CHARS`
+    characters: the whole line with its newline, or, for a line a read tool numbered (``12\t`` or ``12→``, as
+    Claude Code's ``Read`` shows files), only the text after its number (the number stays: the same paragraph
+    of another file, or of another part of the file, has another one)."""
+    out = []
+    pos = start
+    for line in text[start:end].splitlines(keepends=True):
+        label = _LINE_LABEL.match(line)
+        if label is not None:
+            body = line[label.end() :].rstrip("\r\n")
+            if len(body) >= MIN_LINE_POINTER_CHARS:
+                out.append((pos + label.end(), pos + label.end() + len(body)))
+        elif len(line.rstrip("\r\n")) >= MIN_LINE_POINTER_CHARS:
+            out.append((pos, pos + len(line)))
+        pos += len(line)
+    return out
+
+
+def _pieces(text: str, lookup: Lookup) -> list[tuple[Found | None, int, int]]:
+    """Chunk by chunk, and line by line inside a chunk not shown whole: (its verified location or None, start,
+    end)."""
+    out: list[tuple[Found | None, int, int]] = []
     for start, end in chunk_spans(text):
         piece = text[start:end]
         found = lookup(text_key(piece), piece) if piece.strip() else None
+        if found is not None:
+            out.append((found, start, end))
+            continue
+        pos = start
+        for first, last in long_lines(text, start, end):
+            line = lookup(text_key(text[first:last]), text[first:last])
+            if line is None:
+                continue
+            if pos < first:
+                out.append((None, pos, first))
+            out.append((line, first, last))
+            pos = last
+        if pos < end:
+            out.append((None, pos, end))
+    return out
+
+
+def _runs(text: str, lookup: Lookup) -> list[tuple[Where | None, int, int]]:
+    """Piece by piece: (source location or None, start, end), contiguous pointed pieces merged."""
+    out: list[tuple[Where | None, int, int]] = []
+    for found, start, end in _pieces(text, lookup):
         where = found.where if found is not None else None
         last = out[-1] if out else None
         if where is not None and last is not None and last[0] is not None:
@@ -112,6 +166,9 @@ def _runs(text: str, lookup: Lookup) -> list[tuple[Where | None, int, int]]:
                 merged = Where(prev.segment, prev.path, prev.start, where.end, prev.label)
                 out[-1] = (merged, last[1], end)
                 continue
+        if where is None and last is not None and last[0] is None:
+            out[-1] = (None, last[1], end)
+            continue
         out.append((where, start, end))
     return out
 

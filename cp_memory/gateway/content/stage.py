@@ -20,12 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..protocols import Api
 from .align import anchor_of, permuted
 from .chunks import chunk_spans
-from .dedup import MIN_BLOCK_CHARS, MIN_CHUNKED_CHARS, Found, block_pointer, chunk_rewrite, shown_text
+from .dedup import (
+    MIN_BLOCK_CHARS,
+    MIN_CHUNKED_CHARS,
+    Found,
+    block_pointer,
+    chunk_rewrite,
+    long_lines,
+    shown_text,
+)
 from .finders import BlockRule, FoundContext, find_context
 from .holders import Holder, HolderKind, holders, text_at, with_text
 from .records import ContentState, PendingContent, Where, text_key
@@ -132,11 +141,29 @@ def _register(run: _Run, holder: Holder, text: str) -> None:
         spans = [(first + s, first + e) for s, e in chunk_spans(text[first:last])]
         chunks = [(text_key(text[s:e]), Where(seg, path, s, e, holder.label)) for s, e in spans]
     run.blocks += blocks
-    run.chunks += chunks
     for key, where in blocks:
         run.mine.setdefault(key, where)
+    lines = _line_entries(holder, text, first, last) if last - first >= MIN_CHUNKED_CHARS else []
+    _register_chunks(run, chunks + lines)
+
+
+def _line_entries(holder: Holder, text: str, first: int, last: int) -> list[tuple[str, Where]]:
+    """The long lines of ``text[first:last]``, each a location of its own (see :mod:`.dedup`)."""
+    where = partial(Where, holder.segment, holder.path)
+    return [(text_key(text[s:e]), where(s, e, holder.label)) for s, e in long_lines(text, first, last)]
+
+
+def _register_chunks(run: _Run, chunks: list[tuple[str, Where]]) -> None:
+    run.chunks += chunks
     for key, where in chunks:
         run.my_chunks.setdefault(key, where)
+
+
+def _register_lines(run: _Run, holder: Holder, text: str) -> None:
+    """A holder forwarded with pointers: the long lines it still shows (its new paragraphs), so a later
+    document that repeats them can point here."""
+    first, last = _chunked_span(text, find_context(text))
+    _register_chunks(run, _line_entries(holder, text, first, last))
 
 
 def _align(run: _Run, holder: Holder, text: str, context: FoundContext) -> str:
@@ -220,6 +247,8 @@ def run_content(
             run.counts["saved"] += len(holder.text) - len(text)
         if not pointed:
             _register(run, holder, text)
+        elif ContentStep.CHUNKS in run.steps:
+            _register_lines(run, holder, text)
     pending = PendingContent(tuple(run.blocks), tuple(run.chunks), tuple(run.orders))
     c = run.counts
     return ContentResult(
