@@ -7,9 +7,11 @@
 * **Session**, within the tenant, from the first of: the ``X-CP-Session`` header, Claude Code's
   ``X-Claude-Code-Session-Id`` header, ``metadata.user_id`` (Anthropic; a JSON string holding a
   ``session_id``, or Claude Code's older ``..._session_<id>`` form), OpenAI's ``prompt_cache_key`` or
-  ``user``; else a fingerprint of the request's header segments and first item (tools, system, first
-  message): two conversations of one tenant with the same opening share a session, which prefix replay
-  tolerates (it replays only what matches).
+  ``user``; else a fingerprint of the request's header segments and its items up to the first user message
+  (tools, system, the system-role messages a Chat client puts first, the first user message): two
+  conversations of one tenant with the same opening share a session, which prefix replay tolerates (it
+  replays only what matches). OpenClaw (no session id, its system prompt in a ``system`` message, a timestamp
+  in its first user message) gets one session per conversation.
 
 Every id the gateway keeps or reports is a hash; no state is keyed by anything but (tenant, session).
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .protocols import Api, segments
+from .replay import normalized
 
 __all__ = ["SESSION_HEADER", "TENANT_HEADER", "Identity", "identify"]
 
@@ -86,12 +89,26 @@ def _explicit_session(headers: Mapping[str, str], body: Mapping[str, Any]) -> tu
     return None
 
 
+#: how many items after the first the opening may take while looking for the first user message
+_OPENING_ITEMS = 4
+
+
+def _role(seg: Any) -> str | None:
+    return seg.get("role") if isinstance(seg, Mapping) else None
+
+
 def _fingerprint(api: Api, body: Mapping[str, Any]) -> str:
     try:
         segs, n_head = segments(api, body)
     except TypeError:
         segs, n_head = [], 0
     opening = segs[: n_head + 1]
+    for seg in segs[n_head + 1 : n_head + 1 + _OPENING_ITEMS]:  # system items before it: up to the first user's
+        if _role(opening[-1]) == "user":
+            break
+        opening.append(seg)
+    if len(opening) > n_head + 1:  # the items as their meaning (a client may re-render one: a string as a block)
+        opening = opening[: n_head + 1] + [normalized(api, seg) for seg in opening[n_head + 1 :]]
     text = json.dumps(opening, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -126,3 +126,19 @@ def test_two_tenants_with_the_same_opening_never_share_a_session() -> None:
     assert len({one.identity.tenant, two.identity.tenant, same_key_other_tenant.identity.tenant}) == 3
     assert one.identity.session != two.identity.session
     assert "key-one" not in repr(one) and "key-one" not in one.identity.tenant
+
+
+def test_chat_conversations_with_one_system_message_and_other_openings_are_two_sessions() -> None:
+    """OpenClaw sends no session id and its system prompt as a ``system`` message: two of its conversations
+    differ from their first user message on, and must not share one session (one sent log, one content
+    state)."""
+    gw = gateway()
+    system = {"role": "system", "content": "You are a personal assistant running inside OpenClaw."}
+    first = {"model": "m", "messages": [system, {"role": "user", "content": "[Sun 13:16 UTC] read contract A"}]}
+    second = {"model": "m", "messages": [system, {"role": "user", "content": "[Sun 13:17 UTC] read contract B"}]}
+    one = gw.plan(Api.CHAT, HEADERS, json.dumps(first).encode())
+    two = gw.plan(Api.CHAT, HEADERS, json.dumps(second).encode())
+    again = gw.plan(Api.CHAT, HEADERS, json.dumps({**first, "messages": [*first["messages"], system]}).encode())
+    assert one.identity and two.identity and again.identity
+    assert one.identity.session_source == "fingerprint"
+    assert one.identity.session != two.identity.session and again.identity.session == one.identity.session
