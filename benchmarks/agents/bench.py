@@ -42,6 +42,7 @@ from benchmarks.agents.memories import (
     mem0_records,
     prepare_memories,
 )
+from benchmarks.agents.repetition import repetition
 from benchmarks.agents.replay import (
     MODELLED_OPENAI_MODEL,
     Attribution,
@@ -152,6 +153,7 @@ def run_trace(
         label = f"modelled OpenAI prompt cache (documented rules, local server; {MODELLED_OPENAI_MODEL} price ratios)"
     head = {"trace": path.name, "engine": engine.name, "engine_label": label, "requests": len(records)}
     head["concurrency"] = described
+    head["repetition"] = repetition(records).as_dict()
     rounds: dict[str, list[list[Sent]]] = {}
     bodies: dict[str, list[Any]] = {}
     unavailable: dict[str, str] = {}

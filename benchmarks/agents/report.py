@@ -160,6 +160,24 @@ def _in_flight_cell(arm: Mapping[str, Any]) -> str:
     return cell
 
 
+def _repetition_line(run: Mapping[str, Any]) -> str:
+    """What the trace repeats (:mod:`benchmarks.agents.repetition`) beside what the gateway removed."""
+    rep = run.get("repetition")
+    if not rep or not rep.get("prompt_chars"):
+        return ""
+    share = rep.get("repeated_share_of_tool_results") or 0.0
+    line = (
+        f"Repeated content: {share:.1%} of the tool results' {rep['tool_result_chars']:,} characters "
+        f"({rep['reread_chars']:,} whole re-reads, {rep['repeated_line_chars']:,} in repeated lines of new results), "
+        f"{rep['prompt_share']:.1%} of every request's prompt characters summed"
+    )
+    gateway, base = run["arms"].get("gateway") or {}, run["arms"].get("passthrough") or {}
+    removed = change((gateway.get("prompt_tokens") or {}).get("mean"), (base.get("prompt_tokens") or {}).get("mean"))
+    if removed is not None:
+        line += f"; the gateway's prompts are {removed:+.1f} % vs passthrough"
+    return line + ".\n"
+
+
 def _concurrency_line(run: Mapping[str, Any]) -> str:
     """How the run sent its requests: at the recorded concurrency (with the recording's own in-flight figures)
     or one at a time (and why, where the trace allowed nothing else)."""
@@ -217,6 +235,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines += [
             f"## {run['trace']} on {run['engine_label']}{_memories_title(run)}\n",
             _concurrency_line(run),
+            _repetition_line(run),
             *_memories_lines(run),
             f"| arm | prompt tokens, mean | P99 | prefilled, total | read / written | {last} | byte-stable |{flight}",
             "|---|---:|---:|---:|---:|---:|---|" + ("---|" if concurrent else ""),

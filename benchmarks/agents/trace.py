@@ -15,6 +15,7 @@ the file holds them in that order. Traces recorded before the timing was stored 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import lzma
 import threading
@@ -168,7 +169,9 @@ def count_marks(value: Any) -> int:
 
 def session_of(record: Mapping[str, Any]) -> str:
     """The session a request belongs to: Claude Code's ``x-claude-code-session-id``, a ``session_id`` header
-    (Codex), ``metadata.user_id``'s session, ``prompt_cache_key``, else ``"-"``."""
+    (Codex), ``metadata.user_id``'s session, ``prompt_cache_key``, else a fingerprint of the conversation's head
+    and first user message (``fp-...``: OpenClaw sends no id; its first message carries a timestamp), else
+    ``"-"``."""
     headers = record.get("headers") or {}
     for name in ("x-claude-code-session-id", "session_id", "session-id", "x-session-id"):
         if headers.get(name):
@@ -184,6 +187,12 @@ def session_of(record: Mapping[str, Any]) -> str:
             return str(meta["session_id"])
     if isinstance(body, dict) and body.get("prompt_cache_key"):
         return str(body["prompt_cache_key"])
+    if isinstance(body, dict):  # no id (OpenClaw): the conversation's head and first user message
+        head, items = conversation_of(body)
+        first = next((i for i in items if isinstance(i, dict) and i.get("role") == "user"), None)
+        if first is not None:
+            opening = head + json.dumps(first, sort_keys=True, ensure_ascii=False)
+            return "fp-" + hashlib.sha256(opening.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return "-"
 
 

@@ -177,3 +177,33 @@ def test_openclaw_resumes_its_session_and_runs_its_own_read_tool(tmp_path: Path)
     assert "alpha line 1" in tool_texts[0] and "beta" in tool_texts[1]
     assert "alpha line 2" in tool_texts[2] and "alpha line 1" not in tool_texts[2]  # the part asked for
     assert all(r["headers"].get("authorization") in (None, SCRUBBED) for r in generations)
+
+
+def _chat_record(messages: list[Any]) -> dict[str, Any]:
+    return {
+        "path": "/v1/chat/completions",
+        "protocol": "chat",
+        "headers": {},
+        "body": {"model": "m", "messages": messages},
+    }
+
+
+def test_repetition_counts_rereads_and_shared_paragraphs_once_per_session() -> None:
+    from benchmarks.agents.repetition import MIN_LINE_CHARS, repetition
+    from benchmarks.agents.trace import session_of
+
+    shared = "S" * MIN_LINE_CHARS
+    a, b = f"{shared}\nalpha {'a' * MIN_LINE_CHARS}\n", f"beta\n{shared}\n"
+    call = {"role": "assistant", "content": None}
+    history = [{"role": "user", "content": "[task:x dir:/t] read"}]
+    steps = [*history, call, {"role": "tool", "content": a}, call, {"role": "tool", "content": b}]
+    steps += [call, {"role": "tool", "content": a}]  # a re-read
+    records = [_chat_record(steps[:3]), _chat_record(steps[:5]), _chat_record(steps)]
+    other = _chat_record([{"role": "user", "content": "another session"}])
+    assert len({session_of(r) for r in records}) == 1 and session_of(other) != session_of(records[0])
+    rep = repetition(records)
+    assert rep.sessions == 1 and rep.tool_results == 3
+    assert rep.reread_chars == len(a) and rep.repeated_line_chars == len(shared) + 1
+    # request 2 carries b's repeated line, request 3 that and the re-read
+    assert rep.repeated_prompt_chars == (len(shared) + 1) * 2 + len(a)
+    assert rep.as_dict()["repeated_share_of_tool_results"] == round(rep.repeated_chars / (2 * len(a) + len(b)), 4)
