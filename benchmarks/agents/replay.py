@@ -13,8 +13,9 @@ on the tap, the prefilled tokens (prompt - read), the time to the first byte thr
 and was answered, and whether the bytes the arm sent upstream kept its earlier prefix (:func:`stability`).
 What reached the tap is matched to the request it serves by time (:func:`attribute`): a call belongs to the
 request in flight when it arrived; where several were, to the one of the same session (the arm's session
-header, Claude Code's ``metadata.user_id``, Codex's ``prompt_cache_key``); a call still ambiguous goes to the
-earliest of them and is counted.
+header, Claude Code's ``metadata.user_id``, Codex's ``prompt_cache_key``, else the opening of its first user
+message where none of them names the call's session: OpenClaw names none, and the gateway adds a
+``prompt_cache_key`` of its own); a call still ambiguous goes to the earliest of them and is counted.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import httpx
 from benchmarks.agents.arms import Arm
 from benchmarks.agents.schedule import Concurrency, Window, run_slots, slots_for
 from benchmarks.agents.tap import Tap, Tapped
-from benchmarks.agents.trace import SCRUBBED, session_of, strip_marks
+from benchmarks.agents.trace import SCRUBBED, opening_of, session_of, strip_marks
 from cp_memory.gateway.protocols import Api, api_of
 from cp_memory.providers.account import call_cost
 from cp_memory.providers.rules import ANTHROPIC_PRICES, PriceRatios, openai_prices
@@ -153,8 +154,15 @@ def attribute(
         live = [w for w in windows if w.sent <= call.arrived <= w.answered]
         if len(live) > 1:
             body = call.json()
-            session = session_of({"headers": call.headers, "body": body if isinstance(body, dict) else {}})
-            live = [w for w in live if session_of(records[w.index]) == session] or live
+            seen = {"headers": call.headers, "body": body if isinstance(body, dict) else {}}
+            session, opening = session_of(seen), opening_of(seen)
+            # the session first; the opening only where no request in flight names the call's session (an
+            # arm's own id), since one harness may open every conversation with the same words
+            live = (
+                [w for w in live if session_of(records[w.index]) == session]
+                or [w for w in live if opening is not None and opening_of(records[w.index]) == opening]
+                or live
+            )
             ambiguous += len(live) > 1
         if not live:
             unmatched += 1

@@ -169,9 +169,9 @@ def count_marks(value: Any) -> int:
 
 def session_of(record: Mapping[str, Any]) -> str:
     """The session a request belongs to: Claude Code's ``x-claude-code-session-id``, a ``session_id`` header
-    (Codex), ``metadata.user_id``'s session, ``prompt_cache_key``, else a fingerprint of the conversation's head
-    and first user message (``fp-...``: OpenClaw sends no id; its first message carries a timestamp), else
-    ``"-"``."""
+    (Codex), ``metadata.user_id``'s session, ``prompt_cache_key``, else a fingerprint of the opening of the
+    conversation's first user message (``fp-...``: OpenClaw sends no id; its first message carries a timestamp
+    and the task's tag; the head is left out, since an arm may rewrite the model or the tools), else ``"-"``."""
     headers = record.get("headers") or {}
     for name in ("x-claude-code-session-id", "session_id", "session-id", "x-session-id"):
         if headers.get(name):
@@ -187,13 +187,33 @@ def session_of(record: Mapping[str, Any]) -> str:
             return str(meta["session_id"])
     if isinstance(body, dict) and body.get("prompt_cache_key"):
         return str(body["prompt_cache_key"])
-    if isinstance(body, dict):  # no id (OpenClaw): the conversation's head and first user message
-        head, items = conversation_of(body)
-        first = next((i for i in items if isinstance(i, dict) and i.get("role") == "user"), None)
-        if first is not None:
-            opening = head + json.dumps(first, sort_keys=True, ensure_ascii=False)
-            return "fp-" + hashlib.sha256(opening.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return "-"
+    return opening_of(record) or "-"
+
+
+def opening_of(record: Mapping[str, Any]) -> str | None:
+    """A fingerprint (``fp-...``) of the opening of a request's first user message (None without one): what
+    tells a conversation apart when it names no session (OpenClaw), and what stays the same when an arm adds
+    an id of its own (the gateway's ``prompt_cache_key``)."""
+    body = record.get("body")
+    if not isinstance(body, dict):
+        return None
+    first = next((i for i in conversation_of(body)[1] if isinstance(i, dict) and i.get("role") == "user"), None)
+    if first is None:
+        return None
+    opening = _text(first.get("content"))[:_OPENING_CHARS]
+    return "fp-" + hashlib.sha256(opening.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+#: how much of a conversation's first user message tells it apart (an arm may rewrite the head, not this)
+_OPENING_CHARS = 256
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text(c.get("text", "")) if isinstance(c, dict) else _text(c) for c in content)
+    return ""
 
 
 def conversation_of(body: Mapping[str, Any]) -> tuple[str, list[Any]]:

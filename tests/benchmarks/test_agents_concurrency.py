@@ -5,6 +5,7 @@ without timing is replayed one request at a time and says so, and the tap's call
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -162,6 +163,35 @@ def test_the_taps_calls_find_their_requests_by_time_then_by_session() -> None:
     matched, how = attribute(ALICE_BOB, windows, calls)
     assert [[c.arrived for c in m] for m in matched] == [[0.2], [0.6], [2.0, 2.2], [1.9]]
     assert (how.ambiguous, how.unmatched) == (1, 1)  # zed's: two in flight, neither his (the earliest); 5.0: none
+
+
+def _chat(session: str | None, opening: str, arrived: float = 0.0) -> tuple[dict[str, Any], Tapped]:
+    body: dict[str, Any] = {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": opening}]}
+    sent = dict(body, prompt_cache_key="gw-" + opening[-1]) if session is None else body
+    headers = {} if session is None else {"session_id": session}
+    record = {"headers": headers, "body": body}
+    usage = CacheUsage(input_tokens=1)
+    call = Tapped("POST", "/v1/chat/completions", json.dumps(sent).encode(), 200, usage, arrived, headers)
+    return record, call
+
+
+def test_a_call_without_the_requests_session_is_matched_by_the_opening_of_its_first_user_message() -> None:
+    """OpenClaw names no session and the gateway adds a ``prompt_cache_key`` of its own: the opening tells the
+    two conversations apart."""
+    (one, call_one), (two, call_two) = _chat(None, "[task a] read report A"), _chat(None, "[task b] read report B")
+    windows = [Window(0, 0.0, 1.0), Window(1, 0.0, 1.0)]
+    matched, how = attribute([one, two], windows, [call_two, call_one])
+    assert [m == [c] for m, c in zip(matched, (call_one, call_two), strict=True)] == [True, True]
+    assert how.ambiguous == 0
+
+
+def test_the_session_wins_over_an_opening_that_every_conversation_shares() -> None:
+    """Claude Code opens each conversation with the same words; its session id is what tells them apart."""
+    opening = "<system-reminder> the same words"
+    (alice, call_alice), (bob, call_bob) = _chat("alice", opening), _chat("bob", opening)
+    windows = [Window(0, 0.0, 1.0), Window(1, 0.0, 1.0)]
+    matched, how = attribute([alice, bob], windows, [call_bob, call_alice])
+    assert matched == [[call_alice], [call_bob]] and how.ambiguous == 0
 
 
 @pytest.mark.parametrize("users", [4, 6])
