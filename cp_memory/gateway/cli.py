@@ -67,6 +67,13 @@ def parser() -> argparse.ArgumentParser:
         "CP_GATEWAY_SECRET, the same on every replica)",
     )
     p.add_argument("--no-marks", action="store_true", help="Anthropic: never add cache_control marks")
+    p.add_argument(
+        "--openai-key-shards",
+        type=int,
+        default=_default("openai_key_shards"),
+        help="OpenAI: prompt_cache_key values per tenant, each session keeping one (default 1; raise it past ~15 "
+        "requests a minute per tenant and shared prefix)",
+    )
     p.add_argument("--mem0", choices=[m.value for m in Mem0Source], default=Mem0Source.OFF.value, help="mem0 store")
     p.add_argument("--mem0-config", default=None, help="--mem0 config: a mem0 config JSON file")
     p.add_argument("--mem0-path", default=None, help="--mem0 embedded: its folder (default: in memory)")
@@ -106,6 +113,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         session_ttl_s=args.session_ttl,
         replay=not args.no_replay,
         add_marks=not args.no_marks,
+        openai_key_shards=args.openai_key_shards,
         state_store=SecretStr(store) if store else None,
         mem0=Mem0Source(args.mem0),
         mem0_config=args.mem0_config,

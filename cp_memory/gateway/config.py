@@ -103,6 +103,13 @@ class GatewayConfig(BaseModel):
     max_sse_event_bytes: int = Field(default=1024 * 1024, ge=1024, description="larger stream events: not read")
     replay: bool = Field(default=True, description="prefix replay: earlier messages forwarded as sent before")
     add_marks: bool = Field(default=True, description="Anthropic: add breakpoints within the 4 the API allows")
+    openai_key_shards: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="OpenAI: prompt_cache_key values per tenant, a session keeping one (raise it past ~15 requests "
+        "a minute per tenant and shared prefix)",
+    )
     state_store: SecretStr | None = Field(
         default=None,
         description="redis://host:6379/0: sessions (sent logs for replay, savings) shared by gateway replicas; "

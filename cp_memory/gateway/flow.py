@@ -155,6 +155,7 @@ class Gateway:
             previous_end=previous_end,
             counting=self.counting,
             add_marks=self.config.add_marks,
+            key_shards=self.config.openai_key_shards,
         )
         if "over 4 marks" in rules.notes:  # the client's own request, unchanged: the API answers it
             plan.notes.append("more than 4 cache_control marks: forwarded as sent")

@@ -9,8 +9,13 @@
   model's minimum cacheable prefix (token counts from :func:`cp_memory.providers.tokens.default_counting`)
   is skipped, and so is a 5-minute mark that would precede a client's 1-hour one (the API rejects that).
   A client request already carrying more than 4 marks is forwarded unchanged (the API answers it).
-* **OpenAI** (upstream ``openai``): ``prompt_cache_key`` = a keyed hash of tenant + session, when the client
-  set none. Retention fields are never added.
+* **OpenAI** (upstream ``openai``): ``prompt_cache_key`` = a keyed hash of the tenant and one of its
+  ``key_shards`` shards (a session always gets the same shard; one shard by default), when the client set
+  none. OpenAI routes a request by its first ~256 tokens together with the key: one key per tenant keeps the
+  sessions that share a head (an agent's system prompt and tools) on the machine that caches it, where a key
+  per session would scatter them and every new session would prefill that head again. Past ~15 requests a
+  minute for one prefix and key the surplus overflows to other machines; a tenant that busy raises
+  ``key_shards``. Retention fields are never added.
 * **vLLM**: a per-tenant ``cache_salt`` (tenants never share prefix-cache blocks), when the client set none,
   on the routes vLLM accepts it on (chat completions, responses, messages).
 
@@ -70,6 +75,14 @@ def _keyed(secret: bytes, *parts: str) -> str:
     return hmac.new(secret, "\x1f".join(parts).encode(), hashlib.sha256).hexdigest()[:32]
 
 
+def key_shard(secret: bytes, session: str, shards: int) -> int:
+    """The shard of a tenant's ``prompt_cache_key`` a session keeps (0 with one shard): the same on every
+    replica and across restarts, since it is a keyed hash of the session."""
+    if shards < 1:
+        raise ValueError(f"key_shards must be at least 1, got {shards}")
+    return 0 if shards == 1 else int(_keyed(secret, "shard", session), 16) % shards
+
+
 def apply_rules(
     kind: UpstreamKind,
     api: Api,
@@ -81,13 +94,14 @@ def apply_rules(
     previous_end: int | None,
     counting: Counting,
     add_marks: bool = True,
+    key_shards: int = 1,
 ) -> RuleResult:
     """The provider's rules on ``body`` (already replayed). ``previous_end``: the block index (prefix order)
     where the session's previous request ended, when it is still a prefix of this one."""
     if kind is UpstreamKind.ANTHROPIC and api is Api.MESSAGES:
         return _anthropic(body, previous_end, counting, add_marks)
     if kind is UpstreamKind.OPENAI and api in (Api.CHAT, Api.RESPONSES) and "prompt_cache_key" not in body:
-        key = PromptCacheKeys(secret).key(f"gateway\x1f{tenant}\x1f{session}")
+        key = PromptCacheKeys(secret).key(f"gateway\x1f{tenant}\x1f{key_shard(secret, session, key_shards)}")
         return RuleResult({**body, "prompt_cache_key": key}, added=("prompt_cache_key",))
     if api in salt_routes(kind) and "cache_salt" not in body:
         return RuleResult({**body, "cache_salt": "cp-" + _keyed(secret, "salt", tenant)}, added=("cache_salt",))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cp_memory.gateway.config import UpstreamKind
 from cp_memory.gateway.protocols import Api
 from cp_memory.gateway.rules import apply_rules
@@ -78,3 +80,39 @@ def test_engines_get_a_salt_per_tenant_and_other_upstreams_nothing() -> None:
     assert rules({**body, "cache_salt": "mine"}, kind=UpstreamKind.VLLM).body["cache_salt"] == "mine"
     for kind in (UpstreamKind.LLAMACPP, UpstreamKind.SGLANG, UpstreamKind.COMPATIBLE):
         assert rules(body, kind=kind).body is body
+
+
+def _openai_key(tenant: str, session: str, shards: int = 1, body: dict[str, Any] | None = None) -> Any:
+    out = apply_rules(
+        UpstreamKind.OPENAI,
+        Api.CHAT,
+        body or {"model": "gpt-5-mini", "messages": [{"role": "user", "content": "hi"}]},
+        secret=b"s" * 32,
+        tenant=tenant,
+        session=session,
+        previous_end=None,
+        counting=WORDS,
+        key_shards=shards,
+    )
+    return out.body.get("prompt_cache_key")
+
+
+def test_the_sessions_of_one_tenant_share_a_prompt_cache_key_and_tenants_do_not() -> None:
+    """OpenAI routes by the first ~256 tokens and the key: an agent's sessions, which share their system prompt,
+    land where it is cached when they share a key; a key per session would make each new one prefill it."""
+    assert _openai_key("acme", "s1") == _openai_key("acme", "s2") != _openai_key("globex", "s1")
+    assert _openai_key("acme", "s1").startswith("cp-")
+    mine = {"model": "m", "messages": [], "prompt_cache_key": "mine"}
+    assert _openai_key("acme", "s1", body=mine) == "mine"  # the client's own key is never replaced
+
+
+def test_a_busy_tenants_sessions_spread_over_its_shards_and_each_keeps_one() -> None:
+    keys = {s: _openai_key("acme", s, shards=4) for s in (f"session-{i}" for i in range(40))}
+    assert len(set(keys.values())) == 4  # every shard used
+    assert all(_openai_key("acme", s, shards=4) == k for s, k in keys.items())  # a session keeps its shard
+    assert not set(keys.values()) & {_openai_key("globex", s, shards=4) for s in keys}
+
+
+def test_key_shards_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="key_shards"):
+        _openai_key("acme", "s1", shards=0)

@@ -99,7 +99,7 @@ def _spy(provider_server: Any, endpoint: str) -> list[dict[str, Any]]:
     return seen
 
 
-def test_openai_gets_a_prompt_cache_key_per_tenant_and_session_never_a_retention(provider_server: Any) -> None:
+def test_openai_gets_a_prompt_cache_key_per_tenant_never_a_retention(provider_server: Any) -> None:
     seen = _spy(provider_server, "chat")
     with running_gateway(provider_server.url, "openai") as gw:
         for key in ("sk-one", "sk-two", "sk-one"):
