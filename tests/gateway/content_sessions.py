@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cp_memory.gateway.content.finders import find_context
 from cp_memory.gateway.protocols import Api
 
 SYSTEM = "You are a coding agent. Read files with the read tool before answering."
@@ -97,6 +98,8 @@ LINES = re.compile(
     r"in the previous conversation\.$"
 )
 LABEL = re.compile(r"^ *\d+(?:\t|\u2192)")
+#: a block of an earlier result (a markdown section, a tagged document), named by its label
+BLOCK = re.compile(r"^Please refer to (.+) in the result of tool call (\S+) in the previous conversation\.$")
 
 
 EXEC = re.compile(r"\A((?:[A-Z][^\n]*\n)*?Output:\n)(.*)\Z", re.S)
@@ -126,6 +129,13 @@ def _expand(text: str, seen: dict[str, str]) -> str:
     out = []
     for line in text.splitlines(keepends=True):
         m = LINES.match(line.rstrip("\n"))
+        block = BLOCK.match(line.rstrip("\n")) if m is None else None
+        if block is not None:  # the body of the earlier result's block of that label
+            source = seen[block.group(2)]
+            context = find_context(source)
+            found = [b for b in context.blocks if b.label == block.group(1)] if context is not None else []
+            out.append(found[0].body(source) + ("\n" if line.endswith("\n") else ""))
+            continue
         if m is None:
             out.append(line)
             continue

@@ -97,3 +97,39 @@ def test_a_numbered_read_keeps_its_numbers_and_points_past_them(api: Api) -> Non
     assert f"3\tPlease refer to line 3 of the result of tool call {a_id} in the previous conversation.\n" in b_text
     assert f"6\tPlease refer to line 5 of the result of tool call {a_id} in the previous conversation.\n" in b_text
     assert resolve(api, second) == dict(tool_results(api, bodies[1]))
+
+
+def _filler(n: int) -> str:
+    return f"Note {n}: " + " ".join(f"observation {n}.{k} on the quarterly figures" for k in range(12))
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_one_known_paragraph_in_a_long_new_document_is_still_a_pointer(api: Api) -> None:
+    """A report of 9,000 characters quoting one paragraph of an earlier contract: a small share of the text,
+    but the paragraph is sent once."""
+    report = "\n".join(["REPORT", *(_filler(i) for i in range(20)), SHARED[1], *(_filler(i) for i in range(20, 30))])
+    bodies = tool_session(api, [A, report + "\n"])
+    second = json.loads(drive(gateway(), api, bodies)[1])
+    a_id = tool_results(api, second)[0][0]
+    text = tool_results(api, second)[1][1]
+    assert f"Please refer to line 4 of the result of tool call {a_id} in the previous conversation." in text
+    assert SHARED[1] not in text and all(_filler(i) in text for i in range(30))
+    assert resolve(api, second) == dict(tool_results(api, bodies[1]))
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_sectioned_re_read_points_to_known_sections_and_to_known_paragraphs_in_the_others(api: Api) -> None:
+    """A markdown document read whole, then a part re-read whose first section is cut: the section re-sent
+    whole is one pointer, and the cut one still sends its known paragraphs as line pointers."""
+    sections = [f"## {t}\n\n{SHARED[i]}\n\n{OWN_B[i % 2]}\n\n{_filler(i)}" for i, t in enumerate(["Scope", "Audit"])]
+    whole = "MEMO\n\n" + "\n\n".join([*sections, "## Close\n\n" + _filler(9)]) + "\n"
+    cut = f"## Scope (continued)\n\n{SHARED[0]}\n\n{_filler(20)}\n\n{_filler(0)}"  # not a whole known section
+    part = "\n\n".join([cut, *sections[1:], "## Close\n\n" + _filler(9)]) + "\n"
+    bodies = tool_session(api, [whole, part])
+    second = json.loads(drive(gateway(), api, bodies)[1])
+    first_id = tool_results(api, second)[0][0]
+    text = tool_results(api, second)[1][1]
+    assert f"Please refer to ## Audit in the result of tool call {first_id} in the previous conversation." in text
+    assert f"Please refer to line 5 of the result of tool call {first_id} in the previous conversation." in text
+    assert SHARED[0] not in text and SHARED[1] not in text and _filler(20) in text
+    assert resolve(api, second) == dict(tool_results(api, bodies[1]))

@@ -37,7 +37,6 @@ __all__ = [
     "MIN_BLOCK_CHARS",
     "MIN_CHUNKED_CHARS",
     "MIN_CHUNK_SAVING_CHARS",
-    "MIN_CHUNK_SAVING_SHARE",
     "MIN_LINE_POINTER_CHARS",
     "Found",
     "Lookup",
@@ -51,9 +50,10 @@ __all__ = [
 MIN_BLOCK_CHARS = 200
 #: the shortest text cut into chunks (shorter ones are whole blocks or nothing)
 MIN_CHUNKED_CHARS = 1024
-#: a chunked rewrite must save at least this many characters and this share of the text
-MIN_CHUNK_SAVING_CHARS = 400
-MIN_CHUNK_SAVING_SHARE = 0.25
+#: a chunked rewrite must save at least this many characters (~30 tokens), each of its pointers halving what it
+#: replaces: one paragraph a new document shares with one already sent is enough (a share of the text is not
+#: asked for: a 9,000-character report quoting three known paragraphs saves them as surely as a short one)
+MIN_CHUNK_SAVING_CHARS = 120
 #: the pointer to a run of unchanged chunks (lines of the text it points to, 1-based)
 CHUNK_TEMPLATE = "Please refer to lines {first}-{last} of {label} in the previous conversation."
 LINE_TEMPLATE = "Please refer to line {first} of {label} in the previous conversation."
@@ -174,8 +174,8 @@ def _runs(text: str, lookup: Lookup) -> list[tuple[Where | None, int, int]]:
 
 
 def chunk_rewrite(text: str, lookup: Lookup, source: Callable[[Where], str | None]) -> str | None:
-    """``text`` as pointers to the runs of its chunks the history shows plus its new lines, or None when
-    that saves less than :data:`MIN_CHUNK_SAVING_CHARS` and :data:`MIN_CHUNK_SAVING_SHARE` of it.
+    """``text`` as pointers to the runs of its chunks the history shows plus its new lines (a run whose pointer
+    would not halve it stays text), or None when that saves less than :data:`MIN_CHUNK_SAVING_CHARS`.
     ``source(where)`` is the whole string a location lies in (for its line numbers)."""
     if len(text) < MIN_CHUNKED_CHARS:
         return None
@@ -187,8 +187,11 @@ def chunk_rewrite(text: str, lookup: Lookup, source: Callable[[Where], str | Non
             pieces.append(text[start:end])
             continue
         line = _pointer_line(whole, (where, start, end), text)
+        if 2 * len(line) > end - start:  # the pointer would not halve the text: the text stays
+            pieces.append(text[start:end])
+            continue
         saved += (end - start) - len(line)
         pieces.append(line)
-    if saved < max(MIN_CHUNK_SAVING_CHARS, MIN_CHUNK_SAVING_SHARE * len(text)):
+    if saved < MIN_CHUNK_SAVING_CHARS:
         return None
     return "".join(pieces)

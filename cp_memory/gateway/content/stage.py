@@ -207,17 +207,19 @@ def _holder_text(run: _Run, holder: Holder) -> tuple[str, bool]:
     if context is not None:
         text = _align(run, holder, text, context)
         context = find_context(text) if text != holder.text else context
+    pointed = False
     if context is not None:
         deduped = _dedup_blocks(run, text, context)
-        if deduped != text:
-            return deduped, True
-    if ContentStep.CHUNKS in run.steps and text == holder.text:
+        if deduped != text:  # the blocks shown before are pointers; what is left may still quote known lines
+            text, pointed = deduped, True
+            context = find_context(text)
+    if ContentStep.CHUNKS in run.steps and (text == holder.text or pointed):
         first, last = _chunked_span(text, context)
         chunked = chunk_rewrite(text[first:last], run.chunk_lookup, run.source)
         if chunked is not None:
             run.counts["chunks"] += 1
             return text[:first] + chunked + text[last:], True
-    return text, False
+    return text, pointed
 
 
 def run_content(
