@@ -159,7 +159,7 @@ class _App:
         """The mem0 search of this request (a store configured, a user named), or None; never raises."""
         if self.mem0 is None or api is Api.OTHER:
             return None
-        if len(raw) > _INLINE_PLAN_BYTES:
+        if len(raw) > _INLINE_PLAN_BYTES or self.gateway.store.remote:  # it reads the session's sent log
             query = await asyncio.to_thread(self.gateway.memory_query, api, headers, raw)
         else:
             query = self.gateway.memory_query(api, headers, raw)

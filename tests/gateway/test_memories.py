@@ -207,3 +207,20 @@ def test_the_mem0_options_are_checked() -> None:
     with pytest.raises(ValueError, match="set mem0='config'"):
         GatewayConfig(upstream="http://127.0.0.1:9", mem0_config={"vector_store": {}})
     assert GatewayConfig(upstream="http://127.0.0.1:9").mem0.value == "off"
+
+
+def test_with_a_shared_store_the_memory_query_reads_the_session_off_the_event_loop(monkeypatch: Any) -> None:
+    """The query reads the session's sent log: with Redis behind the store that is a round trip, which must
+    not block the event loop (as planning does not)."""
+    import asyncio
+    import threading
+
+    from cp_memory.gateway.app import _App
+
+    app = _App(GatewayConfig(upstream="http://127.0.0.1:9", mem0="embedded"), UpstreamKind.LLAMACPP, memory=object())
+    threads: list[threading.Thread] = []
+    monkeypatch.setattr(type(app.gateway.store), "remote", True, raising=False)
+    monkeypatch.setattr(app.gateway, "memory_query", lambda *a: threads.append(threading.current_thread()))
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "user": "alice"}).encode()
+    assert asyncio.run(app._memories(Api.CHAT, {}, body)) is None
+    assert threads and threads[0] is not threading.main_thread()
