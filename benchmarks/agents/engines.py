@@ -68,9 +68,11 @@ def _vllm(block_size: int, context: int) -> Iterator[Engine]:
 @contextmanager
 def _llama(context: int) -> Iterator[Engine]:
     from cp_memory.engine import LlamaServer, random_model_path
+    from cp_memory.engine.random_model import RandomModelSpec
 
     extra = ["--jinja", "--chat-template-file", str(TEMPLATE)]
-    with LlamaServer(random_model_path(), slots=1, ctx_size=context, cache_ram_mib=1024, extra_args=extra) as server:
+    model = random_model_path(RandomModelSpec(context_length=context))  # llama-server caps n_ctx at the model's
+    with LlamaServer(model, slots=1, ctx_size=context, cache_ram_mib=1024, extra_args=extra) as server:
         label = "llama-server (random-weight llama, 1 slot, prompt cache)"
         yield Engine("llama", label, server.base_url, "llamacpp", SERVED_NAME, lambda _: server.flush_cache())
 
