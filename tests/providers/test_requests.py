@@ -313,6 +313,23 @@ def test_the_default_counter_counts_whatever_the_api_accepts():
     assert counting.tokens(text) == len(bpe_openai.get_encoding("o200k_base").encode_ordinary(text))
 
 
+def test_the_default_counter_remembers_long_texts_and_counts_them_the_same(monkeypatch):
+    """A gateway counts the same system prompt on every request: the second count of a long text is a memo
+    lookup, never a different number; short texts are not remembered."""
+    pytest.importorskip("bpe_openai")
+    from cp_memory.providers import tokens
+
+    counting = tokens.default_counting()
+    system = "You are a careful assistant. Follow the rules below.\n" * 40
+    first = counting.tokens(system)
+    calls = []
+    real = tokens._count_piece
+    monkeypatch.setattr(tokens, "_count_piece", lambda enc, piece: calls.append(piece) or real(enc, piece))
+    assert counting.tokens(system) == first and calls == []  # remembered by its digest
+    assert counting.tokens(system + "again") > first and len(calls) == 1  # another text is counted afresh
+    assert counting.tokens("short") == counting.tokens("short") and len(calls) == 3  # short: never remembered
+
+
 def test_a_tool_use_input_with_int_and_str_keys_is_counted():
     tool_use = {"type": "tool_use", "id": "t1", "name": "lookup", "input": {1: "one", "two": 2}}
     history = [
