@@ -134,7 +134,8 @@ class Gateway:
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
-        replayed = replay(api, log, segs)
+        client_digests = tuple(digest(api, s) for s in segs)  # once: replay and the sent log both need them
+        replayed = replay(api, log, segs, client_digests)
         content = self._content(plan, headers, state, segs, replayed, n_head)
         if content is not None and content.changed:
             shaped = with_segments(api, body, content.segments, n_head)
@@ -171,7 +172,7 @@ class Gateway:
         if placement is PlacementMode.FRESH and placed is not None:  # not replayed: the next request has it without
             sent[placed] = segments(api, before)[0][placed]
             placed = None
-        plan.log = self._sent_log(api, sent, segs, log, replayed.replayed, content, placed)
+        plan.log = self._sent_log(sent, client_digests, log, replayed.replayed, content, placed)
         plan.memories = memories if placement is not None else None
         plan.placement = placement
         plan.replayed, plan.rewritten = replayed.replayed, replayed.rewritten
@@ -235,9 +236,8 @@ class Gateway:
 
     @staticmethod
     def _sent_log(
-        api: Api,
         sent: list[Any],
-        client: list[Any],
+        client_digests: tuple[str, ...],
         log: SentLog | None,
         replayed: int,
         content: ContentResult | None,
@@ -252,7 +252,7 @@ class Gateway:
         rewrites.update(content.changed if content is not None else ())
         if placed is not None:
             rewrites.add(placed)
-        return SentLog(tuple(sent), tuple(digest(api, s) for s in client), frozenset(rewrites))
+        return SentLog(tuple(sent), client_digests, frozenset(rewrites))
 
     def _previous_end(self, api: Api, log: SentLog | None, replayed: ReplayResult, n_head: int) -> int | None:
         """Anthropic: the last block of the previous request, when all of it is still this one's prefix."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,14 +155,15 @@ def _same_tokens(a: Any, b: Any) -> bool:
     return json.dumps(_form(a), ensure_ascii=False) == json.dumps(_form(b), ensure_ascii=False)
 
 
-def replay(api: Api, log: SentLog | None, segments: list[Any]) -> ReplayResult:
-    """The segments to send: the log's version of every leading segment that matches it in meaning."""
+def replay(api: Api, log: SentLog | None, segments: list[Any], digests: Sequence[str] | None = None) -> ReplayResult:
+    """The segments to send: the log's version of every leading segment that matches it in meaning.
+    ``digests``: the segments' :func:`digest` values when the caller has them already."""
     if log is None:
         return ReplayResult(list(segments), 0, 0, None)
     out: list[Any] = []
     rewritten, substituted, first = 0, 0, None
     for i, seg in enumerate(segments):
-        if i >= len(log.digests) or digest(api, seg) != log.digests[i]:
+        if i >= len(log.digests) or (digests[i] if digests is not None else digest(api, seg)) != log.digests[i]:
             return ReplayResult(out + list(segments[i:]), i, rewritten, first, substituted)
         sent = _merge(api, seg, log.segments[i])
         substituted += json.dumps(strip_marks(seg)) != json.dumps(strip_marks(sent))
