@@ -83,16 +83,26 @@ class Sent:
         return max(0, self.prompt_tokens - self.cache_read_tokens)
 
 
+#: The output caps a recorded body may carry, per protocol: Responses' ``max_output_tokens``; Chat's
+#: ``max_completion_tokens`` (which vLLM and llama-server both read before ``max_tokens``) and ``max_tokens``;
+#: Messages' ``max_tokens``.
+OUTPUT_CAPS = ("max_output_tokens", "max_completion_tokens", "max_tokens")
+
+
 def edit_body(body: Mapping[str, Any], *, model: str | None, max_tokens: int) -> dict[str, Any]:
     """The recorded body with the engine's ``model`` (None: as recorded) and the output capped at
-    ``max_tokens`` (``max_tokens`` for Messages/Chat, ``max_output_tokens`` for Responses); nothing else."""
+    ``max_tokens``; nothing else. Every cap the body already carries is set (OpenClaw sends Chat's
+    ``max_completion_tokens: 8192``, which the engines read before ``max_tokens``: capping ``max_tokens`` alone
+    let a random-weight model decode 8,192 tokens a request); a body with none gets its protocol's
+    (``max_output_tokens`` for Responses, ``max_tokens`` for Messages and Chat)."""
     out = dict(body)
     if model is not None:
         out["model"] = model
-    if "input" in out and "messages" not in out:
-        out["max_output_tokens"] = max_tokens
-    else:
-        out["max_tokens"] = max_tokens
+    caps = [cap for cap in OUTPUT_CAPS if cap in out]
+    if not caps:
+        caps = ["max_output_tokens" if "input" in out and "messages" not in out else "max_tokens"]
+    for cap in caps:
+        out[cap] = max_tokens
     return out
 
 

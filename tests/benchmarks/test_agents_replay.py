@@ -17,6 +17,7 @@ from benchmarks.agents.trace import load_trace, prefix_breaks
 TRACES = Path(__file__).resolve().parents[1] / "gateway" / "traces"
 CLAUDE = TRACES / "claude_code_2.1.328_docs_code.jsonl.xz"
 CODEX = TRACES / "codex_0.169.0_docs_code.jsonl.xz"
+OPENCLAW = TRACES / "openclaw_2026.9.6_gen-docs8_concurrent.jsonl.xz"
 
 
 def test_passthrough_shows_the_clients_own_re_rendering_and_nothing_else() -> None:
@@ -48,6 +49,21 @@ def test_every_arm_gets_the_same_edits_and_nothing_else() -> None:
     }
     codex = edit_body(load_trace(CODEX)[0]["body"], model=None, max_tokens=4)
     assert codex["max_output_tokens"] == 4 and codex["model"] == "scripted" and "max_tokens" not in codex
+
+
+def test_every_output_cap_the_client_sent_is_capped() -> None:
+    """OpenClaw sends Chat's ``max_completion_tokens: 8192``, which vLLM and llama-server read before
+    ``max_tokens``: the replay caps the field the client sent, and adds ``max_tokens`` only where none is."""
+    openclaw = load_trace(OPENCLAW)[0]["body"]
+    assert openclaw["max_completion_tokens"] == 8192 and "max_tokens" not in openclaw
+    edited = edit_body(openclaw, model="replay", max_tokens=4)
+    assert edited["max_completion_tokens"] == 4 and "max_tokens" not in edited
+    assert {k: v for k, v in edited.items() if k not in ("model", "max_completion_tokens")} == {
+        k: v for k, v in openclaw.items() if k not in ("model", "max_completion_tokens")
+    }
+    both = edit_body({"messages": [], "max_tokens": 100, "max_completion_tokens": 200}, model=None, max_tokens=4)
+    assert both["max_tokens"] == 4 and both["max_completion_tokens"] == 4
+    assert edit_body({"messages": []}, model=None, max_tokens=4)["max_tokens"] == 4
 
 
 def test_the_tap_records_what_the_arm_sent_and_the_upstreams_usage() -> None:
