@@ -24,7 +24,7 @@ from .config import GatewayConfig, UpstreamKind
 from .content import ContentResult, PendingContent, effective_steps, new_part_start, run_content
 from .memories import Memories, MemoryQuery, MemoryStage, PlacementMode, leaf_text
 from .protocols import Api, segments, with_segments
-from .replay import ReplayResult, SentLog, digest, replay
+from .replay import ReplayResult, SegmentMemo, SentLog, replay
 from .rules import RuleResult, apply_rules
 from .schema import schema_enabled, strip_tools
 from .sessions import SessionState, SessionStore
@@ -92,6 +92,7 @@ class Gateway:
         self.secret = given or secrets.token_bytes(32)
         self.store: SessionStore = open_session_store(config)
         self.counting = counting or default_counting()
+        self.segment_memo = SegmentMemo()  # replay's per-segment work, remembered across requests
         self.memory_stage = MemoryStage(
             query_turns=config.memories_query_turns,
             dedup=config.replay,
@@ -134,8 +135,8 @@ class Gateway:
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
-        client_digests = tuple(digest(api, s) for s in segs)  # once: replay and the sent log both need them
-        replayed = replay(api, log, segs, client_digests)
+        client_digests = self.segment_memo.digests(api, segs)  # once: replay and the sent log both need them
+        replayed = replay(api, log, segs, client_digests, self.segment_memo)
         content = self._content(plan, headers, state, segs, replayed, n_head)
         if content is not None and content.changed:
             shaped = with_segments(api, body, content.segments, n_head)

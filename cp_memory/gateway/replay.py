@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.lru import LRUMap
 from .protocols import Api
 
-__all__ = ["ReplayResult", "SentLog", "digest", "normalized", "replay", "strip_marks"]
+__all__ = ["ReplayResult", "SegmentMemo", "SentLog", "digest", "normalized", "replay", "strip_marks"]
 
 #: content blocks that do not change what an upstream caches when a client drops them from earlier turns
 _IGNORED_BLOCKS = {Api.MESSAGES: frozenset({"thinking", "redacted_thinking"})}
@@ -155,9 +156,84 @@ def _same_tokens(a: Any, b: Any) -> bool:
     return json.dumps(_form(a), ensure_ascii=False) == json.dumps(_form(b), ensure_ascii=False)
 
 
-def replay(api: Api, log: SentLog | None, segments: list[Any], digests: Sequence[str] | None = None) -> ReplayResult:
+def _replayed(api: Api, client: Any, sent: Any) -> tuple[Any, bool, bool]:
+    """One matching segment: what goes out (``sent`` with ``client``'s marks), whether its bytes differ from the
+    client's (marks aside), and whether it holds the client's tokens (:func:`_same_tokens`)."""
+    merged = _merge(api, client, sent)
+    substituted = json.dumps(strip_marks(client)) != json.dumps(strip_marks(merged))
+    return merged, substituted, _same_tokens(client, merged)
+
+
+class SegmentMemo:
+    """The pure per-segment work of replay remembered by the segments' exact bytes: a segment's :func:`digest`,
+    and a matching segment's replayed form (:func:`_replayed`). A session's every request repeats its
+    history, so the same tool list, system prompt and earlier messages were normalized and merged on the
+    request before; the memo turns those walks into one C-speed JSON encoding of each segment.
+
+    Entries are keyed by a 16-byte BLAKE2b digest of the protocol and the segments' JSON (keys in their order,
+    so a hit is exactly the value the work would give) and hold the replayed form as its JSON text, decoded
+    afresh on every hit (nothing is shared between requests, which may change what they get). Segments
+    shorter than ``min_chars`` characters of JSON are worked out each time (cheaper than the memo); at most
+    ``entries`` entries of each kind are kept (least recently used out), so the memo holds at most ``entries``
+    replayed segments' text (a harness's tool list, shared by all its sessions, is one entry). Thread-safe
+    (:class:`~cp_memory.core.lru.LRUMap`).
+    The memo is a pure function's cache: sharing it across sessions and tenants shares no data between them.
+    """
+
+    def __init__(self, entries: int = 2048, min_chars: int = 512) -> None:
+        self._digests: LRUMap[bytes, str] = LRUMap(entries)
+        self._replays: LRUMap[bytes, tuple[str, bool, bool]] = LRUMap(entries)
+        self.min_chars = min_chars
+
+    @staticmethod
+    def _key(api: Api, *parts: str) -> bytes:
+        h = hashlib.blake2b(api.value.encode(), digest_size=16)
+        for part in parts:
+            h.update(b"\x00")
+            h.update(part.encode("ascii"))  # json.dumps escapes every non-ASCII character
+        return h.digest()
+
+    def digests(self, api: Api, segments: Sequence[Any]) -> tuple[str, ...]:
+        """:func:`digest` of every segment."""
+        out = []
+        for seg in segments:
+            text = json.dumps(seg, separators=(",", ":"))
+            if len(text) < self.min_chars:
+                out.append(digest(api, seg))
+                continue
+            key = self._key(api, text)
+            found = self._digests.get(key)
+            if found is None:
+                found = digest(api, seg)
+                self._digests.set(key, found)
+            out.append(found)
+        return tuple(out)
+
+    def replayed(self, api: Api, client: Any, sent: Any) -> tuple[Any, bool, bool]:
+        """:func:`_replayed`, remembered."""
+        a = json.dumps(client, separators=(",", ":"))
+        b = json.dumps(sent, separators=(",", ":"))
+        if len(a) + len(b) < 2 * self.min_chars:
+            return _replayed(api, client, sent)
+        key = self._key(api, a, b)
+        found = self._replays.get(key)
+        if found is not None:
+            return json.loads(found[0]), found[1], found[2]
+        merged, substituted, same = _replayed(api, client, sent)
+        self._replays.set(key, (json.dumps(merged, separators=(",", ":")), substituted, same))
+        return merged, substituted, same
+
+
+def replay(
+    api: Api,
+    log: SentLog | None,
+    segments: list[Any],
+    digests: Sequence[str] | None = None,
+    memo: SegmentMemo | None = None,
+) -> ReplayResult:
     """The segments to send: the log's version of every leading segment that matches it in meaning.
-    ``digests``: the segments' :func:`digest` values when the caller has them already."""
+    ``digests``: the segments' :func:`digest` values when the caller has them already; ``memo``: where the
+    per-segment work of earlier requests is remembered (the same result, computed once)."""
     if log is None:
         return ReplayResult(list(segments), 0, 0, None)
     out: list[Any] = []
@@ -165,9 +241,9 @@ def replay(api: Api, log: SentLog | None, segments: list[Any], digests: Sequence
     for i, seg in enumerate(segments):
         if i >= len(log.digests) or (digests[i] if digests is not None else digest(api, seg)) != log.digests[i]:
             return ReplayResult(out + list(segments[i:]), i, rewritten, first, substituted)
-        sent = _merge(api, seg, log.segments[i])
-        substituted += json.dumps(strip_marks(seg)) != json.dumps(strip_marks(sent))
-        if not _same_tokens(seg, sent) and i not in log.rewrites:
+        sent, changed, same = (memo.replayed if memo is not None else _replayed)(api, seg, log.segments[i])
+        substituted += changed
+        if not same and i not in log.rewrites:
             rewritten += 1
             first = i if first is None else first
         out.append(sent)

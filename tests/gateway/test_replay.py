@@ -15,7 +15,7 @@ import pytest
 from cp_memory.gateway import GatewayConfig, UpstreamKind
 from cp_memory.gateway.flow import Gateway
 from cp_memory.gateway.protocols import Api, segments
-from cp_memory.gateway.replay import SentLog, digest, normalized, replay, strip_marks
+from cp_memory.gateway.replay import SegmentMemo, SentLog, digest, normalized, replay, strip_marks
 from cp_memory.providers.marks import count_marks, find_marks
 
 from .recordings import anthropic_session, chat_session, responses_session
@@ -142,3 +142,41 @@ def test_chat_conversations_with_one_system_message_and_other_openings_are_two_s
     assert one.identity and two.identity and again.identity
     assert one.identity.session_source == "fingerprint"
     assert one.identity.session != two.identity.session and again.identity.session == one.identity.session
+
+
+@pytest.mark.parametrize("api", list(SESSIONS))
+def test_the_segment_memo_gives_what_the_work_gives_and_shares_no_object(api: Api) -> None:
+    """Replay's per-segment work remembered by exact bytes (min_chars=0: every segment goes through the memo):
+    each request of a re-rendering session replays to the same segments, digests and counts as without it,
+    on its first sight and on every hit, and a hit is a fresh copy (a later stage may change what it got)."""
+    memo, bodies = SegmentMemo(min_chars=0), SESSIONS[api](rerender=True)
+    log = None
+    for body in bodies:
+        segs = segments(api, body)[0]
+        plain_digests = tuple(digest(api, s) for s in segs)
+        assert memo.digests(api, segs) == plain_digests == memo.digests(api, segs)
+        plain = replay(api, log, segs, plain_digests)
+        for _ in range(2):  # a miss, then a hit
+            memoed = replay(api, log, segs, plain_digests, memo)
+            assert json.dumps(memoed.segments) == json.dumps(plain.segments)
+            assert (memoed.replayed, memoed.rewritten, memoed.first_rewritten, memoed.substituted) == (
+                plain.replayed,
+                plain.rewritten,
+                plain.first_rewritten,
+                plain.substituted,
+            )
+        again = replay(api, log, segs, plain_digests, memo)
+        for a, b in zip(again.segments[: again.replayed], memoed.segments):
+            assert a is not b or not isinstance(a, (dict, list))
+        log = SentLog(tuple(plain.segments), plain_digests)
+
+
+def test_the_segment_memo_keys_on_key_order_and_type_not_only_on_meaning() -> None:
+    """Two segments equal in meaning but not in bytes (key order, 1 against 1.0) never share an entry."""
+    memo = SegmentMemo(min_chars=0)
+    a = {"role": "user", "content": "x", "n": 1}
+    b = {"content": "x", "role": "user", "n": 1.0}
+    log = SentLog.of(Api.CHAT, [a])
+    first = replay(Api.CHAT, log, [a], memo=memo)
+    second = replay(Api.CHAT, SentLog.of(Api.CHAT, [b]), [b], memo=memo)
+    assert json.dumps(first.segments) == json.dumps([a]) and json.dumps(second.segments) == json.dumps([b])
