@@ -135,8 +135,9 @@ class Gateway:
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         segs, n_head = segments(api, body)
         log = state.logs.get(api) if self.config.replay else None
-        client_digests = self.segment_memo.digests(api, segs)  # once: replay and the sent log both need them
-        replayed = replay(api, log, segs, client_digests, self.segment_memo)
+        texts = self.segment_memo.texts(segs)  # once: the memo's keys for the digests and for replay
+        client_digests = self.segment_memo.digests(api, segs, texts)  # once: replay and the sent log need them
+        replayed = replay(api, log, segs, client_digests, self.segment_memo, texts)
         content = self._content(plan, headers, state, segs, replayed, n_head)
         if content is not None and content.changed:
             shaped = with_segments(api, body, content.segments, n_head)

@@ -193,11 +193,15 @@ class SegmentMemo:
             h.update(part.encode("ascii"))  # json.dumps escapes every non-ASCII character
         return h.digest()
 
-    def digests(self, api: Api, segments: Sequence[Any]) -> tuple[str, ...]:
-        """:func:`digest` of every segment."""
+    @staticmethod
+    def texts(segments: Sequence[Any]) -> tuple[str, ...]:
+        """Every segment's JSON, keys in their order: the memo's keys (encoded once a request, for both uses)."""
+        return tuple(json.dumps(seg, separators=(",", ":")) for seg in segments)
+
+    def digests(self, api: Api, segments: Sequence[Any], texts: Sequence[str] | None = None) -> tuple[str, ...]:
+        """:func:`digest` of every segment (``texts``: their :meth:`texts`, when the caller has them)."""
         out = []
-        for seg in segments:
-            text = json.dumps(seg, separators=(",", ":"))
+        for seg, text in zip(segments, texts if texts is not None else self.texts(segments)):
             if len(text) < self.min_chars:
                 out.append(digest(api, seg))
                 continue
@@ -209,9 +213,9 @@ class SegmentMemo:
             out.append(found)
         return tuple(out)
 
-    def replayed(self, api: Api, client: Any, sent: Any) -> tuple[Any, bool, bool]:
-        """:func:`_replayed`, remembered."""
-        a = json.dumps(client, separators=(",", ":"))
+    def replayed(self, api: Api, client: Any, sent: Any, client_text: str | None = None) -> tuple[Any, bool, bool]:
+        """:func:`_replayed`, remembered (``client_text``: the client segment's :meth:`texts` entry, when known)."""
+        a = client_text if client_text is not None else json.dumps(client, separators=(",", ":"))
         b = json.dumps(sent, separators=(",", ":"))
         if len(a) + len(b) < 2 * self.min_chars:
             return _replayed(api, client, sent)
@@ -230,10 +234,12 @@ def replay(
     segments: list[Any],
     digests: Sequence[str] | None = None,
     memo: SegmentMemo | None = None,
+    texts: Sequence[str] | None = None,
 ) -> ReplayResult:
     """The segments to send: the log's version of every leading segment that matches it in meaning.
     ``digests``: the segments' :func:`digest` values when the caller has them already; ``memo``: where the
-    per-segment work of earlier requests is remembered (the same result, computed once)."""
+    per-segment work of earlier requests is remembered (the same result, computed once); ``texts``: the
+    segments' :meth:`SegmentMemo.texts`, when the caller has them."""
     if log is None:
         return ReplayResult(list(segments), 0, 0, None)
     out: list[Any] = []
@@ -241,7 +247,10 @@ def replay(
     for i, seg in enumerate(segments):
         if i >= len(log.digests) or (digests[i] if digests is not None else digest(api, seg)) != log.digests[i]:
             return ReplayResult(out + list(segments[i:]), i, rewritten, first, substituted)
-        sent, changed, same = (memo.replayed if memo is not None else _replayed)(api, seg, log.segments[i])
+        if memo is not None:
+            sent, changed, same = memo.replayed(api, seg, log.segments[i], texts[i] if texts is not None else None)
+        else:
+            sent, changed, same = _replayed(api, seg, log.segments[i])
         substituted += changed
         if not same and i not in log.rewrites:
             rewritten += 1
