@@ -385,7 +385,7 @@ def gateway_once(
     from cp_memory.providers.usage import CacheUsage
 
     kind = UpstreamKind.COMPATIBLE
-    settings: dict[str, Any] = {"secret": "bench", "replay": replay}
+    settings: dict[str, Any] = {"secret": "workers-state-benchmark", "replay": replay}
     if store_url is not None:
         settings["state_store"] = store_url
     config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=kind, **settings)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ from .core.chat_memories import (
     query_text,
     text_of,
 )
+from .core.drive import adrive_flow, drive_flow
 from .core.prompt import contract_of
 from .memory.background import Turn, TurnWriter
 from .memory.wrappers import AsyncContextPilotMemory, ContextPilotMemory
@@ -275,11 +276,6 @@ class _Step:
     sent: list[Any] | None = None
 
 
-@dataclass(frozen=True)
-class _Done:
-    answer: Any
-
-
 def _create(owner: _Base, messages: Any, ids: dict[str, Any], args: dict[str, Any]) -> Generator[_Step, Any, Any]:
     """``create`` without I/O, for the sync and the async driver: the search (fail open: no memories), the
     placement, the model call (its turn settled either way), the turn queued for mem0's ``add``."""
@@ -300,20 +296,6 @@ def _create(owner: _Base, messages: Any, ids: dict[str, Any], args: dict[str, An
     owner._settle(call, True)
     owner._writer.submit(owner._flow.finish(call, sent, _answer_text(answer)))
     return answer
-
-
-def _send(gen: Generator[_Step, Any, Any], value: Any) -> _Step | _Done:
-    try:
-        return gen.send(value)
-    except StopIteration as stop:
-        return _Done(stop.value)
-
-
-def _throw(gen: Generator[_Step, Any, Any], exc: BaseException) -> _Step | _Done:
-    try:
-        return gen.throw(exc)
-    except StopIteration as stop:
-        return _Done(stop.value)
 
 
 class Completions:
@@ -344,20 +326,13 @@ class Completions:
             {"filters": filters, "limit": limit, "top_k": top_k, "metadata": metadata},
         )
         owner = self._owner
-        step: _Step | _Done = next(gen)
-        while isinstance(step, _Step):
-            try:
-                if step.sent is None:
-                    result = owner.memory.search(step.query, **step.search)
-                else:
-                    result = owner._model_client(kwargs).chat.completions.create(
-                        model=model, messages=step.sent, **kwargs
-                    )
-            except BaseException as exc:
-                step = _throw(gen, exc)
-            else:
-                step = _send(gen, result)
-        return step.answer
+
+        def answer(step: _Step) -> Any:
+            if step.sent is None:
+                return owner.memory.search(step.query, **step.search)
+            return owner._model_client(kwargs).chat.completions.create(model=model, messages=step.sent, **kwargs)
+
+        return drive_flow(gen, answer)
 
 
 class Chat:
@@ -397,20 +372,14 @@ class AsyncCompletions:
             {"filters": filters, "limit": limit, "top_k": top_k, "metadata": metadata},
         )
         owner = self._owner
-        step: _Step | _Done = next(gen)
-        while isinstance(step, _Step):
-            try:
-                if step.sent is None:
-                    result = await owner.memory.search(step.query, **step.search)
-                else:
-                    result = await owner._model_client(kwargs).chat.completions.create(
-                        model=model, messages=step.sent, **kwargs
-                    )
-            except BaseException as exc:
-                step = _throw(gen, exc)
-            else:
-                step = _send(gen, result)
-        return step.answer
+
+        def answer(step: _Step) -> Awaitable[Any]:
+            if step.sent is None:
+                return owner.memory.search(step.query, **step.search)  # type: ignore[no-any-return]
+            create = owner._model_client(kwargs).chat.completions.create
+            return create(model=model, messages=step.sent, **kwargs)  # type: ignore[no-any-return]
+
+        return await adrive_flow(gen, answer)
 
 
 class AsyncChat:

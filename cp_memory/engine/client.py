@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 from tenacity import AsyncRetrying, Retrying
 
+from ..core.drive import adrive_flow, drive_flow
 from . import admin
 from .deadline import MONOTONIC, CancelAtDeadline, Clock, SocketDeadlines
 from .errors import (
@@ -277,13 +278,7 @@ class EngineClient(_ClientBase):
 
     # -- the I/O ---------------------------------------------------------------------------
     def _run(self, flow: Generator[Request, Reply, T]) -> T:
-        try:
-            request = next(flow)
-            while True:
-                request = flow.send(self._send(self._admin(request)))
-        except StopIteration as done:
-            result: T = done.value
-            return result
+        return drive_flow(flow, lambda request: self._send(self._admin(request)), throws=())
 
     def _send(self, call: Call[T]) -> T:
         result: T = Retrying(sleep=self._config.clock.sleep, **call.retrying())(self._attempt, call)
@@ -375,13 +370,7 @@ class AsyncEngineClient(_ClientBase):
 
     # -- the I/O ---------------------------------------------------------------------------
     async def _run(self, flow: Generator[Request, Reply, T]) -> T:
-        try:
-            request = next(flow)
-            while True:
-                request = flow.send(await self._send(self._admin(request)))
-        except StopIteration as done:
-            result: T = done.value
-            return result
+        return await adrive_flow(flow, lambda request: self._send(self._admin(request)), throws=())
 
     async def _send(self, call: Call[T]) -> T:
         result: T = await AsyncRetrying(sleep=self._config.clock.asleep, **call.retrying())(self._attempt, call)

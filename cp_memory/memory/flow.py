@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Generator, Hashable, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.drive import adrive_flow, drive_flow
 from ..state.ops import AsyncStateStore, StoreRequest, aanswer, answer
 from ..state.store import StateStore
 from .calls import SearchCall
@@ -152,20 +153,13 @@ def drive_search(
     """Run ``flow`` with sync mem0 calls (already wrapped in retries by the caller); ``admit``: the store
     check (:func:`.admission.store_admission`), None where the store cannot be asked; ``store``: the shared
     state store's sync side (None: the wrapper has none)."""
-    try:
-        request = next(flow)
-        while True:
-            try:
-                if isinstance(request, _STORE_REQUESTS) and store is not None:
-                    got = answer(store, request)
-                else:
-                    got = _answer(request, search, get, admit)
-            except Exception as exc:
-                request = flow.throw(exc)
-            else:
-                request = flow.send(got)
-    except StopIteration as stop:
-        return stop.value
+
+    def answer_one(request: Request) -> Any:
+        if isinstance(request, _STORE_REQUESTS) and store is not None:
+            return answer(store, request)
+        return _answer(request, search, get, admit)
+
+    return drive_flow(flow, answer_one, throws=Exception)
 
 
 async def adrive_search(
@@ -177,18 +171,11 @@ async def adrive_search(
 ) -> Any:
     """Run ``flow`` with async mem0 calls and the shared store's async side: :func:`drive_search` with
     ``await``."""
-    try:
-        request = next(flow)
-        while True:
-            try:
-                if isinstance(request, _STORE_REQUESTS) and store is not None:
-                    got = await aanswer(store, request)
-                else:
-                    pending = _answer(request, search, get, admit)
-                    got = None if pending is None else await pending
-            except Exception as exc:
-                request = flow.throw(exc)
-            else:
-                request = flow.send(got)
-    except StopIteration as stop:
-        return stop.value
+
+    async def answer_one(request: Request) -> Any:
+        if isinstance(request, _STORE_REQUESTS) and store is not None:
+            return await aanswer(store, request)
+        pending = _answer(request, search, get, admit)
+        return None if pending is None else await pending
+
+    return await adrive_flow(flow, answer_one, throws=Exception)

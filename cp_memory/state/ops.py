@@ -16,6 +16,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ..core.drive import adrive_flow, drive_flow
 from .errors import StoreUnavailable
 from .store import StateStore, Versioned
 
@@ -120,36 +121,28 @@ async def aanswer(store: AsyncStateStore, request: StoreRequest) -> Any:
 
 def run(op: Op[T], store: StateStore | None) -> T:
     """Drive ``op`` with a sync store; :class:`StoreUnavailable` goes back into the op where it asked."""
-    try:
-        request = next(op)
-        while True:
-            if store is None:
-                raise TypeError(f"a store operation asked for {type(request).__name__} but no store is set")
-            try:
-                got = answer(store, request)
-            except StoreUnavailable as exc:
-                request = op.throw(exc)
-            else:
-                request = op.send(got)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+
+    def answer_one(request: StoreRequest) -> Any:
+        if store is None:
+            raise TypeError(f"a store operation asked for {type(request).__name__} but no store is set")
+        return answer(store, request)
+
+    return drive_flow(op, answer_one, throws=StoreUnavailable)
 
 
 async def arun(op: Op[T], store: AsyncStateStore | None) -> T:
-    """:func:`run` with ``await``: other tasks run while the store answers (or times out)."""
-    try:
-        request = next(op)
-        while True:
-            if store is None:
-                raise TypeError(f"a store operation asked for {type(request).__name__} but no store is set")
-            try:
-                got = await aanswer(store, request)
-            except (StoreUnavailable, asyncio.TimeoutError) as exc:
-                request = op.throw(exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(str(exc)))
-            else:
-                request = op.send(got)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    """:func:`run` with ``await``: other tasks run while the store answers (or times out: a timeout goes
+    into the op as :class:`StoreUnavailable`)."""
+
+    async def answer_one(request: StoreRequest) -> Any:
+        if store is None:
+            raise TypeError(f"a store operation asked for {type(request).__name__} but no store is set")
+        try:
+            return await aanswer(store, request)
+        except asyncio.TimeoutError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    return await adrive_flow(op, answer_one, throws=StoreUnavailable)
 
 
 def open_async_state_store(url: str, store: StateStore, *, timeout_s: float) -> AsyncStateStore:
