@@ -23,7 +23,8 @@ The engine is the deterministic cache model (:class:`benchmarks.common.cache_mod
 the LoCoMo benchmark's template around the turn's context (fresh memories + location annotations).
 Pointers are checked against each user's history (:mod:`benchmarks.common.pointers`): a pointer naming a turn
 the history numbers twice, or a memory the named turn did not show there, is wrong. Search latency is
-measured inside the workers (``search`` + ``commit``), and the time spent in store calls separately.
+measured inside the workers (``search`` + ``commit``), and the time spent in store calls separately, with
+their number: round trips per turn, the search's own in brackets (a pipelined read of several keys is one).
 
     nice -n 19 timeout 1800 .venv/bin/python -m benchmarks.workers_state --conversations 0-3 --questions 20 --k 20
 
@@ -137,6 +138,10 @@ class TimedStore:
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         return self._timed("delete", *args, **kwargs)
 
+    def read_many(self, *args: Any, **kwargs: Any) -> Any:
+        """Several reads pipelined: one round trip, counted as one call."""
+        return self._timed("read_many", *args, **kwargs)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -160,6 +165,7 @@ def worker_main(conn: Any, answers_file: str, store_url: str | None, k: int, max
         before = (timed.seconds, timed.calls) if timed else (0.0, 0)
         t0 = time.perf_counter()
         response = cp.search(query, filters={"user_id": user}, top_k=k, conversation_id=conversation)
+        search_calls = timed.calls - before[1] if timed else 0
         turn = cp.commit(response)
         search_s = time.perf_counter() - t0
         store = (timed.seconds - before[0], timed.calls - before[1]) if timed else (0.0, 0)
@@ -170,6 +176,7 @@ def worker_main(conn: Any, answers_file: str, store_url: str | None, k: int, max
                 "search_s": search_s,
                 "store_s": store[0],
                 "store_calls": store[1],
+                "search_store_calls": search_calls,
             }
         )
     conn.close()
@@ -252,7 +259,8 @@ class Run:
     search_ms_p99: float = 0.0
     store_ms_p50: float = 0.0
     store_ms_p99: float = 0.0
-    store_calls_per_search: float = 0.0
+    store_calls_per_search: float = 0.0  # round trips of search + commit (a pipelined read of several keys: one)
+    search_round_trips: float = 0.0  # of these, the search's own (the commit runs after the prompt is sent)
     wrong_examples: list[str] = field(default_factory=list)
 
 
@@ -286,7 +294,7 @@ def run_once(
     transcripts: dict[str, list[str]] = {u: [] for u in questions}
     search_s: list[float] = []
     store_s: list[float] = []
-    calls = 0
+    calls = search_calls = 0
     with workers(n, answers, store_url, a.k, a.max_overfetch) as pipes:
         i = 0
         for j in range(max(len(qs) for qs in questions.values())):
@@ -304,6 +312,7 @@ def run_once(
                 search_s.append(out["search_s"])
                 store_s.append(out["store_s"])
                 calls += out["store_calls"]
+                search_calls += out["search_store_calls"]
     run = Run(n, "redis" if store_url else "local", workload, requests=len(search_s))
     run.pointers = sum(h.pointers for h in histories.values())
     run.wrong_pointers = sum(len(h.wrong) for h in histories.values())
@@ -315,6 +324,7 @@ def run_once(
     run.search_ms_p50, run.search_ms_p99 = round(_pct(search_s, 0.5) * 1e3, 3), round(_pct(search_s, 0.99) * 1e3, 3)
     run.store_ms_p50, run.store_ms_p99 = round(_pct(store_s, 0.5) * 1e3, 3), round(_pct(store_s, 0.99) * 1e3, 3)
     run.store_calls_per_search = round(calls / max(1, len(search_s)), 2)
+    run.search_round_trips = round(search_calls / max(1, len(search_s)), 2)
     return run
 
 
@@ -323,7 +333,7 @@ def markdown(runs: Sequence[Run], header: str) -> str:
         header,
         "",
         "| workload | workers | store | requests | pointers | wrong pointers | hit ratio | prefilled tokens "
-        "| search p50 / p99 (ms) | store p50 / p99 per search (ms) | store calls / search |",
+        "| search p50 / p99 (ms) | store p50 / p99 per search (ms) | store round trips / turn (search) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in runs:
@@ -331,7 +341,7 @@ def markdown(runs: Sequence[Run], header: str) -> str:
             f"| {r.workload} | {r.workers} | {r.store} | {r.requests} | {r.pointers} | {r.wrong_pointers} | "
             f"{r.hit_ratio:.1%} | "
             f"{r.prefilled_tokens:,} | {r.search_ms_p50:.2f} / {r.search_ms_p99:.2f} | "
-            f"{r.store_ms_p50:.2f} / {r.store_ms_p99:.2f} | {r.store_calls_per_search} |"
+            f"{r.store_ms_p50:.2f} / {r.store_ms_p99:.2f} | {r.store_calls_per_search} ({r.search_round_trips}) |"
         )
     return "\n".join(lines) + "\n"
 

@@ -34,7 +34,7 @@ from ..core.index import Placement
 from ..core.prompt import RenderedContext, rendered_context
 from ..core.scope import Scope
 from ..state.ops import Op, run
-from ..state.store import StateStore
+from ..state.store import StateStore, Versioned
 from .calls import SearchCall
 from .config import ContextPilotConfig
 from .filters import StoredCopy, admits
@@ -58,6 +58,9 @@ class SearchPlan:
     call: SearchCall
     conversation: str | None
     fetch_k: int | None
+    #: with a shared store: the scope's index as read with the conversation's record (the token it was read
+    #: against, the value), for the search's insert
+    index_read: tuple[str, Versioned] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,16 +135,27 @@ class SearchPipeline:
                 if not isinstance(conv, (str, int)) or isinstance(conv, bool) or not str(conv).strip():
                     raise TypeError(f"conversation_id must be a non-empty str, got {conversation_id!r}")
                 conversation = str(conv).strip()
-        fetch_k = call.top_k
+        fetch_k, index_read = call.top_k, None
         if conversation is not None and call.scope is not None:
             key = self._conversation_key(call.scope, conversation)
             if self.shared is not None:
-                sent = yield from self.shared.deduplicator.load(key)
+                sent, index_read = yield from self._load_shared(call.scope, key)
             else:
                 sent = self.deduplicator.sent_count(key)
             if call.top_k is not None:
                 fetch_k = call.top_k + min(sent, self.config.max_overfetch)
-        return SearchPlan(call, conversation, fetch_k)
+        return SearchPlan(call, conversation, fetch_k, index_read)
+
+    def _load_shared(self, scope: Scope, key: tuple[Scope, str]) -> Op[tuple[int, tuple[str, Versioned] | None]]:
+        """The conversation's record and, where the search will align, the scope's index: one round trip."""
+        assert self.shared is not None
+        dedup = self.shared.deduplicator
+        if not self.config.align:
+            return (yield from dedup.load(key)), None
+        index_key, have, _ = self.shared.index_read(scope)
+        got = yield from self.shared.state.read_many([(dedup.load_key(key), ""), (index_key, have)])
+        sent = yield from dedup.loaded(key, None if got is None else got[0])
+        return sent, None if got is None else (have, got[1])
 
     @staticmethod
     def _conversation_key(scope: Scope, conversation: str) -> tuple[Scope, str]:
@@ -207,7 +221,7 @@ class SearchPipeline:
         keys = [b.key for b in window.fresh]
         lens = [estimate_tokens(b.text) for b in window.fresh] if self.config.capacity_tokens else None
         if self.shared is not None:
-            placement = yield from self.shared.insert(state, keys, lens)
+            placement = yield from self.shared.insert(state, keys, lens, window.plan.index_read)
         else:
             placement = self._insert(state, keys, lens)
         fresh_keys = set(keys)

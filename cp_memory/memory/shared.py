@@ -6,7 +6,8 @@ one, :func:`open_shared` gives the pipeline a :class:`Shared`:
 * ``deduplicator`` — a :class:`~.shared_dedup.SharedDeduplicator`: committed dedup turns in the store;
 * :meth:`Shared.insert` / :meth:`Shared.rollback` — a scope's context index in the store. The process keeps
   the index it last read (its :class:`~.state.ScopeState`) and the token of that value; a search reads the
-  value only when another process changed it, inserts, and writes the new snapshot by compare-and-set. A
+  value only when another process changed it (with its conversation's dedup record, in one round trip),
+  inserts, and writes the new snapshot by compare-and-set. A
   conflict (another process wrote in between) undoes the insert, reads the newer index and inserts again
   (bounded); past the bound, or when the store cannot answer, the insert stays in this process's index,
   which is what the search aligns with (only cache hits depend on it, never a prompt's correctness). When
@@ -104,12 +105,30 @@ class Shared:
             elif result == CONFLICT:
                 index.evict(rid)
 
-    def insert(self, state: ScopeState, keys: Sequence[Hashable], lens: list[int] | None) -> Op[Placement]:
-        """Insert one request into the scope's index as the store holds it (module doc)."""
+    def index_read(self, scope: Scope) -> tuple[str, str, ScopeState]:
+        """What reading ``scope``'s index asks for: its key, the token this process holds, its state (a search
+        reads it with its conversation's record in one round trip and passes the value to :meth:`insert`)."""
+        state = self.scopes.get(scope)
+        return self.state.keys.index(scope), self._token(state), state
+
+    def insert(
+        self,
+        state: ScopeState,
+        keys: Sequence[Hashable],
+        lens: list[int] | None,
+        read: tuple[str, Versioned] | None = None,
+    ) -> Op[Placement]:
+        """Insert one request into the scope's index as the store holds it (module doc). ``read``: the
+        index's value read earlier in this search, with the token it was read against (:meth:`index_read`);
+        used if this process has not moved the index since, else the index is read again."""
         key, rid = self.state.keys.index(state.scope), uuid.uuid4().hex
         for _ in range(INSERT_ATTEMPTS):
             have = self._token(state)
-            got = yield from self.state.read(key, have)
+            if read is not None and read[0] == have:
+                got: Versioned | None = read[1]
+            else:
+                got = yield from self.state.read(key, have)
+            read = None  # a retry (after a conflict) reads the newer value
             if got is None:
                 break
             with state.lock:

@@ -48,7 +48,7 @@ from ..state.client import CONFLICT, StateClient
 from ..state.errors import LostRecord
 from ..state.ops import Op
 from ..state.records import decode_conversation, encode_conversation, encode_tombstone
-from ..state.store import new_token
+from ..state.store import Versioned, new_token
 
 __all__ = ["SharedDeduplicator"]
 
@@ -66,6 +66,7 @@ class _Planned:
     key: str
     base: int | None  # committed turns the plan saw (None: the store could not say)
     generation: str  # of the record the plan saw
+    read: Versioned | None = None  # the value it was read from: the commit's first compare-and-set starts there
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,12 @@ class _Unknown:
 
 UNKNOWN = _Unknown()
 
-#: the search in progress's one read of its conversation record: (deduplicator id, key, record). A context
+#: the search in progress's one read of its conversation record: (deduplicator id, key, record, the value
+#: read). A context
 #: variable: each thread, and each asyncio task, sees only its own search's read
-_SEARCH_READ: ContextVar[tuple[int, str, Conversation | _Unknown] | None] = ContextVar("cp_dedup_read", default=None)
+_SEARCH_READ: ContextVar[tuple[int, str, Conversation | _Unknown, Versioned | None] | None] = ContextVar(
+    "cp_dedup_read", default=None
+)
 
 
 class SharedDeduplicator(Deduplicator):
@@ -118,6 +122,10 @@ class SharedDeduplicator(Deduplicator):
     def _read(self, key: str) -> Op[Conversation | _Unknown]:
         """The committed record (an empty one when there is none), or UNKNOWN."""
         got = yield from self.shared.read(key)
+        return (yield from self._interpret(key, got))
+
+    def _interpret(self, key: str, got: Versioned | None) -> Op[Conversation | _Unknown]:
+        """What the value read under ``key`` says (None: the store could not say); a lost record is buried."""
         if got is None:
             return UNKNOWN
         if got.absent:
@@ -173,8 +181,20 @@ class SharedDeduplicator(Deduplicator):
         cannot say). A reused record can only lack turns committed since: fewer pointers, never a wrong one
         (committed turns never change)."""
         key = self._key(conversation_id)
-        conv = yield from self._read(key)
-        _SEARCH_READ.set((id(self), key, conv))
+        got = yield from self.shared.read(key)
+        return (yield from self.loaded(conversation_id, got))
+
+    def load_key(self, conversation_id: Hashable) -> str:
+        """The store key :meth:`load` reads (a search that reads it with other keys in one round trip passes
+        the value to :meth:`loaded`)."""
+        return self._key(conversation_id)
+
+    def loaded(self, conversation_id: Hashable, got: Versioned | None) -> Op[int]:
+        """:meth:`load` with the value already read (None: the store could not say). A commit of this
+        search's turn starts its compare-and-set from this value, without reading it again."""
+        key = self._key(conversation_id)
+        conv = yield from self._interpret(key, got)
+        _SEARCH_READ.set((id(self), key, conv, None if isinstance(conv, _Unknown) else got))
         return 0 if isinstance(conv, _Unknown) else len(conv.by_id)
 
     @staticmethod
@@ -182,15 +202,16 @@ class SharedDeduplicator(Deduplicator):
         """The search ended: its read is not reused by anything after it."""
         _SEARCH_READ.set(None)
 
-    def _current(self, key: str) -> Conversation | _Unknown:
-        """The search's read (:meth:`load`), else a read now (sync: outside a search's flow)."""
+    def _current(self, key: str) -> tuple[Conversation | _Unknown, Versioned | None]:
+        """The search's read (:meth:`load`) and the value it came from, else a read now (sync: outside a
+        search's flow; no value kept)."""
         memo = _SEARCH_READ.get()
         if memo is not None and memo[0] == id(self) and memo[1] == key:
-            return memo[2]
-        return self.shared.run(self._read(key))
+            return memo[2], memo[3]
+        return self.shared.run(self._read(key)), None
 
     def peek(self, conversation_id: Hashable, blocks: Sequence[ContextBlock | Hashable]) -> tuple[Location | None, ...]:
-        conv = self._current(self._key(conversation_id))
+        conv, _ = self._current(self._key(conversation_id))
         if isinstance(conv, _Unknown):
             return tuple(None for _ in blocks)
         out = []
@@ -233,7 +254,7 @@ class SharedDeduplicator(Deduplicator):
         """Plan against the store's committed record; when it cannot say, keep every block (no pointer)."""
         items = check_turn(conversation_id, blocks)
         key = self._key(conversation_id)
-        conv = self._current(key)
+        conv, got = self._current(key)
         known = not isinstance(conv, _Unknown)
         base = conv.turns if isinstance(conv, Conversation) else 0
         kept, dropped, trims, sends = plan_turn(
@@ -249,7 +270,7 @@ class SharedDeduplicator(Deduplicator):
             seq = next(self._seq)
             self._plans.set(seq, "pending")
             generation = (self._seen.peek(key) or ("", 0))[0]
-            self._planned.set(seq, _Planned(key, base if known else None, generation))
+            self._planned.set(seq, _Planned(key, base if known else None, generation, got if known else None))
         ticket = PlanTicket(self._token, seq, sends)
         return DedupResult(base + 1, kept, dropped, trims, conversation_id, committed=False, _ticket=ticket)
 
@@ -271,19 +292,32 @@ class SharedDeduplicator(Deduplicator):
             logger.debug("dedup: conversation %r committed another turn meanwhile; now turn %d", planned, turn)
         return committed_result(result, turn)
 
+    def _commit_view(self, key: str, got: Versioned, planned: _Planned) -> tuple[Conversation, str, int] | None:
+        """The record a commit appends to (a fresh copy), its generation and the last turn known to exist."""
+        decoded = (Conversation(), "") if got.absent else self._decode(key, got.data or b"")
+        if decoded is None:
+            return None
+        conv, generation = decoded
+        base = (planned.base or 0) if got.absent or planned.generation == generation else 0
+        return conv, generation, max(base, self._seen_turns(key, None if got.absent else generation))
+
     def _append(self, planned: _Planned, ticket: PlanTicket) -> Op[int]:
         """Register the turn's sends in the store; its number, or 0 when the store did not take it."""
         shared, key = self.shared, planned.key
+        # the plan's read starts the first compare-and-set (it fails if the record moved since): one round trip
+        # where nothing else wrote. It is only a start: anything it cannot vouch for (a turn this process saw
+        # after it, an unanswered commit) is decided on a fresh read, as before
+        first = planned.read
         for _ in range(COMMIT_ATTEMPTS):
-            got = yield from shared.read(key)
-            if got is None:
+            got, first = (first, None) if first is not None else ((yield from shared.read(key)), None)
+            view = None if got is None else self._commit_view(key, got, planned)
+            if got is not None and got is planned.read and view is not None:
+                if view[0].turns < view[2] or self._unsure.peek(key) is not None:
+                    got = yield from shared.read(key)  # stale, or an open question: decided on a fresh read
+                    view = None if got is None else self._commit_view(key, got, planned)
+            if got is None or view is None:
                 return 0
-            decoded = (Conversation(), "") if got.absent else self._decode(key, got.data or b"")
-            if decoded is None:
-                return 0
-            conv, generation = decoded
-            base = (planned.base or 0) if got.absent or planned.generation == generation else 0
-            seen = max(base, self._seen_turns(key, None if got.absent else generation))
+            conv, generation, seen = view
             if conv.turns < seen or self._landed(key, got.token, conv):  # lost, or holds an unanswered commit
                 yield from self._bury(key, got.token, max(seen, conv.turns))
                 return 0

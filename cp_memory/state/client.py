@@ -7,13 +7,14 @@ a router's pool and homes in :mod:`cp_memory.agents`) fall back to their local s
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TypeVar
 
 from ..core.lru import LRUMap
 from .errors import StoreUnavailable
 from .health import StoreHealth
 from .keys import StateKeys
-from .ops import AsyncStateStore, AsyncStoreAdapter, Delete, Op, Read, Write, arun, run
+from .ops import AsyncStateStore, AsyncStoreAdapter, Delete, Op, Read, ReadMany, Write, arun, run
 from .store import StateStore
 from .versioned import Versioned
 
@@ -62,6 +63,18 @@ class StateClient:
             return None
         try:
             got: Versioned = yield Read(key, have, self.ttl_s)
+        except StoreUnavailable as exc:
+            self.health.failed(exc)
+            return None
+        self.health.succeeded()
+        return got
+
+    def read_many(self, reads: Sequence[tuple[str, str]]) -> Op[tuple[Versioned, ...] | None]:
+        """:meth:`read` of several ``(key, have)`` pairs in one round trip; None when the store cannot say."""
+        if not self.health.usable():
+            return None
+        try:
+            got: tuple[Versioned, ...] = yield ReadMany(tuple(Read(key, have, self.ttl_s) for key, have in reads))
         except StoreUnavailable as exc:
             self.health.failed(exc)
             return None

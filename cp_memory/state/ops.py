@@ -12,7 +12,7 @@ mem0 wrappers yields the same requests to its own drivers (:mod:`cp_memory.memor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -26,6 +26,7 @@ __all__ = [
     "Delete",
     "Op",
     "Read",
+    "ReadMany",
     "StoreRequest",
     "Write",
     "aanswer",
@@ -59,7 +60,15 @@ class Delete:
     key: str
 
 
-StoreRequest = Read | Write | Delete
+@dataclass(frozen=True)
+class ReadMany:
+    """Several reads in one round trip (a pipeline on Redis; each read atomic on its own, not together):
+    answered with one :class:`Versioned` per read, in order."""
+
+    reads: tuple[Read, ...]
+
+
+StoreRequest = Read | Write | Delete | ReadMany
 #: a store operation: yields requests, receives their answers, returns its result
 Op = Generator[StoreRequest, Any, T]
 
@@ -95,12 +104,20 @@ class AsyncStoreAdapter:
     async def delete(self, key: str) -> None:
         self.store.delete(key)
 
+    async def read_many(self, reads: Sequence[tuple[str, str, int]]) -> tuple[Versioned, ...]:
+        return tuple(self.store.read(key, have=have, ttl_s=ttl_s) for key, have, ttl_s in reads)
+
     async def aclose(self) -> None:
         self.store.close()
 
 
 def answer(store: StateStore, request: StoreRequest) -> Any:
     """One request against a sync store (raises :class:`StoreUnavailable` as the store does)."""
+    if isinstance(request, ReadMany):
+        many = getattr(store, "read_many", None)  # a store without it answers read by read
+        if many is not None:
+            return many([(r.key, r.have, r.ttl_s) for r in request.reads])
+        return tuple(store.read(r.key, have=r.have, ttl_s=r.ttl_s) for r in request.reads)
     if isinstance(request, Read):
         return store.read(request.key, have=request.have, ttl_s=request.ttl_s)
     if isinstance(request, Write):
@@ -111,6 +128,11 @@ def answer(store: StateStore, request: StoreRequest) -> Any:
 
 async def aanswer(store: AsyncStateStore, request: StoreRequest) -> Any:
     """One request against an async store; a timeout or cancellation of the call itself is re-raised."""
+    if isinstance(request, ReadMany):
+        many = getattr(store, "read_many", None)
+        if many is not None:
+            return await many([(r.key, r.have, r.ttl_s) for r in request.reads])
+        return tuple([await store.read(r.key, have=r.have, ttl_s=r.ttl_s) for r in request.reads])
     if isinstance(request, Read):
         return await store.read(request.key, have=request.have, ttl_s=request.ttl_s)
     if isinstance(request, Write):

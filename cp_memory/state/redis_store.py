@@ -1,6 +1,7 @@
 """The Redis stores, sync (:class:`RedisStateStore`) and async (:class:`AsyncRedisStateStore`, redis.asyncio):
 one hash per key (``t``: token, ``d``: bytes), read and
-written by two Lua scripts, so a read-if-changed and a compare-and-set are one round trip each and atomic.
+written by two Lua scripts, so a read-if-changed and a compare-and-set are one round trip each and atomic
+(``read_many``: several reads pipelined in one round trip).
 
 Every call is bounded: ``socket_timeout`` / ``socket_connect_timeout`` = ``timeout_s``, one retry on a
 connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.errors.StoreUnavailable`. The two
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from ..extras import requires
@@ -114,6 +116,22 @@ class RedisStateStore:
     def delete(self, key: str) -> None:
         self._call("delete", self.client.delete, key)
 
+    def read_many(self, reads: Sequence[tuple[str, str, int]]) -> tuple[Versioned, ...]:
+        """The reads in one round trip (a pipeline of the read script; each read atomic on its own)."""
+
+        def send() -> list[Any]:
+            for _ in range(2):  # EVALSHA, not the Script object: a pipeline of Scripts asks SCRIPT EXISTS first
+                pipe = self.client.pipeline(transaction=False)
+                for key, have, ttl_s in reads:
+                    pipe.evalsha(self._read.sha, 1, key, *_read_args(have, ttl_s))
+                try:
+                    return pipe.execute()  # type: ignore[no-any-return]
+                except redis.exceptions.NoScriptError:  # a restarted or flushed server: load it, once
+                    self.client.script_load(_READ)
+            raise redis.exceptions.NoScriptError("the read script could not be loaded")
+
+        return tuple(_versioned(got) for got in self._call("read", send))
+
     def close(self) -> None:
         try:
             self.client.close()
@@ -160,6 +178,23 @@ class AsyncRedisStateStore:
 
     async def delete(self, key: str) -> None:
         await self._call("delete", self._client().client.delete, key)
+
+    async def read_many(self, reads: Sequence[tuple[str, str, int]]) -> tuple[Versioned, ...]:
+        """:meth:`RedisStateStore.read_many` with ``await``."""
+        c = self._client()
+
+        async def send() -> list[Any]:
+            for _ in range(2):  # as the sync store: EVALSHA, the script loaded once where the server lacks it
+                pipe = c.client.pipeline(transaction=False)
+                for key, have, ttl_s in reads:
+                    pipe.evalsha(c.read.sha, 1, key, *_read_args(have, ttl_s))
+                try:
+                    return await pipe.execute()  # type: ignore[no-any-return]
+                except redis.exceptions.NoScriptError:
+                    await c.client.script_load(_READ)
+            raise redis.exceptions.NoScriptError("the read script could not be loaded")
+
+        return tuple(_versioned(got) for got in await self._call("read", send))
 
     async def aclose(self) -> None:
         """Close this loop's client (others close with their loops)."""

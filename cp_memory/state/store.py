@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -51,6 +52,10 @@ class StateStore(Protocol):
     def delete(self, key: str) -> None: ...
 
     def close(self) -> None: ...
+
+    # A store may also offer ``read_many(reads: Sequence[tuple[key, have, ttl_s]]) -> tuple[Versioned, ...]``:
+    # several reads in one round trip (MemoryStateStore and the Redis stores do); one without it is read
+    # key by key (:func:`cp_memory.state.ops.answer`).
 
 
 @dataclass
@@ -95,6 +100,10 @@ class MemoryStateStore:
     def delete(self, key: str) -> None:
         with self._lock:
             self._items.pop(key, None)
+
+    def read_many(self, reads: Sequence[tuple[str, str, int]]) -> tuple[Versioned, ...]:
+        """Several :meth:`read` calls ``(key, have, ttl_s)`` in one go (one round trip on Redis)."""
+        return tuple(self.read(key, have=have, ttl_s=ttl_s) for key, have, ttl_s in reads)
 
     def put_raw(self, key: str, data: bytes) -> None:
         """Test helper: plant ``data`` under ``key`` as another writer would (a fresh token, a long TTL)."""

@@ -116,3 +116,38 @@ def test_the_seam_with_the_in_process_store_gives_the_default_turns(mem):
         a = default.search(q, filters=F, top_k=6, conversation_id="same")["context_pilot"]
         b = seam.search(q, filters=F, top_k=6, conversation_id="same")["context_pilot"]
         assert (a["turn"], a["order"], a["sent"]) == (b["turn"], b["order"], b["sent"])
+
+
+class CountedStore:
+    """The worker's store with its round trips counted (a pipelined read of several keys is one)."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self.inner, self.trips = inner, 0
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        method = getattr(self.inner, name)
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.trips += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def test_a_turn_costs_two_round_trips_in_the_search_and_one_in_the_commit(mem, redis_url):
+    a, b = workers(mem, 2, state_store=redis_url)
+    stores = []
+    for cp in (a, b):
+        shared = cp._cp_pipeline.shared
+        shared.state.store = CountedStore(shared.state.store)
+        stores.append(shared.state.store)
+    history = History()
+    for i, q in enumerate(questions(0)[:6]):
+        cp, store = (a, stores[0]) if i % 2 == 0 else (b, stores[1])
+        before = store.trips
+        response = cp.search(q, filters=F, top_k=6, conversation_id="trips")
+        searched = store.trips - before
+        history.check(response)
+        history.sent(response, cp.commit(response))
+        assert (searched, store.trips - before) == (2, 3)  # records and index read together; two writes
+    assert history.pointers > 0 and history.wrong == []

@@ -42,6 +42,37 @@ def test_a_write_needs_the_token_it_read(store: StateStore) -> None:
     assert store.read("k", ttl_s=TTL).absent
 
 
+def test_several_reads_in_one_go_answer_as_the_reads_one_by_one(store: StateStore) -> None:
+    token = store.write("a", b"one", expected="", ttl_s=TTL)
+    assert token
+    many = store.read_many([("a", "", TTL), ("b", "", TTL), ("a", token, TTL)])  # type: ignore[attr-defined]
+    assert [(v.token, v.data) for v in many] == [(token, b"one"), ("", None), (token, None)]
+
+
+def test_a_pipelined_read_is_one_round_trip_and_survives_a_flushed_script_cache(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis
+
+    from cp_memory.state.redis_store import RedisStateStore
+
+    store = RedisStateStore(redis_url, timeout_s=1.0)
+    token = store.write("a", b"one", expected="", ttl_s=TTL)
+    admin = redis.Redis.from_url(redis_url)
+    admin.script_flush()  # a restarted server: the read script is gone
+    assert [v.data for v in store.read_many([("a", "", TTL), ("b", "", TTL)])] == [b"one", None]
+    sends = []
+    real = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        sends.append(command)
+        return real(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    assert [v.token for v in store.read_many([("a", "", TTL), ("b", "", TTL)])] == [token, ""]
+    assert len(sends) == 1  # both reads went out together, with no SCRIPT EXISTS before them
+
+
 def test_keys_carry_a_ttl_in_redis(redis_url: str) -> None:
     store = open_state_store(redis_url, timeout_s=1.0)
     store.write("k", b"x", expected="", ttl_s=TTL)
