@@ -164,6 +164,10 @@ def _replayed(api: Api, client: Any, sent: Any) -> tuple[Any, bool, bool]:
     return merged, substituted, _same_tokens(client, merged)
 
 
+#: a ``cache_control`` key as it appears in a segment's JSON (never inside a string value: its quotes are escaped)
+_MARK_KEY = '"cache_control"'
+
+
 class SegmentMemo:
     """The pure per-segment work of replay remembered by the segments' exact bytes: a segment's :func:`digest`,
     and a matching segment's replayed form (:func:`_replayed`). A session's every request repeats its
@@ -175,7 +179,8 @@ class SegmentMemo:
     afresh on every hit (nothing is shared between requests, which may change what they get). Segments
     shorter than ``min_chars`` characters of JSON are worked out each time (cheaper than the memo); at most
     ``entries`` entries of each kind are kept (least recently used out), so the memo holds at most ``entries``
-    replayed segments' text (a harness's tool list, shared by all its sessions, is one entry). Thread-safe
+    replayed segments' text (a harness's tool list, shared by all its sessions, is one entry). A segment whose
+    JSON is the logged one's byte for byte, without a mark, is the merge's answer itself (no lookup). Thread-safe
     (:class:`~cp_memory.core.lru.LRUMap`).
     The memo is a pure function's cache: sharing it across sessions and tenants shares no data between them.
     """
@@ -217,6 +222,8 @@ class SegmentMemo:
         """:func:`_replayed`, remembered (``client_text``: the client segment's :meth:`texts` entry, when known)."""
         a = client_text if client_text is not None else json.dumps(client, separators=(",", ":"))
         b = json.dumps(sent, separators=(",", ":"))
+        if a == b and _MARK_KEY not in a:  # the same bytes and no mark to carry over: the merge gives the client's
+            return client, False, True
         if len(a) + len(b) < 2 * self.min_chars:
             return _replayed(api, client, sent)
         key = self._key(api, a, b)
