@@ -17,7 +17,9 @@ with *i*; latency is the time to the last byte. An arm's added latency for reque
 direct time of the same *i*. The requests are cut into ``--rounds`` consecutive rounds: the p50 and p99 of the
 added latency are reported as the median over the rounds with their min-max spread (and over all requests).
 After ``--warmup`` requests per arm that are not counted. Beside the wall-clock figures, the CPU time each proxy
-process (and its children) used per request (``/proc``), which a loaded machine's scheduling does not blur.
+process (and its children) used per request (``/proc``), which a loaded machine's scheduling does not blur; on
+the ``direct`` row, the fixed-reply upstream's own CPU per request (it answers every arm): a yardstick that moves
+with the machine's speed (a shared host's other tenants change the CPU time of the same work by up to 2x).
 """
 
 from __future__ import annotations
@@ -261,7 +263,7 @@ def _markdown(results: Mapping[str, Any], skipped: Mapping[str, str]) -> str:
         "# Gateway added latency (fast local upstream)",
         "",
         "| workload | arm | requests | latency p50 ms | latency p99 ms | added p50 ms (rounds: median [min-max]) "
-        "| added p99 ms (rounds: median [min-max]) | proxy CPU ms/request |",
+        "| added p99 ms (rounds: median [min-max]) | CPU ms/request (the proxy; direct: the upstream) |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for wname, per_arm in results.items():
@@ -299,6 +301,7 @@ class LatencyConfig(OutOptions, JsonOptions, VerboseOptions):
     gateway_args: str
     litellm_port: int
     claude_trace: str
+    name: str
     serve_upstream: int | None
 
 
@@ -313,6 +316,9 @@ def parse_args(argv: Sequence[str] | None) -> LatencyConfig:
     ap.add_argument("--litellm-port", type=int, default=4011, help="LiteLLM's port (its CLI needs one)")
     ap.add_argument(
         "--claude-trace", default=str(CLAUDE_TRACE), help="trace whose first request is messages-stream's body"
+    )
+    ap.add_argument(
+        "--name", default="gateway_latency", help="the output files' name (gateway_latency.json / .md by default)"
     )
     ap.add_argument("--serve-upstream", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
     add_out(ap, "results")
@@ -357,8 +363,13 @@ def run(args: LatencyConfig) -> tuple[dict[str, Any], dict[str, str]]:
             usable = [a for a in arms if workload.openai or a.name != "litellm"]
             log.info("%s: %d requests through %s", wname, args.requests, ", ".join(a.name for a in usable))
             cpu_before = {a.name: a.process.cpu_seconds() for a in usable if a.process is not None}
+            up_before = up.cpu_seconds()
             samples = measure(usable, workload, args.requests, args.warmup)
             results[wname] = summarise(samples, args.rounds)
+            up_after = up.cpu_seconds()
+            if up_before is not None and up_after is not None:  # the yardstick: the upstream serves every arm
+                served = len(usable) * (args.requests + args.warmup)
+                results[wname]["direct"]["cpu_ms_per_request"] = round((up_after - up_before) / served * 1000, 3)
             for arm in usable:  # the proxy's own CPU per request: what the machine's load does not blur
                 before = cpu_before.get(arm.name)
                 after = arm.process.cpu_seconds() if arm.process is not None else None
@@ -393,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         results=results,
         skipped=skipped,
     )
-    write_outputs(Path(args.out), "gateway_latency", payload, markdown=_markdown(results, skipped), also_json=args.json)
+    write_outputs(Path(args.out), args.name, payload, markdown=_markdown(results, skipped), also_json=args.json)
     sys.stdout.write(_markdown(results, skipped))
     return payload
 
