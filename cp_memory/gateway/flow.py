@@ -96,7 +96,6 @@ class Gateway:
         self.memory_stage = MemoryStage(
             query_turns=config.memories_query_turns,
             dedup=config.replay,
-            max_sessions=config.max_sessions,
             kind=kind,
             counting=self.counting,
         )
@@ -146,7 +145,7 @@ class Gateway:
         before = shaped
         placed, placement = None, None
         if memories is not None:
-            shaped, placed, placement = self.memory_stage.place(api, shaped, memories, plan.identity)
+            shaped, placed, placement = self.memory_stage.place(api, shaped, memories, state.memories)
         previous_end = self._previous_end(api, log, replayed, n_head)
         rules = apply_rules(
             self.kind,
@@ -200,8 +199,9 @@ class Gateway:
             if not isinstance(body, dict):
                 return None
             who = self.identify(api, headers, body)
-            log = self.store.session(who.tenant, who.session).logs.get(api) if self.config.replay else None
-            return self.memory_stage.query(api, headers, body, who, log)
+            state = self.store.session(who.tenant, who.session)
+            log = state.logs.get(api) if self.config.replay else None
+            return self.memory_stage.query(api, headers, body, who, log, state.memories)
         except Exception:  # fail open: no memories
             logger.exception("gateway: reading the memory query of a %s request failed", api.value)
             return None
@@ -279,7 +279,7 @@ class Gateway:
         if plan.content_pending is not None:
             state.content.commit(plan.api, plan.content_pending)
         if plan.placement is not None:
-            self.memory_stage.settle(plan.identity, plan.placement)
+            self.memory_stage.settle(state.memories, plan.placement)
 
     def record(self, plan: Plan, usage: CacheUsage) -> int:
         """Book ``usage`` for the plan's session and tenant; returns the tokens attributed to the gateway."""

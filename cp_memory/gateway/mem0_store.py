@@ -30,11 +30,14 @@ logger = logging.getLogger(__name__)
 
 def open_memory(config: GatewayConfig) -> Any:
     """The configured store as a :class:`~cp_memory.memory.wrappers.ContextPilotMemory` with
-    :data:`~cp_memory.core.chat_memories.CHAT_MEMORY_OPTIONS` (a config's own ``context_pilot`` part wins);
+    :data:`~cp_memory.core.chat_memories.CHAT_MEMORY_OPTIONS` and the gateway's ``state_store`` (a config's own
+    ``context_pilot`` part wins);
     slow (loads mem0 and its embedder): run it in a thread."""
     from ..memory.wrappers import ContextPilotMemory
 
-    options = dict(CHAT_MEMORY_OPTIONS)
+    options: dict[str, Any] = dict(CHAT_MEMORY_OPTIONS)
+    if config.state_store is not None:  # replicas share the dedup conversations and indexes, as their sessions
+        options["state_store"] = config.state_store.get_secret_value()
     if config.mem0 is Mem0Source.EMBEDDED:
         from ..embedded import default_memory
 
@@ -42,7 +45,12 @@ def open_memory(config: GatewayConfig) -> Any:
     if config.mem0 is Mem0Source.CONFIG:
         given = dict(config.mem0_config or {})
         split = "mem0" in given or "context_pilot" in given
-        return ContextPilotMemory.from_config(given if split else {"mem0": given, "context_pilot": options})
+        if split:  # the config's own context_pilot part, with the gateway's state store unless it names one
+            own = dict(given.get("context_pilot") or {})
+            if "state_store" in options:
+                own.setdefault("state_store", options["state_store"])
+            return ContextPilotMemory.from_config({**given, "context_pilot": own})
+        return ContextPilotMemory.from_config({"mem0": given, "context_pilot": options})
     if config.mem0 is Mem0Source.HOSTED:
         from mem0 import MemoryClient
 

@@ -38,7 +38,6 @@ from enum import Enum
 from typing import Any
 
 from ..core.chat_memories import ChatShape, MemoryPlacement, memories_text, place_memories, query_text, text_of
-from ..core.lru import LRUMap
 from ..core.prompt import PromptContract
 from ..providers.anthropic import block_texts
 from ..providers.rules import OPENAI_MIN_TOKENS, anthropic_min_tokens
@@ -46,6 +45,7 @@ from ..providers.tokens import Counting
 from .config import UpstreamKind
 from .protocols import Api, segments
 from .replay import SentLog, digest
+from .sessions import SessionMemories
 from .tenancy import Identity
 
 __all__ = [
@@ -160,22 +160,25 @@ def _messages(api: Api, body: Mapping[str, Any]) -> list[Any]:
 
 
 class MemoryStage:
-    """The per-session dedup epochs and placements (bounded LRUs) and the stage's steps: :meth:`query`,
-    :meth:`place`, :meth:`settle`. ``kind`` and ``counting``: the upstream and the token counter its cache
-    minimum is checked with (the provider rules' own)."""
+    """The stage's steps (:meth:`query`, :meth:`place`, :meth:`settle`) over a session's epoch and placement,
+    which the session owns (:class:`~.sessions.SessionMemories`, in its record, shared by replicas with a
+    state store). ``kind`` and ``counting``: the upstream and the token counter its cache minimum is checked
+    with (the provider rules' own)."""
 
-    def __init__(
-        self, *, query_turns: int, dedup: bool, max_sessions: int, kind: UpstreamKind, counting: Counting
-    ) -> None:
+    def __init__(self, *, query_turns: int, dedup: bool, kind: UpstreamKind, counting: Counting) -> None:
         self.query_turns = query_turns
         self.dedup = dedup
         self.kind = kind
         self.counting = counting
-        self._epochs: LRUMap[tuple[str, str], int] = LRUMap(max_sessions)
-        self._cached: LRUMap[tuple[str, str], bool] = LRUMap(max_sessions)  # sessions switched to ``cached``
 
     def query(
-        self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any], who: Identity, log: SentLog | None
+        self,
+        api: Api,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        who: Identity,
+        log: SentLog | None,
+        session: SessionMemories,
     ) -> MemoryQuery | None:
         """The search for this request, or None (no user, no new user message, nothing to search on)."""
         user = user_of(api, headers, body) if api in _SHAPES else None
@@ -187,20 +190,22 @@ class MemoryStage:
         text = query_text(messages, self.query_turns)
         if not text:
             return None
-        return MemoryQuery(text, f"{who.tenant}:{user}", self._conversation(api, body, who, log), (messages[-1],))
+        conversation = self._conversation(api, body, who, log, session)
+        return MemoryQuery(text, f"{who.tenant}:{user}", conversation, (messages[-1],))
 
-    def _conversation(self, api: Api, body: Mapping[str, Any], who: Identity, log: SentLog | None) -> str | None:
+    def _conversation(
+        self, api: Api, body: Mapping[str, Any], who: Identity, log: SentLog | None, session: SessionMemories
+    ) -> str | None:
         if not self.dedup:
             return None
-        key = (who.tenant, who.session)
-        epoch = self._epochs.get(key, 0)
+        epoch = session.epoch()
         if log is not None and not _extends(api, body, log):
             epoch += 1
-            self._epochs.set(key, epoch)
+            session.set_epoch(epoch)
         return f"{who.session}:{epoch}"
 
     def place(
-        self, api: Api, body: dict[str, Any], memories: Memories, who: Identity
+        self, api: Api, body: dict[str, Any], memories: Memories, session: SessionMemories
     ) -> tuple[dict[str, Any], int | None, PlacementMode | None]:
         """``body`` with the memories in its newest user message, that message's segment index and the
         placement (None, None: nothing placed)."""
@@ -214,22 +219,23 @@ class MemoryStage:
         out = dict(body)
         out["input" if api is Api.RESPONSES else "messages"] = placed.messages
         n_head = segments(api, body)[1]
-        return out, n_head + placed.index, self._placement(api, out, who)
+        return out, n_head + placed.index, self._placement(api, out, session)
 
-    def _placement(self, api: Api, body: Mapping[str, Any], who: Identity) -> PlacementMode:
+    def _placement(self, api: Api, body: Mapping[str, Any], session: SessionMemories) -> PlacementMode:
         """``cached`` when the session switched already, the upstream caches any prefix, or this request
         (memories placed) reaches the provider's minimum; else ``fresh``."""
-        if self._cached.get((who.tenant, who.session)):
+        if session.cached():
             return PlacementMode.CACHED
         minimum = cache_minimum(self.kind, api, body)
         if minimum is None or self.counting.reaches(request_tokens(api, body, self.counting), minimum):
             return PlacementMode.CACHED
         return PlacementMode.FRESH
 
-    def settle(self, who: Identity, placement: PlacementMode) -> None:
+    def settle(self, session: SessionMemories, placement: PlacementMode) -> None:
         """A request with memories went out: a ``cached`` placement switches its session for good."""
         if placement is PlacementMode.CACHED and self.kind in (UpstreamKind.OPENAI, UpstreamKind.ANTHROPIC):
-            self._cached.set((who.tenant, who.session), True)
+            if not session.cached():
+                session.set_cached()
 
 
 def _extends(api: Api, body: Mapping[str, Any], log: SentLog) -> bool:

@@ -1,9 +1,10 @@
 """Per-session and per-tenant state, bounded: LRU maps (:class:`~cp_memory.core.lru.LRUMap`) and an idle TTL.
 
 A :class:`SessionState` holds what the gateway sent last for the session (one :class:`SentLog` per protocol,
-for prefix replay) and its savings; a :class:`TenantState` the tenant's savings. Keys are (tenant, session)
-hashes (:mod:`cp_memory.gateway.tenancy`): nothing is shared across tenants. A session idle for longer than the
-TTL is forgotten on its next lookup; the least recently used ones fall out when the map is full.
+for prefix replay), its mem0 stage's epoch and placement (:class:`SessionMemories`) and its savings; a
+:class:`TenantState` the tenant's savings. Keys are (tenant, session) hashes (:mod:`cp_memory.gateway.tenancy`):
+nothing is shared across tenants. A session idle for longer than the TTL is forgotten on its next lookup; the
+least recently used ones fall out when the map is full.
 
 Where they live is a seam (:func:`cp_memory.gateway.flow.open_session_store`): this process
 (:class:`SessionStore`, the default) or a Redis shared by gateway replicas (``state_store=`` in
@@ -27,7 +28,7 @@ from .content.records import ContentState
 from .protocols import Api
 from .replay import SentLog
 
-__all__ = ["Attribution", "Booking", "SessionState", "SessionStore", "TenantState"]
+__all__ = ["Attribution", "Booking", "SessionMemories", "SessionState", "SessionStore", "TenantState"]
 
 #: what a ledger also books elsewhere (a shared store): usage, gateway tokens, replayed, rewritten segments
 Booking = Callable[[CacheUsage, int, int, int], None]
@@ -87,12 +88,36 @@ class _Ledger:
         }
 
 
+class SessionMemories:
+    """The session's side of the mem0 stage (:mod:`cp_memory.gateway.memories`): its dedup *epoch* (a new one
+    when the client's history stops extending what was sent) and whether it switched to the ``cached``
+    placement for good. This process's copy; :class:`~.shared_sessions.RedisSessionStore` keeps them in the
+    session's record, so every replica numbers the epochs and places the memories alike."""
+
+    def __init__(self) -> None:
+        self._epoch = 0
+        self._cached = False
+
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+
+    def cached(self) -> bool:
+        return self._cached
+
+    def set_cached(self) -> None:
+        self._cached = True
+
+
 @dataclass
 class SessionState(_Ledger):
     tenant: str = ""
     session: str = ""
     logs: MutableMapping[Api, SentLog] = field(default_factory=dict)
     content: ContentState = field(default_factory=ContentState)
+    memories: SessionMemories = field(default_factory=SessionMemories)
     last_used: float = 0.0
 
 

@@ -5,7 +5,8 @@ Keys (:class:`~cp_memory.state.keys.StateKeys` with the namespace ``gateway``; t
 gateway's keyed hashes, hashed again into the key):
 
 * ``...:gw:<tenant>:s:<session>`` — a hash: ``log:<api>`` the session's :class:`~.replay.SentLog` per protocol
-  (JSON with its owner tag), ``id`` the session, and the session's savings counters;
+  (JSON with its owner tag), ``mem:epoch`` and ``mem:cached`` its mem0 stage's dedup epoch and placement
+  (:class:`~.sessions.SessionMemories`), ``id`` the session, and the session's savings counters;
 * ``...:gw:<tenant>:t`` — a hash: the tenant's savings counters;
 * ``...:gw:<tenant>:z`` — a sorted set: the tenant's sessions by last use (``/cp/savings`` lists them).
 
@@ -16,8 +17,8 @@ out last), counters are incremented (``HINCRBY`` / ``HINCRBYFLOAT``: concurrent 
 Failure behaviour: a call that fails or passes ``state_timeout_s`` falls back to this process's state — the
 session's logs as this replica last saw them, its own savings — with one warning per outage
 (:class:`~cp_memory.state.health.StoreHealth`); a log under a key that is not its own, or malformed, is not
-used (no replay: the client's bytes go out). What stays in this process either way: anything else a
-:class:`~.sessions.SessionState` holds (content state), and the LRU/idle-TTL copy used as the fallback.
+used (no replay: the client's bytes go out). What stays in this process either way: the content rules' records
+(:class:`~.content.records.ContentState`), and the LRU/idle-TTL copy used as the fallback.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..state.redis_store import redis_client
 from .config import GatewayConfig
 from .protocols import Api
 from .replay import SentLog
-from .sessions import SessionState, SessionStore, TenantState
+from .sessions import SessionMemories, SessionState, SessionStore, TenantState
 
 with requires("redis", "cp_memory.gateway.shared_sessions"):
     import redis
@@ -185,6 +186,36 @@ class _StoredLogs(MutableMapping[Api, SentLog]):
         return len(self.local)
 
 
+class _StoredMemories(SessionMemories):
+    """A session's mem0 epoch and placement in its Redis hash (``mem:epoch``, ``mem:cached``): read on each
+    use, written through; this process's copy answers when Redis cannot."""
+
+    def __init__(self, store: RedisSessionStore, tenant: str, session: str) -> None:
+        super().__init__()
+        self.store, self.tenant, self.session = store, tenant, session
+
+    def epoch(self) -> int:
+        got = self.store.get_field(self.tenant, self.session, "mem:epoch")
+        if got is None:
+            return super().epoch()
+        try:
+            return int(got) if got else 0
+        except ValueError:
+            return super().epoch()
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        self.store.set_field(self.tenant, self.session, "mem:epoch", str(epoch))
+
+    def cached(self) -> bool:
+        got = self.store.get_field(self.tenant, self.session, "mem:cached")
+        return super().cached() if got is None else got == "1"
+
+    def set_cached(self) -> None:
+        super().set_cached()
+        self.store.set_field(self.tenant, self.session, "mem:cached", "1")
+
+
 class RedisSessionStore(SessionStore):
     """Sessions and savings in Redis; this process's LRU copy is the fallback (module doc)."""
 
@@ -217,7 +248,12 @@ class RedisSessionStore(SessionStore):
 
     # ------------------------------------------------------------------ the flow's side
     def _new_session(self, tenant: str, session: str) -> SessionState:
-        state = SessionState(tenant=tenant, session=session, logs=_StoredLogs(self, tenant, session))
+        state = SessionState(
+            tenant=tenant,
+            session=session,
+            logs=_StoredLogs(self, tenant, session),
+            memories=_StoredMemories(self, tenant, session),
+        )
         state.sink = functools.partial(self._booking, tenant, session)
         return state
 
@@ -232,6 +268,19 @@ class RedisSessionStore(SessionStore):
         if got is None:  # the store cannot say: what this replica sent last
             return local.get(api)
         return self._decode(key, bytes(got[0])) if got and got[0] else None
+
+    def get_field(self, tenant: str, session: str, name: str) -> str | None:
+        """A field of the session's hash ("" when unset); None when the store cannot say."""
+        key = self.keys.gateway_session(tenant, session)
+        got = self._call(lambda: self._get_log(keys=[key], args=[self.ttl_ms, name]))
+        if got is None:
+            return None
+        return _text(got[0]) if got and got[0] else ""
+
+    def set_field(self, tenant: str, session: str, name: str, value: str) -> None:
+        key = self.keys.gateway_session(tenant, session)
+        args: list[Any] = [self.ttl_ms, time.time(), session, name, value]
+        self._call(lambda: self._set_log(keys=[key, self.keys.gateway_sessions(tenant)], args=args))
 
     def set_log(self, tenant: str, session: str, api: Api, log: SentLog) -> None:
         key = self.keys.gateway_session(tenant, session)

@@ -178,3 +178,119 @@ def test_two_served_replicas_round_robin_send_the_upstream_one_stable_prefix(red
             totals = httpx.get(a.url + "/cp/savings", headers={"x-api-key": "sk-rr"}).json()["totals"]
     assert stable_prefixes(Api.MESSAGES, seen)
     assert totals["calls"] == len(bodies) and totals["replayed_segments"] > 0
+
+
+# ---------------------------------------------------------------------------------------------- with mem0
+
+
+def _mem0_turns() -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """One user's chat: four turns, then a client that edits its history (a new dedup epoch), then two more."""
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    asks = ["Where does Alice live?", "What is her job?", "Does she have pets?", "Where does she live now?"]
+    history: list[Any] = [system]
+    bodies = []
+    for ask in asks:
+        history = [*history, {"role": "user", "content": ask}]
+        bodies.append({"model": "m", "messages": history, "user": "alice"})
+        history = [*history, {"role": "assistant", "content": "Noted."}]
+    edited: list[Any] = [system, {"role": "user", "content": "Start over: what do you know about Alice?"}]
+    for ask in ["What is her job?", "Where does she live?"]:
+        bodies.append({"model": "m", "messages": edited, "user": "alice"})
+        edited = [*edited, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": ask}]
+    headers = {**HEADERS, "x-cp-session": "mem0-chat"}
+    return [(b, headers) for b in bodies]
+
+
+def _served(gws: list[Gateway], wrappers: list[Any], turns: list[tuple[dict[str, Any], dict[str, str]]]) -> list[bytes]:
+    """Each request through the next replica as the app serves it: the memory query, its mem0 search (that
+    replica's wrapper), the plan, a 2xx commit and the dedup turn settled (kept unless placed fresh)."""
+    from cp_memory.core.prompt import contract_of
+    from cp_memory.gateway.memories import Memories, PlacementMode
+
+    sent = []
+    for i, (body, headers) in enumerate(turns):
+        gw, cp = gws[i % len(gws)], wrappers[i % len(wrappers)]
+        raw = json.dumps(body).encode()
+        query = gw.memory_query(Api.CHAT, headers, raw)
+        found = None
+        if query is not None:
+            response = cp.search(query.query, filters=query.filters, top_k=3, conversation_id=query.conversation_id)
+            contract = contract_of(response)
+            found = Memories(query, response, contract) if contract is not None and contract.shows_memories else None
+        plan = gw.plan(Api.CHAT, headers, raw, found)
+        assert not plan.failed_open
+        gw.commit(plan)
+        if plan.memories is not None:
+            if plan.placement is PlacementMode.FRESH:
+                cp.rollback(plan.memories.response)
+            else:
+                cp.commit(plan.memories.response)
+        sent.append(plan.content)
+    return sent
+
+
+def test_two_replicas_with_redis_and_mem0_forward_one_gateways_bytes(redis_url: str) -> None:
+    """With ``--mem0`` and ``--state-store``, a session served round-robin by two replicas (each with its own
+    mem0 wrapper over the one mem0 store, as the gateway opens it) goes out byte for byte as through one
+    gateway: the sent logs, the mem0 epochs and placements (the session's record) and the dedup conversations
+    (the wrapper's shared store) are the same for both replicas."""
+    from tests.mem0_fixtures import require_mem0
+
+    require_mem0()
+    import redis
+
+    from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
+    from cp_memory.embedded import default_memory
+    from cp_memory.memory import ContextPilotMemory
+
+    base = default_memory()
+    one_gw = replicas(1, None)[0]
+    user = f"{one_gw.identify(Api.CHAT, HEADERS, {}).tenant}:alice"
+    facts = (
+        "Alice lives in Lisbon",
+        "Alice works as a nurse",
+        "Alice has a dog named Rex",
+        "Alice moved to Porto",
+        "Alice plays the cello",
+        "Alice was born in 1990",
+        "Alice speaks three languages",
+        "Alice's sister is called Beth",
+    )
+    for fact in facts:
+        base.add(fact, user_id=user, infer=False)
+    turns = _mem0_turns()
+    wrappers: list[Any] = []
+    try:
+        wrappers = [ContextPilotMemory(base, **CHAT_MEMORY_OPTIONS)]
+        one = _served([one_gw], wrappers, turns)
+        redis.Redis.from_url(redis_url).flushdb()
+        shared = [ContextPilotMemory(base, **CHAT_MEMORY_OPTIONS, state_store=redis_url) for _ in range(2)]
+        wrappers += shared
+        two = _served(replicas(2, redis_url), shared, turns)
+        assert two == one
+        assert sum(b"shown before" in c for c in one) >= 2  # pointers to memories sent before, in both runs
+        local = [ContextPilotMemory(base, **CHAT_MEMORY_OPTIONS) for _ in range(2)]
+        wrappers += local
+        assert _served(replicas(2, None), local, turns) != one  # each replica alone: its own half of the session
+    finally:
+        for w in wrappers:
+            w.close()
+
+
+def test_the_gateways_mem0_wrapper_shares_its_dedup_state_through_the_gateways_store(redis_url: str) -> None:
+    from tests.mem0_fixtures import require_mem0
+
+    require_mem0()
+    from cp_memory.gateway.mem0_store import open_memory
+
+    config = GatewayConfig(upstream="http://127.0.0.1:1", secret=SECRET, mem0="embedded", state_store=redis_url)
+    memory = open_memory(config)
+    try:
+        assert memory._cp_pipeline.shared is not None  # the dedup conversations and indexes live in the store
+    finally:
+        memory.close()
+    alone = open_memory(GatewayConfig(upstream="http://127.0.0.1:1", secret=SECRET, mem0="embedded"))
+    try:
+        assert alone._cp_pipeline.shared is None
+    finally:
+        alone.close()
