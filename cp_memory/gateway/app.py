@@ -25,9 +25,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .config import GatewayConfig, Mem0Source, UpstreamKind
-from .flow import Gateway, Plan
+from .flow import Gateway, Incoming, Plan
 from .mem0_store import Mem0Link
-from .memories import Memories, PlacementMode, answer_text
+from .memories import Memories, MemoryQuery, PlacementMode, answer_text
 from .metrics import CONTENT_TYPE, GatewayMetrics
 from .protocols import Api, api_of
 from .tenancy import identify
@@ -143,27 +143,33 @@ class _App:
             self.metrics.requests.labels(api.value, "body_timeout").inc()
             return _error(408, "request_timeout", f"request body not received within {self.config.body_timeout_s} s")
         headers = {k.lower(): v for k, v in request.headers.items()}
-        found = await self._memories(api, headers, raw)
+        incoming, found = await self._memories(api, headers, raw)
         started = time.perf_counter()
         if len(raw) > _INLINE_PLAN_BYTES or self.gateway.store.remote:  # nor may a big body or a shared store
-            plan = await asyncio.to_thread(self.gateway.plan, api, headers, raw, found)
+            plan = await asyncio.to_thread(self.gateway.plan, api, headers, raw, found, incoming)
         else:
-            plan = self.gateway.plan(api, headers, raw, found)
+            plan = self.gateway.plan(api, headers, raw, found, incoming)
         self.metrics.overhead.labels(api.value).observe(time.perf_counter() - started)
         self._count_plan(plan)
         if found is not None and plan.memories is None and self.mem0 is not None:  # not placed (failed open, ...)
             self.mem0.sent(found, False)
         return await self._forward(request, plan)
 
-    async def _memories(self, api: Api, headers: dict[str, str], raw: bytes) -> Memories | None:
-        """The mem0 search of this request (a store configured, a user named), or None; never raises."""
+    async def _memories(self, api: Api, headers: dict[str, str], raw: bytes) -> tuple[Incoming | None, Memories | None]:
+        """The request as read once (for the plan too) and its mem0 search (a store configured, a user named);
+        (None, None) without mem0; never raises."""
         if self.mem0 is None or api is Api.OTHER:
-            return None
+            return None, None
+
+        def query() -> tuple[Incoming, MemoryQuery | None]:
+            incoming = self.gateway.read(api, headers, raw)
+            return incoming, self.gateway.memory_query(api, headers, raw, incoming)
+
         if len(raw) > _INLINE_PLAN_BYTES or self.gateway.store.remote:  # it reads the session's sent log
-            query = await asyncio.to_thread(self.gateway.memory_query, api, headers, raw)
+            incoming, found = await asyncio.to_thread(query)
         else:
-            query = self.gateway.memory_query(api, headers, raw)
-        return await self.mem0.search(query) if query is not None else None
+            incoming, found = query()
+        return incoming, (await self.mem0.search(found) if found is not None else None)
 
     def _settle(self, plan: Plan, ok: bool, answer: bytes | None = None, streamed: bool = False) -> None:
         """The memories' dedup turn committed (``ok``) or rolled back; the answered turn queued for mem0."""

@@ -30,7 +30,7 @@ from .schema import schema_enabled, strip_tools
 from .sessions import SessionState, SessionStore
 from .tenancy import Identity, identify
 
-__all__ = ["Gateway", "Plan", "open_session_store"]
+__all__ = ["Gateway", "Incoming", "Plan", "open_session_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,19 @@ def open_session_store(config: GatewayConfig) -> SessionStore:
     from .shared_sessions import RedisSessionStore
 
     return RedisSessionStore(config)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One request as the gateway reads it, once: the raw bytes, the parsed body (None, with ``note`` saying
+    why, when it is not a JSON object) and who sent it. The mem0 stage's query and the plan both read it; neither
+    changes it (the plan's stages copy what they change)."""
+
+    api: Api
+    raw: bytes
+    body: dict[str, Any] | None = None
+    identity: Identity | None = None
+    note: str | None = None
 
 
 @dataclass
@@ -103,22 +116,49 @@ class Gateway:
     def identify(self, api: Api, headers: Mapping[str, str], body: Mapping[str, Any]) -> Identity:
         return identify(self.secret, api, headers, body)
 
-    def plan(self, api: Api, headers: Mapping[str, str], raw: bytes, memories: Memories | None = None) -> Plan:
-        """The bytes to forward; never raises (an internal failure forwards ``raw`` unchanged). ``memories``:
-        what the app's mem0 search found for this request (:meth:`memory_query`), placed after the prefix."""
-        plan = Plan(api, raw, raw)
+    def read(self, api: Api, headers: Mapping[str, str], raw: bytes) -> Incoming:
+        """The request parsed and identified, once (:class:`Incoming`); never raises (an identity that cannot
+        be worked out is None: the plan then fails open and logs why)."""
         if api is Api.OTHER:
-            return plan
+            return Incoming(api, raw)
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            plan.notes.append("not JSON: forwarded as sent")
-            return plan
+            return Incoming(api, raw, note="not JSON: forwarded as sent")
         if not isinstance(body, dict):
-            plan.notes.append("not a JSON object: forwarded as sent")
+            return Incoming(api, raw, note="not a JSON object: forwarded as sent")
+        try:
+            identity = self.identify(api, headers, body)
+        except Exception:
+            logger.exception("gateway: identifying a %s request failed", api.value)
+            identity = None
+        return Incoming(api, raw, body, identity)
+
+    def plan(
+        self,
+        api: Api,
+        headers: Mapping[str, str],
+        raw: bytes,
+        memories: Memories | None = None,
+        incoming: Incoming | None = None,
+    ) -> Plan:
+        """The bytes to forward; never raises (an internal failure forwards ``raw`` unchanged). ``memories``:
+        what the app's mem0 search found for this request (:meth:`memory_query`), placed after the prefix;
+        ``incoming``: the request as :meth:`read` gave it to the query (read here when not given)."""
+        plan = Plan(api, raw, raw)
+        if api is Api.OTHER:
+            return plan
+        if incoming is None or incoming.api is not api or incoming.raw is not raw:
+            incoming = self.read(api, headers, raw)
+        body = incoming.body
+        if body is None:
+            plan.notes.append(incoming.note or "no body: forwarded as sent")
             return plan
         plan.stream = body.get("stream") is True
         try:
+            if incoming.identity is None:
+                raise ValueError("the request's tenant and session could not be worked out")
+            plan.identity = incoming.identity
             self._shape(plan, headers, body, memories)
         except Exception:  # fail open: the client's own request goes out, and a log line says why
             logger.exception("gateway: planning a %s request failed; forwarding it unchanged", api.value)
@@ -128,7 +168,7 @@ class Gateway:
 
     def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any], memories: Memories | None) -> None:
         api = plan.api
-        plan.identity = self.identify(api, headers, body)
+        assert plan.identity is not None
         stripped = self._tool_schema(api, headers, body, plan.identity.tenant)
         body = stripped if stripped is not None else body
         state = self.store.session(plan.identity.tenant, plan.identity.session)
@@ -192,13 +232,17 @@ class Gateway:
         tools = strip_tools(api, body["tools"])
         return None if tools is body["tools"] else {**body, "tools": tools}
 
-    def memory_query(self, api: Api, headers: Mapping[str, str], raw: bytes) -> MemoryQuery | None:
-        """The mem0 search this request asks for (a user named, a new user message), or None; never raises."""
+    def memory_query(
+        self, api: Api, headers: Mapping[str, str], raw: bytes, incoming: Incoming | None = None
+    ) -> MemoryQuery | None:
+        """The mem0 search this request asks for (a user named, a new user message), or None; never raises.
+        ``incoming``: the request as :meth:`read` gave it (read here when not given)."""
         try:
-            body = json.loads(raw)
-            if not isinstance(body, dict):
+            if incoming is None or incoming.api is not api or incoming.raw is not raw:
+                incoming = self.read(api, headers, raw)
+            body, who = incoming.body, incoming.identity
+            if body is None or who is None:
                 return None
-            who = self.identify(api, headers, body)
             state = self.store.session(who.tenant, who.session)
             log = state.logs.get(api) if self.config.replay else None
             return self.memory_stage.query(api, headers, body, who, log, state.memories)

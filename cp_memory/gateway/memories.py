@@ -31,6 +31,7 @@ driver runs it (:mod:`cp_memory.gateway.mem0_store`) and hands the found :class:
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,7 +192,8 @@ class MemoryStage:
         if not text:
             return None
         conversation = self._conversation(api, body, who, log, session)
-        return MemoryQuery(text, f"{who.tenant}:{user}", conversation, (messages[-1],))
+        # a copy: the plan reads the same parsed body, and the turn added to mem0 later is the client's message
+        return MemoryQuery(text, f"{who.tenant}:{user}", conversation, (copy.deepcopy(messages[-1]),))
 
     def _conversation(
         self, api: Api, body: Mapping[str, Any], who: Identity, log: SentLog | None, session: SessionMemories

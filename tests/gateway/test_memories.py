@@ -222,5 +222,27 @@ def test_with_a_shared_store_the_memory_query_reads_the_session_off_the_event_lo
     monkeypatch.setattr(type(app.gateway.store), "remote", True, raising=False)
     monkeypatch.setattr(app.gateway, "memory_query", lambda *a: threads.append(threading.current_thread()))
     body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "user": "alice"}).encode()
-    assert asyncio.run(app._memories(Api.CHAT, {}, body)) is None
+    assert asyncio.run(app._memories(Api.CHAT, {}, body))[1] is None
     assert threads and threads[0] is not threading.main_thread()
+
+
+def test_the_query_and_the_plan_read_the_request_once(monkeypatch: Any) -> None:
+    """The body is parsed and the request identified once (:meth:`Gateway.read`); the plan given that reading
+    forwards the same bytes as a plan that reads the body itself."""
+    import cp_memory.gateway.flow as flow
+
+    gateway = Gateway(GatewayConfig(upstream="http://127.0.0.1:9"), UpstreamKind.LLAMACPP)
+    headers = {"authorization": "Bearer k", "x-cp-user": "alice", "x-cp-session": "s1"}
+    raw = json.dumps({"model": "m", "messages": [SYSTEM, {"role": "user", "content": "Where do I live?"}]}).encode()
+    alone = gateway.plan(Api.CHAT, headers, raw).content
+    parsed: list[bytes] = []
+    real = flow.json.loads
+    monkeypatch.setattr(flow.json, "loads", lambda data, *a, **k: parsed.append(data) or real(data, *a, **k))
+    incoming = gateway.read(Api.CHAT, headers, raw)
+    query = gateway.memory_query(Api.CHAT, headers, raw, incoming)
+    assert query is not None and query.user_id.endswith(":alice")
+    found = Memories(query, None, _contract("Alice lives in Lisbon"))
+    plan = gateway.plan(Api.CHAT, headers, raw, found, incoming)
+    assert parsed == [raw]  # once, for both
+    assert plan.identity == incoming.identity and b"Alice lives in Lisbon" in plan.content
+    assert gateway.plan(Api.CHAT, headers, raw, None, incoming).content == alone
