@@ -6,9 +6,11 @@
 * **The mem0 scope** is ``user_id = "<tenant>:<user>"``: the tenant (the keyed hash of the client's key and
   tenant header) is part of the id mem0 stores and searches under, so a tenant reaches only its own users,
   whatever user string it sends.
-* **The dedup conversation** is the session, with an epoch: when the session's previous request is no longer
-  the prefix of this one (edited history, another conversation under the same session id, replay off), a new
-  epoch starts and nothing earlier is pointed at (a pointer only ever names a turn the history shows).
+* **The dedup conversation** is the session, with an epoch (a random token the session keeps): when the
+  session's previous request is no longer the prefix of this one (edited history, another conversation under
+  the same session id), or the gateway does not know it (the session's first request, or one whose state
+  expired or was evicted), a new epoch starts and nothing earlier is pointed at (a pointer only ever names a
+  turn the history shows).
 * **The placement** (:func:`cp_memory.core.chat_memories.place_memories`, shared with the mem0 proxy
   drop-in): the rendered memories at the start of the newest user message, after every cached byte. Then
   one of two (:class:`PlacementMode`), per session:
@@ -201,9 +203,8 @@ class MemoryStage:
         if not self.dedup:
             return None
         epoch = session.epoch()
-        if log is not None and not _extends(api, body, log):
-            epoch += 1
-            session.set_epoch(epoch)
+        if not epoch or log is None or not _extends(api, body, log):  # unknown or edited history: a fresh epoch
+            epoch = session.new_epoch()
         return f"{who.session}:{epoch}"
 
     def place(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 
@@ -95,14 +96,22 @@ class SessionMemories:
     session's record, so every replica numbers the epochs and places the memories alike."""
 
     def __init__(self) -> None:
-        self._epoch = 0
+        self._epoch = ""
         self._cached = False
 
-    def epoch(self) -> int:
+    def epoch(self) -> str:
+        """The current epoch ("" before the first)."""
         return self._epoch
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: str) -> None:
         self._epoch = epoch
+
+    def new_epoch(self) -> str:
+        """Start an epoch that no earlier one of this session can share (a random token, not a count: a count
+        would start again at 1 after the session expired and name an old epoch's dedup record)."""
+        epoch = uuid.uuid4().hex[:16]
+        self.set_epoch(epoch)
+        return epoch
 
     def cached(self) -> bool:
         return self._cached

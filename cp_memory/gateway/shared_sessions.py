@@ -194,18 +194,13 @@ class _StoredMemories(SessionMemories):
         super().__init__()
         self.store, self.tenant, self.session = store, tenant, session
 
-    def epoch(self) -> int:
+    def epoch(self) -> str:
         got = self.store.get_field(self.tenant, self.session, "mem:epoch")
-        if got is None:
-            return super().epoch()
-        try:
-            return int(got) if got else 0
-        except ValueError:
-            return super().epoch()
+        return super().epoch() if got is None else got
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: str) -> None:
         super().set_epoch(epoch)
-        self.store.set_field(self.tenant, self.session, "mem:epoch", str(epoch))
+        self.store.set_field(self.tenant, self.session, "mem:epoch", epoch)
 
     def cached(self) -> bool:
         got = self.store.get_field(self.tenant, self.session, "mem:cached")

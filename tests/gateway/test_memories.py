@@ -246,3 +246,27 @@ def test_the_query_and_the_plan_read_the_request_once(monkeypatch: Any) -> None:
     assert parsed == [raw]  # once, for both
     assert plan.identity == incoming.identity and b"Alice lives in Lisbon" in plan.content
     assert gateway.plan(Api.CHAT, headers, raw, None, incoming).content == alone
+
+
+def test_a_session_whose_history_the_gateway_does_not_know_starts_a_dedup_epoch_no_earlier_one_shares() -> None:
+    """The epoch is the session's and a fresh token each time it starts: the same session after its state
+    expired (here: a gateway that never saw it) or after an edited history never reuses an earlier epoch's
+    dedup conversation, whose turns the history may not show."""
+    config = GatewayConfig(upstream="http://127.0.0.1:9", secret="one secret for both gateways")
+    gateway = Gateway(config, UpstreamKind.LLAMACPP)
+    headers = {"authorization": "Bearer k", "x-cp-user": "alice", "x-cp-session": "s1"}
+    turn1 = {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "Where do I live?"}]}
+    raw1 = json.dumps(turn1).encode()
+    first = gateway.memory_query(Api.CHAT, headers, raw1)
+    assert first is not None and first.conversation_id is not None
+    gateway.commit(gateway.plan(Api.CHAT, headers, raw1))
+    turn2 = dict(turn1, messages=[*turn1["messages"], {"role": "assistant", "content": "Lisbon."}])
+    turn2["messages"].append({"role": "user", "content": "And my job?"})
+    raw2 = json.dumps(turn2).encode()
+    extends = gateway.memory_query(Api.CHAT, headers, raw2)
+    assert extends is not None and extends.conversation_id == first.conversation_id  # the same conversation
+    expired = Gateway(config, UpstreamKind.LLAMACPP).memory_query(Api.CHAT, headers, raw2)
+    assert expired is not None and expired.conversation_id not in (None, first.conversation_id)
+    edited = dict(turn1, messages=[SYSTEM, {"role": "user", "content": "Start over."}])
+    again = gateway.memory_query(Api.CHAT, headers, json.dumps(edited).encode())
+    assert again is not None and again.conversation_id not in (None, first.conversation_id, expired.conversation_id)
