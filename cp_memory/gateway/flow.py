@@ -333,6 +333,5 @@ class Gateway:
         if plan.identity is None:
             return gateway
         state = self.store.session(plan.identity.tenant, plan.identity.session)
-        state.record(usage, gateway, plan.replayed, plan.rewritten)
-        self.store.tenant(plan.identity.tenant).record(usage, gateway, plan.replayed, plan.rewritten)
+        self.store.book(state, usage, gateway, plan.replayed, plan.rewritten)
         return gateway

@@ -29,10 +29,7 @@ from .content.records import ContentState
 from .protocols import Api
 from .replay import SentLog
 
-__all__ = ["Attribution", "Booking", "SessionMemories", "SessionState", "SessionStore", "TenantState"]
-
-#: what a ledger also books elsewhere (a shared store): usage, gateway tokens, replayed, rewritten segments
-Booking = Callable[[CacheUsage, int, int, int], None]
+__all__ = ["Attribution", "SessionMemories", "SessionState", "SessionStore", "TenantState"]
 
 
 @dataclass
@@ -59,14 +56,11 @@ class _Ledger:
     account: SavingsAccount = field(default_factory=SavingsAccount)
     attribution: Attribution = field(default_factory=Attribution)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    sink: Booking | None = field(default=None, repr=False, compare=False)  # a shared store's booking
 
     def record(self, usage: CacheUsage, gateway: int, replayed: int, rewritten: int) -> None:
         self.account.add(usage)
         with self.lock:
             self.attribution.add(gateway, max(0, usage.cache_read_tokens - gateway), replayed, rewritten)
-        if self.sink is not None:
-            self.sink(usage, gateway, replayed, rewritten)
 
     def report(self) -> dict[str, object]:
         s: Savings = self.account.summary()
@@ -166,6 +160,12 @@ class SessionStore:
 
     def _new_tenant(self, tenant: str) -> TenantState:
         return TenantState(tenant=tenant)
+
+    def book(self, session: SessionState, usage: CacheUsage, gateway: int, replayed: int, rewritten: int) -> None:
+        """Book one answered request into its session's and its tenant's ledgers (a shared store: in one
+        round trip)."""
+        session.record(usage, gateway, replayed, rewritten)
+        self.tenant(session.tenant).record(usage, gateway, replayed, rewritten)
 
     def tenant(self, tenant: str) -> TenantState:
         return self._tenants.get_or_create(tenant, lambda: self._new_tenant(tenant))

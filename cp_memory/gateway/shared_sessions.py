@@ -12,7 +12,8 @@ gateway's keyed hashes, hashed again into the key):
 
 Every key's TTL is the session idle TTL (``session_ttl_s``), refreshed on each read and write. Each update is
 one Lua script (atomic): a log is set (last writer wins, as in one process: the log of the request that went
-out last), counters are incremented (``HINCRBY`` / ``HINCRBYFLOAT``: concurrent bookings never lose one).
+out last), counters are incremented (``HINCRBY`` / ``HINCRBYFLOAT``: concurrent bookings never lose one; a
+request's session and tenant in one script).
 
 Failure behaviour: a call that fails or passes ``state_timeout_s`` falls back to this process's state — the
 session's logs as this replica last saw them, its own savings — with one warning per outage
@@ -23,7 +24,6 @@ used (no replay: the client's bytes go out). What stays in this process either w
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -83,20 +83,23 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
     + "return 1"
 )
 
-# KEYS[1] a ledger hash [, KEYS[2] the tenant's sessions]; ARGV: ttl ms, now, session id, then name/delta pairs
+# KEYS[1] the session's hash, KEYS[2] the tenant's sessions, KEYS[3] the tenant's hash; ARGV: ttl ms, now, session
+# id, then name/delta pairs (both ledgers get the same increments)
 _BOOK = (
     _HASH
     + """
-for i = 4, #ARGV, 2 do
-  if string.sub(ARGV[i], 1, 2) == 'f:' then redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
-  else redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local t = redis.call('TYPE', KEYS[3]).ok
+if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[3]) end
+for k = 1, 3, 2 do
+  for i = 4, #ARGV, 2 do
+    if string.sub(ARGV[i], 1, 2) == 'f:' then redis.call('HINCRBYFLOAT', KEYS[k], ARGV[i], ARGV[i + 1])
+    else redis.call('HINCRBY', KEYS[k], ARGV[i], ARGV[i + 1]) end
+  end
+  redis.call('PEXPIRE', KEYS[k], ARGV[1])
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-if #KEYS > 1 then
 """
     + _USED
     + """
-end
 return 1
 """
 )
@@ -243,19 +246,24 @@ class RedisSessionStore(SessionStore):
 
     # ------------------------------------------------------------------ the flow's side
     def _new_session(self, tenant: str, session: str) -> SessionState:
-        state = SessionState(
+        return SessionState(
             tenant=tenant,
             session=session,
             logs=_StoredLogs(self, tenant, session),
             memories=_StoredMemories(self, tenant, session),
         )
-        state.sink = functools.partial(self._booking, tenant, session)
-        return state
 
-    def _new_tenant(self, tenant: str) -> TenantState:
-        state = TenantState(tenant=tenant)
-        state.sink = functools.partial(self._booking, tenant, None)
-        return state
+    def book(self, session: SessionState, usage: CacheUsage, gateway: int, replayed: int, rewritten: int) -> None:
+        """This process's ledgers (the fallback), then both of Redis's in one script."""
+        super().book(session, usage, gateway, replayed, rewritten)
+        tenant, name = session.tenant, session.session
+        keys = [
+            self.keys.gateway_session(tenant, name),
+            self.keys.gateway_sessions(tenant),
+            self.keys.gateway_tenant(tenant),
+        ]
+        args: list[Any] = [self.ttl_ms, time.time(), name, *_deltas(usage, gateway, replayed, rewritten)]
+        self._call(lambda: self._book(keys=keys, args=args))
 
     def get_log(self, tenant: str, session: str, api: Api, local: dict[Api, SentLog]) -> SentLog | None:
         key = self.keys.gateway_session(tenant, session)
@@ -286,17 +294,6 @@ class RedisSessionStore(SessionStore):
         )
         args: list[Any] = [self.ttl_ms, time.time(), session, f"log:{api.value}", data]
         self._call(lambda: self._set_log(keys=[key, self.keys.gateway_sessions(tenant)], args=args))
-
-    def _booking(self, tenant: str, session: str | None, usage: CacheUsage, *counts: int) -> None:
-        gateway, replayed, rewritten = counts
-        pairs = _deltas(usage, gateway, replayed, rewritten)
-        args: list[Any]
-        if session is None:
-            keys, args = [self.keys.gateway_tenant(tenant)], [self.ttl_ms, time.time(), ""]
-        else:
-            keys = [self.keys.gateway_session(tenant, session), self.keys.gateway_sessions(tenant)]
-            args = [self.ttl_ms, time.time(), session]
-        self._call(lambda: self._book(keys=keys, args=args + pairs))
 
     def _decode(self, key: str, data: bytes) -> SentLog | None:
         """The stored log, or None (logged) for one that is too large, malformed or another key's."""

@@ -294,3 +294,21 @@ def test_the_gateways_mem0_wrapper_shares_its_dedup_state_through_the_gateways_s
         assert alone._cp_pipeline.shared is None
     finally:
         alone.close()
+
+
+def test_a_booking_is_one_round_trip_for_the_session_and_its_tenant(redis_url: str) -> None:
+    gw = replicas(1, redis_url)[0]
+    plan = gw.plan(Api.CHAT, HEADERS, json.dumps(chat_session(rerender=False)[0]).encode())
+    store = gw.store
+    assert isinstance(store, RedisSessionStore)
+    calls = []
+    real = store._book
+    store._book = lambda **kw: calls.append(kw) or real(**kw)  # type: ignore[method-assign]
+    usage = CacheUsage(provider="openai", model="gpt-4o", input_tokens=1000, cache_read_tokens=600, output_tokens=5)
+    gw.record(plan, usage)
+    assert len(calls) == 1 and len(calls[0]["keys"]) == 3  # the session's hash, the tenant's sessions, the tenant
+    assert plan.identity is not None
+    tenant = store.peek_tenant(plan.identity.tenant)
+    session = store.sessions_of(plan.identity.tenant, 5)
+    assert tenant is not None and tenant.report()["cache_read_tokens"] == 600
+    assert [s.report()["cache_read_tokens"] for s in session] == [600]
