@@ -56,6 +56,10 @@ class Incoming:
     body: dict[str, Any] | None = None
     identity: Identity | None = None
     note: str | None = None
+    #: the session's sent log as the mem0 query read it, for the plan (one read a request, a round trip with a
+    #: shared store); a log committed in between by a concurrent request of the session is not seen: replay
+    #: then matches an older request's bytes, which went out as well
+    logs_read: dict[Api, SentLog | None] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -159,25 +163,35 @@ class Gateway:
             if incoming.identity is None:
                 raise ValueError("the request's tenant and session could not be worked out")
             plan.identity = incoming.identity
-            self._shape(plan, headers, body, memories)
+            self._shape(plan, headers, body, memories, incoming.logs_read)
         except Exception:  # fail open: the client's own request goes out, and a log line says why
             logger.exception("gateway: planning a %s request failed; forwarding it unchanged", api.value)
             plan.content, plan.changed, plan.failed_open, plan.log, plan.memories = raw, False, True, None, None
             plan.placement = None
         return plan
 
-    def _shape(self, plan: Plan, headers: Mapping[str, str], body: dict[str, Any], memories: Memories | None) -> None:
+    def _shape(
+        self,
+        plan: Plan,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        memories: Memories | None,
+        logs_read: Mapping[Api, SentLog | None],
+    ) -> None:
         api = plan.api
         assert plan.identity is not None
         stripped = self._tool_schema(api, headers, body, plan.identity.tenant)
         body = stripped if stripped is not None else body
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         segs, n_head = segments(api, body)
-        log = state.logs.get(api) if self.config.replay else None
+        if not self.config.replay:
+            log = None
+        else:
+            log = logs_read[api] if api in logs_read else state.logs.get(api)
         texts = self.segment_memo.texts(segs)  # once: the memo's keys for the digests and for replay
         client_digests = self.segment_memo.digests(api, segs, texts)  # once: replay and the sent log need them
         replayed = replay(api, log, segs, client_digests, self.segment_memo, texts)
-        content = self._content(plan, headers, state, segs, replayed, n_head)
+        content = self._content(plan, headers, state, segs, replayed, n_head, known=log is not None)
         if content is not None and content.changed:
             shaped = with_segments(api, body, content.segments, n_head)
         else:
@@ -245,6 +259,7 @@ class Gateway:
                 return None
             state = self.store.session(who.tenant, who.session)
             log = state.logs.get(api) if self.config.replay else None
+            incoming.logs_read[api] = log
             return self.memory_stage.query(api, headers, body, who, log, state.memories)
         except Exception:  # fail open: no memories
             logger.exception("gateway: reading the memory query of a %s request failed", api.value)
@@ -258,15 +273,17 @@ class Gateway:
         segs: list[Any],
         replayed: ReplayResult,
         n_head: int,
+        *,
+        known: bool,
     ) -> ContentResult | None:
-        """The content stage on replay's segments (None: off, or it failed and replay + rules go out)."""
+        """The content stage on replay's segments (None: off, or it failed and replay + rules go out);
+        ``known``: the session has a sent log (the one replay read)."""
         assert plan.identity is not None
         tenant_steps = self.config.content_tenants.get(plan.identity.tenant, self.config.content_steps)
         steps = effective_steps(tenant_steps, headers)
         if not steps or not self.config.replay:  # without replay a rewrite would not come back next turn
             return None
         try:
-            known = state.logs.get(plan.api) is not None
             start = new_part_start(segs, n_head, replayed.replayed, known=known)
             result = run_content(plan.api, replayed.segments, n_head, start, state.content, steps, seed=not known)
             if len(result.segments) != len(segs):

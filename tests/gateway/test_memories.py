@@ -227,8 +227,8 @@ def test_with_a_shared_store_the_memory_query_reads_the_session_off_the_event_lo
 
 
 def test_the_query_and_the_plan_read_the_request_once(monkeypatch: Any) -> None:
-    """The body is parsed and the request identified once (:meth:`Gateway.read`); the plan given that reading
-    forwards the same bytes as a plan that reads the body itself."""
+    """The body is parsed, the request identified and the session's sent log read once (:meth:`Gateway.read`,
+    the query); the plan given that reading forwards the same bytes as a plan that reads them itself."""
     import cp_memory.gateway.flow as flow
 
     gateway = Gateway(GatewayConfig(upstream="http://127.0.0.1:9"), UpstreamKind.LLAMACPP)
@@ -239,11 +239,21 @@ def test_the_query_and_the_plan_read_the_request_once(monkeypatch: Any) -> None:
     real = flow.json.loads
     monkeypatch.setattr(flow.json, "loads", lambda data, *a, **k: parsed.append(data) or real(data, *a, **k))
     incoming = gateway.read(Api.CHAT, headers, raw)
+    assert incoming.identity is not None
+    state = gateway.store.session(incoming.identity.tenant, incoming.identity.session)
+    reads: list[Any] = []
+
+    class CountedLogs(dict):  # type: ignore[type-arg]
+        def get(self, key, default=None):  # type: ignore[no-untyped-def]
+            reads.append(key)
+            return super().get(key, default)
+
+    state.logs = CountedLogs(state.logs)
     query = gateway.memory_query(Api.CHAT, headers, raw, incoming)
     assert query is not None and query.user_id.endswith(":alice")
     found = Memories(query, None, _contract("Alice lives in Lisbon"))
     plan = gateway.plan(Api.CHAT, headers, raw, found, incoming)
-    assert parsed == [raw]  # once, for both
+    assert parsed == [raw] and reads == [Api.CHAT]  # once, for both: the body and the session's sent log
     assert plan.identity == incoming.identity and b"Alice lives in Lisbon" in plan.content
     assert gateway.plan(Api.CHAT, headers, raw, None, incoming).content == alone
 
