@@ -163,31 +163,21 @@ class Gateway:
             if incoming.identity is None:
                 raise ValueError("the request's tenant and session could not be worked out")
             plan.identity = incoming.identity
-            self._shape(plan, headers, body, memories, incoming.logs_read)
+            self._shape(plan, headers, incoming, memories)
         except Exception:  # fail open: the client's own request goes out, and a log line says why
             logger.exception("gateway: planning a %s request failed; forwarding it unchanged", api.value)
             plan.content, plan.changed, plan.failed_open, plan.log, plan.memories = raw, False, True, None, None
             plan.placement = None
         return plan
 
-    def _shape(
-        self,
-        plan: Plan,
-        headers: Mapping[str, str],
-        body: dict[str, Any],
-        memories: Memories | None,
-        logs_read: Mapping[Api, SentLog | None],
-    ) -> None:
-        api = plan.api
-        assert plan.identity is not None
+    def _shape(self, plan: Plan, headers: Mapping[str, str], incoming: Incoming, memories: Memories | None) -> None:
+        api, body = plan.api, incoming.body
+        assert plan.identity is not None and body is not None
         stripped = self._tool_schema(api, headers, body, plan.identity.tenant)
         body = stripped if stripped is not None else body
         state = self.store.session(plan.identity.tenant, plan.identity.session)
         segs, n_head = segments(api, body)
-        if not self.config.replay:
-            log = None
-        else:
-            log = logs_read[api] if api in logs_read else state.logs.get(api)
+        log = self._log_of(api, state, incoming.logs_read)
         texts = self.segment_memo.texts(segs)  # once: the memo's keys for the digests and for replay
         client_digests = self.segment_memo.digests(api, segs, texts)  # once: replay and the sent log need them
         replayed = replay(api, log, segs, client_digests, self.segment_memo, texts)
@@ -234,6 +224,12 @@ class Gateway:
         plan.marks = tuple(m.where for m in rules.marks)
         plan.fields = rules.added
         plan.passthrough_bound = self._bound(replayed, rules, segs)
+
+    def _log_of(self, api: Api, state: SessionState, logs_read: Mapping[Api, SentLog | None]) -> SentLog | None:
+        """The session's sent log for ``api``, read once a request (the query's read when it made one)."""
+        if not self.config.replay:
+            return None
+        return logs_read[api] if api in logs_read else state.logs.get(api)
 
     def _tool_schema(
         self, api: Api, headers: Mapping[str, str], body: dict[str, Any], tenant: str
