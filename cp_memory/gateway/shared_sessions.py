@@ -265,22 +265,27 @@ class RedisSessionStore(SessionStore):
         args: list[Any] = [self.ttl_ms, time.time(), name, *_deltas(usage, gateway, replayed, rewritten)]
         self._call(lambda: self._book(keys=keys, args=args))
 
-    def get_log(self, tenant: str, session: str, api: Api, local: dict[Api, SentLog]) -> SentLog | None:
-        key = self.keys.gateway_session(tenant, session)
-        got = self._call(lambda: self._get_log(keys=[key], args=[self.ttl_ms, f"log:{api.value}"]))
-        if got is None:  # the store cannot say: what this replica sent last
-            return local.get(api)
-        return self._decode(key, bytes(got[0])) if got and got[0] else None
-
-    def get_field(self, tenant: str, session: str, name: str) -> str | None:
-        """A field of the session's hash ("" when unset); None when the store cannot say."""
+    def _get_raw(self, tenant: str, session: str, name: str) -> bytes | None:
+        """A field of the session's hash (b"" when unset); None when the store cannot say."""
         key = self.keys.gateway_session(tenant, session)
         got = self._call(lambda: self._get_log(keys=[key], args=[self.ttl_ms, name]))
         if got is None:
             return None
-        return _text(got[0]) if got and got[0] else ""
+        return bytes(got[0]) if got and got[0] else b""
+
+    def get_log(self, tenant: str, session: str, api: Api, local: dict[Api, SentLog]) -> SentLog | None:
+        got = self._get_raw(tenant, session, f"log:{api.value}")
+        if got is None:  # the store cannot say: what this replica sent last
+            return local.get(api)
+        return self._decode(self.keys.gateway_session(tenant, session), got) if got else None
+
+    def get_field(self, tenant: str, session: str, name: str) -> str | None:
+        """A field of the session's hash as text ("" when unset); None when the store cannot say."""
+        got = self._get_raw(tenant, session, name)
+        return None if got is None else got.decode()
 
     def set_field(self, tenant: str, session: str, name: str, value: str) -> None:
+        """Set a field of the session's hash (and mark the session used), one script."""
         key = self.keys.gateway_session(tenant, session)
         args: list[Any] = [self.ttl_ms, time.time(), session, name, value]
         self._call(lambda: self._set_log(keys=[key, self.keys.gateway_sessions(tenant)], args=args))
@@ -292,8 +297,7 @@ class RedisSessionStore(SessionStore):
             ensure_ascii=False,
             separators=(",", ":"),
         )
-        args: list[Any] = [self.ttl_ms, time.time(), session, f"log:{api.value}", data]
-        self._call(lambda: self._set_log(keys=[key, self.keys.gateway_sessions(tenant)], args=args))
+        self.set_field(tenant, session, f"log:{api.value}", data)
 
     def _decode(self, key: str, data: bytes) -> SentLog | None:
         """The stored log, or None (logged) for one that is too large, malformed or another key's."""

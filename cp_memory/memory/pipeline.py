@@ -152,7 +152,7 @@ class SearchPipeline:
         dedup = self.shared.deduplicator
         if not self.config.align:
             return (yield from dedup.load(key)), None
-        index_key, have, _ = self.shared.index_read(scope)
+        index_key, have = self.shared.index_read(scope)
         got = yield from self.shared.state.read_many([(dedup.load_key(key), ""), (index_key, have)])
         sent = yield from dedup.loaded(key, None if got is None else got[0])
         return sent, None if got is None else (have, got[1])

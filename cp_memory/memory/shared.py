@@ -105,11 +105,10 @@ class Shared:
             elif result == CONFLICT:
                 index.evict(rid)
 
-    def index_read(self, scope: Scope) -> tuple[str, str, ScopeState]:
-        """What reading ``scope``'s index asks for: its key, the token this process holds, its state (a search
-        reads it with its conversation's record in one round trip and passes the value to :meth:`insert`)."""
-        state = self.scopes.get(scope)
-        return self.state.keys.index(scope), self._token(state), state
+    def index_read(self, scope: Scope) -> tuple[str, str]:
+        """What reading ``scope``'s index asks for: its key and the token this process holds (a search reads it
+        with its conversation's record in one round trip and passes the value to :meth:`insert`)."""
+        return self.state.keys.index(scope), self._token(self.scopes.get(scope))
 
     def insert(
         self,

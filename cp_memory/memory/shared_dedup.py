@@ -86,8 +86,7 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 #: the search in progress's one read of its conversation record: (deduplicator id, key, record, the value
-#: read). A context
-#: variable: each thread, and each asyncio task, sees only its own search's read
+#: read). A context variable: each thread, and each asyncio task, sees only its own search's read
 _SEARCH_READ: ContextVar[tuple[int, str, Conversation | _Unknown, Versioned | None] | None] = ContextVar(
     "cp_dedup_read", default=None
 )
@@ -309,12 +308,13 @@ class SharedDeduplicator(Deduplicator):
         # after it, an unanswered commit) is decided on a fresh read, as before
         first = planned.read
         for _ in range(COMMIT_ATTEMPTS):
-            got, first = (first, None) if first is not None else ((yield from shared.read(key)), None)
+            got = first if first is not None else (yield from shared.read(key))
             view = None if got is None else self._commit_view(key, got, planned)
-            if got is not None and got is planned.read and view is not None:
-                if view[0].turns < view[2] or self._unsure.peek(key) is not None:
-                    got = yield from shared.read(key)  # stale, or an open question: decided on a fresh read
-                    view = None if got is None else self._commit_view(key, got, planned)
+            stale = view is not None and (view[0].turns < view[2] or self._unsure.peek(key) is not None)
+            if first is not None and stale:
+                got = yield from shared.read(key)  # stale, or an open question: decided on a fresh read
+                view = None if got is None else self._commit_view(key, got, planned)
+            first = None  # a retry (after a conflict) reads the newer record
             if got is None or view is None:
                 return 0
             conv, generation, seen = view
