@@ -27,7 +27,7 @@ from .protocols import Api, segments, with_segments
 from .replay import ReplayResult, SegmentMemo, SentLog, replay
 from .rules import RuleResult, apply_rules
 from .schema import schema_enabled, strip_tools
-from .sessions import SessionState, SessionStore
+from .sessions import SessionChange, SessionState, SessionStore
 from .tenancy import Identity, identify
 
 __all__ = ["Gateway", "Incoming", "Plan", "open_session_store"]
@@ -40,26 +40,36 @@ def open_session_store(config: GatewayConfig) -> SessionStore:
     then: the ``redis`` extra)."""
     if config.state_store is None:
         return SessionStore(config.max_sessions, config.session_ttl_s, config.max_tenants)
-    from .shared_sessions import RedisSessionStore
+    from .shared_sessions import SharedSessionStore
 
-    return RedisSessionStore(config)
+    return SharedSessionStore(config)
 
 
 @dataclass(frozen=True)
+class Loaded:
+    """The session as a request loaded it (once: a round trip with a shared store), its sent log for the
+    request's protocol then (None: none, or replay off) and the mem0 epoch its memory query used (None: no
+    query). A log committed after the load by a concurrent request of the session is not seen: replay then
+    matches an older request's bytes, which went out as well."""
+
+    session: SessionState
+    log: SentLog | None
+    epoch: str | None = None
+
+
+@dataclass
 class Incoming:
     """One request as the gateway reads it, once: the raw bytes, the parsed body (None, with ``note`` saying
-    why, when it is not a JSON object) and who sent it. The mem0 stage's query and the plan both read it; neither
-    changes it (the plan's stages copy what they change)."""
+    why, when it is not a JSON object) and who sent it; the mem0 stage's query and the plan both read it and
+    neither changes the body (the plan's stages copy what they change). ``loaded``: the session as the first of
+    them loaded it, for the other."""
 
     api: Api
     raw: bytes
     body: dict[str, Any] | None = None
     identity: Identity | None = None
     note: str | None = None
-    #: the session's sent log as the mem0 query read it, for the plan (one read a request, a round trip with a
-    #: shared store); a log committed in between by a concurrent request of the session is not seen: replay
-    #: then matches an older request's bytes, which went out as well
-    logs_read: dict[Api, SentLog | None] = field(default_factory=dict, compare=False)
+    loaded: Loaded | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -85,6 +95,8 @@ class Plan:
     content_pending: PendingContent | None = None  # the content stage's registrations, committed with the log
     content_pointers: int = 0
     content_rewrites: int = 0  # segments the content rules rewrote in this request
+    session: SessionState | None = None  # the session as the request loaded it (commit and record use it)
+    epoch: str | None = None  # the mem0 epoch the request's memory query used
 
 
 def _blocks_before(api: Api, segs: list[Any], n_head: int, upto: int) -> int:
@@ -175,9 +187,10 @@ class Gateway:
         assert plan.identity is not None and body is not None
         stripped = self._tool_schema(api, headers, body, plan.identity.tenant)
         body = stripped if stripped is not None else body
-        state = self.store.session(plan.identity.tenant, plan.identity.session)
+        loaded = self._load(incoming)
+        state, log = loaded.session, loaded.log
+        plan.session, plan.epoch = state, loaded.epoch
         segs, n_head = segments(api, body)
-        log = self._log_of(api, state, incoming.logs_read)
         texts = self.segment_memo.texts(segs)  # once: the memo's keys for the digests and for replay
         client_digests = self.segment_memo.digests(api, segs, texts)  # once: replay and the sent log need them
         replayed = replay(api, log, segs, client_digests, self.segment_memo, texts)
@@ -225,11 +238,13 @@ class Gateway:
         plan.fields = rules.added
         plan.passthrough_bound = self._bound(replayed, rules, segs)
 
-    def _log_of(self, api: Api, state: SessionState, logs_read: Mapping[Api, SentLog | None]) -> SentLog | None:
-        """The session's sent log for ``api``, read once a request (the query's read when it made one)."""
-        if not self.config.replay:
-            return None
-        return logs_read[api] if api in logs_read else state.logs.get(api)
+    def _load(self, incoming: Incoming) -> Loaded:
+        """The request's session, loaded once a request (the memory query's load when it made one)."""
+        if incoming.loaded is None:
+            assert incoming.identity is not None
+            state = self.store.load(incoming.identity.tenant, incoming.identity.session)
+            incoming.loaded = Loaded(state, state.logs.get(incoming.api) if self.config.replay else None)
+        return incoming.loaded
 
     def _tool_schema(
         self, api: Api, headers: Mapping[str, str], body: dict[str, Any], tenant: str
@@ -253,10 +268,11 @@ class Gateway:
             body, who = incoming.body, incoming.identity
             if body is None or who is None:
                 return None
-            state = self.store.session(who.tenant, who.session)
-            log = state.logs.get(api) if self.config.replay else None
-            incoming.logs_read[api] = log
-            return self.memory_stage.query(api, headers, body, who, log, state.memories)
+            loaded = self._load(incoming)
+            found = self.memory_stage.query(api, headers, body, who, loaded.log, loaded.session.memories)
+            if found is not None:
+                incoming.loaded = Loaded(loaded.session, loaded.log, loaded.session.memories.epoch())
+            return found
         except Exception:  # fail open: no memories
             logger.exception("gateway: reading the memory query of a %s request failed", api.value)
             return None
@@ -328,15 +344,13 @@ class Gateway:
         return min(bounds) if bounds else None
 
     def commit(self, plan: Plan) -> None:
-        """The request went out (the upstream answered 2xx): its segments become the session's sent log."""
+        """The request went out (the upstream answered 2xx): its segments become the session's sent log, with
+        its content registrations and memory placement (one :class:`~.sessions.SessionChange`, one write)."""
         if plan.identity is None or plan.log is None:
             return
-        state = self.store.session(plan.identity.tenant, plan.identity.session)
-        state.logs[plan.api] = plan.log
-        if plan.content_pending is not None:
-            state.content.commit(plan.api, plan.content_pending)
-        if plan.placement is not None:
-            self.memory_stage.settle(state.memories, plan.placement)
+        state = plan.session or self.store.session(plan.identity.tenant, plan.identity.session)
+        cached = plan.placement is not None and self.memory_stage.settles_cached(plan.placement)
+        self.store.commit(state, SessionChange(plan.api, plan.log, plan.content_pending, plan.epoch, cached))
 
     def record(self, plan: Plan, usage: CacheUsage) -> int:
         """Book ``usage`` for the plan's session and tenant; returns the tokens attributed to the gateway."""
@@ -345,6 +359,6 @@ class Gateway:
             gateway = max(0, usage.cache_read_tokens - plan.passthrough_bound)
         if plan.identity is None:
             return gateway
-        state = self.store.session(plan.identity.tenant, plan.identity.session)
+        state = plan.session or self.store.session(plan.identity.tenant, plan.identity.session)
         self.store.book(state, usage, gateway, plan.replayed, plan.rewritten)
         return gateway

@@ -163,7 +163,7 @@ def _messages(api: Api, body: Mapping[str, Any]) -> list[Any]:
 
 
 class MemoryStage:
-    """The stage's steps (:meth:`query`, :meth:`place`, :meth:`settle`) over a session's epoch and placement,
+    """The stage's steps (:meth:`query`, :meth:`place`, :meth:`settles_cached`) over a session's epoch and placement,
     which the session owns (:class:`~.sessions.SessionMemories`, in its record, shared by replicas with a
     state store). ``kind`` and ``counting``: the upstream and the token counter its cache minimum is checked
     with (the provider rules' own)."""
@@ -234,11 +234,10 @@ class MemoryStage:
             return PlacementMode.CACHED
         return PlacementMode.FRESH
 
-    def settle(self, session: SessionMemories, placement: PlacementMode) -> None:
-        """A request with memories went out: a ``cached`` placement switches its session for good."""
-        if placement is PlacementMode.CACHED and self.kind in (UpstreamKind.OPENAI, UpstreamKind.ANTHROPIC):
-            if not session.cached():
-                session.set_cached()
+    def settles_cached(self, placement: PlacementMode) -> bool:
+        """Whether a request with memories placed so, once it went out, switches its session to ``cached`` for
+        good (a hosted provider's cache; :meth:`~.sessions.SessionMemories.set_cached`)."""
+        return placement is PlacementMode.CACHED and self.kind in (UpstreamKind.OPENAI, UpstreamKind.ANTHROPIC)
 
 
 def _extends(api: Api, body: Mapping[str, Any], log: SentLog) -> bool:

@@ -7,11 +7,11 @@ nothing is shared across tenants. A session idle for longer than the TTL is forg
 least recently used ones fall out when the map is full.
 
 Where they live is a seam (:func:`cp_memory.gateway.flow.open_session_store`): this process
-(:class:`SessionStore`, the default) or a Redis shared by gateway replicas (``state_store=`` in
+(:class:`SessionStore`, the default) or a state store shared by gateway replicas (``state_store=`` in
 :class:`~cp_memory.gateway.config.GatewayConfig`:
-:class:`~cp_memory.gateway.shared_sessions.RedisSessionStore`). Either way the flow asks ``store.session(tenant,
-session)`` for a :class:`SessionState` and reads/writes its ``logs`` and calls its ``record``; the Redis store
-loads the logs on that lookup and writes each assignment and booking through.
+:class:`~cp_memory.gateway.shared_sessions.SharedSessionStore`). Either way a request loads its session once
+(:meth:`SessionStore.load`), and once it went out commits one :class:`SessionChange` (:meth:`SessionStore.commit`)
+and books its usage (:meth:`SessionStore.book`); the shared store reads and writes the session's one record.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from ..core.lru import LRUMap
 from ..providers.account import Savings, SavingsAccount
 from ..providers.usage import CacheUsage
-from .content.records import ContentState
+from .content.records import ContentState, PendingContent
 from .protocols import Api
 from .replay import SentLog
 
-__all__ = ["Attribution", "SessionMemories", "SessionState", "SessionStore", "TenantState"]
+__all__ = ["Attribution", "SessionChange", "SessionMemories", "SessionState", "SessionStore", "TenantState"]
 
 
 @dataclass
@@ -86,7 +86,7 @@ class _Ledger:
 class SessionMemories:
     """The session's side of the mem0 stage (:mod:`cp_memory.gateway.memories`): its dedup *epoch* (a new one
     when the client's history stops extending what was sent) and whether it switched to the ``cached``
-    placement for good. This process's copy; :class:`~.shared_sessions.RedisSessionStore` keeps them in the
+    placement for good. This process's copy; :class:`~.shared_sessions.SharedSessionStore` keeps them in the
     session's record, so every replica numbers the epochs and places the memories alike."""
 
     def __init__(self) -> None:
@@ -114,6 +114,20 @@ class SessionMemories:
         self._cached = True
 
 
+@dataclass(frozen=True)
+class SessionChange:
+    """What one request that went out changes in its session: its protocol's sent log, the content rules'
+    registrations, the mem0 epoch it used (None: it made no memory query) and whether its memories' placement
+    switched the session to ``cached`` for good. Applied to this process's copy and, with a shared store, to
+    the session's record (:class:`~cp_memory.gateway.shared_sessions.SharedSessionStore`)."""
+
+    api: Api
+    log: SentLog
+    content: PendingContent | None = None
+    epoch: str | None = None
+    cached: bool = False
+
+
 @dataclass
 class SessionState(_Ledger):
     tenant: str = ""
@@ -122,6 +136,20 @@ class SessionState(_Ledger):
     content: ContentState = field(default_factory=ContentState)
     memories: SessionMemories = field(default_factory=SessionMemories)
     last_used: float = 0.0
+    #: with a shared store: the token of the session's record this copy holds (None: not known to be any)
+    synced: str | None = None
+    sync: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def apply(self, change: SessionChange) -> None:
+        """``change`` on this copy: the log replaced (the request that went out last), the content registered,
+        the epoch and the placement set."""
+        self.logs[change.api] = change.log
+        if change.content is not None:
+            self.content.commit(change.api, change.content)
+        if change.epoch:
+            self.memories.set_epoch(change.epoch)
+        if change.cached and not self.memories.cached():
+            self.memories.set_cached()
 
 
 @dataclass
@@ -154,6 +182,15 @@ class SessionStore:
         state = found or self._sessions.get_or_create(key, lambda: self._new_session(tenant, session))
         state.last_used = now
         return state
+
+    def load(self, tenant: str, session: str) -> SessionState:
+        """The session as a request reads it, once (a shared store: its record, one round trip)."""
+        return self.session(tenant, session)
+
+    def commit(self, state: SessionState, change: SessionChange) -> None:
+        """A request of the session went out: ``change`` applied (a shared store: to its record too)."""
+        with state.sync:
+            state.apply(change)
 
     def _new_session(self, tenant: str, session: str) -> SessionState:
         return SessionState(tenant=tenant, session=session)

@@ -7,14 +7,29 @@ a router's pool and homes in :mod:`cp_memory.agents`) fall back to their local s
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..core.lru import LRUMap
 from .errors import StoreUnavailable
 from .health import StoreHealth
 from .keys import StateKeys
-from .ops import AsyncStateStore, AsyncStoreAdapter, Delete, Op, Read, ReadMany, Write, arun, run
+from .ops import (
+    AsyncStateStore,
+    AsyncStoreAdapter,
+    Count,
+    Delete,
+    Op,
+    Read,
+    ReadCounts,
+    ReadMany,
+    ReadRecent,
+    StoreRequest,
+    Write,
+    arun,
+    run,
+)
 from .store import StateStore
 from .versioned import Versioned
 
@@ -59,26 +74,14 @@ class StateClient:
 
     def read(self, key: str, have: str = "") -> Op[Versioned | None]:
         """The key's token and bytes (bytes None when it still holds ``have``); None when the store cannot say."""
-        if not self.health.usable():
-            return None
-        try:
-            got: Versioned = yield Read(key, have, self.ttl_s)
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return None
-        self.health.succeeded()
+        got: Versioned | None = yield from self._asked(Read(key, have, self.ttl_s))
         return got
 
     def read_many(self, reads: Sequence[tuple[str, str]]) -> Op[tuple[Versioned, ...] | None]:
         """:meth:`read` of several ``(key, have)`` pairs in one round trip; None when the store cannot say."""
-        if not self.health.usable():
-            return None
-        try:
-            got: tuple[Versioned, ...] = yield ReadMany(tuple(Read(key, have, self.ttl_s) for key, have in reads))
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return None
-        self.health.succeeded()
+        got: tuple[Versioned, ...] | None = yield from self._asked(
+            ReadMany(tuple(Read(key, have, self.ttl_s) for key, have in reads))
+        )
         return got
 
     def write(self, key: str, data: bytes, *, expected: str) -> Op[str | None]:
@@ -102,6 +105,44 @@ class StateClient:
             return None, True
         self.health.succeeded()
         return (CONFLICT if written is None else written), False
+
+    def _asked(self, request: StoreRequest) -> Op[Any]:
+        """``request``'s answer; None when the store cannot say (or is left alone after a failure)."""
+        if not self.health.usable():
+            return None
+        try:
+            got = yield request
+        except StoreUnavailable as exc:
+            self.health.failed(exc)
+            return None
+        self.health.succeeded()
+        return got
+
+    def count(
+        self, keys: Sequence[str], deltas: Sequence[tuple[str, int | float]], *, recent: str = "", member: str = ""
+    ) -> Op[bool]:
+        """Add ``deltas`` to the counters under ``keys`` and mark ``member`` used now in ``recent`` (one round
+        trip, :class:`~cp_memory.state.ops.Count`); False when the store cannot answer."""
+        request = Count(tuple(keys), tuple(deltas), self.ttl_s, recent, member, time.time())
+        if not self.health.usable():
+            return False
+        try:
+            yield request
+        except StoreUnavailable as exc:
+            self.health.failed(exc)
+            return False
+        self.health.succeeded()
+        return True
+
+    def read_counts(self, keys: Sequence[str]) -> Op[tuple[dict[str, float], ...] | None]:
+        """The counters under each key ({} when absent); None when the store cannot say."""
+        got: tuple[dict[str, float], ...] | None = yield from self._asked(ReadCounts(tuple(keys)))
+        return got
+
+    def read_recent(self, key: str, limit: int) -> Op[tuple[str, ...] | None]:
+        """The members of ``key`` used within the TTL, most recent first; None when the store cannot say."""
+        got: tuple[str, ...] | None = yield from self._asked(ReadRecent(key, time.time() - self.ttl_s, limit))
+        return got
 
     def delete(self, key: str) -> Op[bool]:
         try:

@@ -2,7 +2,8 @@
 
     cpm:v1:<tenant>:idx:<user>.<agent>.<run>.<conditions>          a scope's context index
     cpm:v1:<tenant>:conv:<user>.<agent>.<run>:<conversation>       a conversation's committed dedup turns
-    cpm:v1:<tenant>:gw:<gateway tenant>:s:<session>                 a gateway session (sent logs, savings)
+    cpm:v1:<tenant>:gw:<gateway tenant>:s:<session>                 a gateway session's record (logs, content, mem0)
+    cpm:v1:<tenant>:gw:<gateway tenant>:s:<session>:n               its savings (counters)
     cpm:v1:<tenant>:gw:<gateway tenant>:t                           a gateway tenant's savings
     cpm:v1:<tenant>:gw:<gateway tenant>:z                           its sessions by last use (a sorted set)
     cpm:v1:<tenant>:rt:<router>.<workers>:w                         a CoA router's pool: intake, load, epochs
@@ -62,6 +63,10 @@ class StateKeys:
     def gateway_session(self, tenant: str, session: str) -> str:
         """The key of a gateway session (``tenant``, ``session``: the gateway's own hashes)."""
         return f"{self.prefix}:gw:{_field('gw-tenant', tenant)}:s:{_field('gw-session', session)}"
+
+    def gateway_session_savings(self, tenant: str, session: str) -> str:
+        """The key of a gateway session's savings counters."""
+        return f"{self.gateway_session(tenant, session)}:n"
 
     def gateway_tenant(self, tenant: str) -> str:
         return f"{self.prefix}:gw:{_field('gw-tenant', tenant)}:t"

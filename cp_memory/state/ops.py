@@ -2,7 +2,8 @@
 
 Everything that reads or writes a shared store (:mod:`cp_memory.memory.shared`,
 :mod:`cp_memory.memory.shared_dedup`) is written once as a generator of :data:`StoreRequest` values
-(:class:`Read`, :class:`Write`, :class:`Delete`) that receives each answer, or has
+(:class:`Read`, :class:`Write`, :class:`Delete`, :class:`ReadMany`; the counters :class:`Count`,
+:class:`ReadCounts`, :class:`ReadRecent`) that receives each answer, or has
 :class:`~cp_memory.state.errors.StoreUnavailable` thrown in at the point of the call. :func:`run` answers them
 with a sync :class:`~cp_memory.state.store.StateStore`; :func:`arun` with an :class:`AsyncStateStore` (the
 event loop is never blocked on the store: ``AsyncContextPilotMemory`` uses this one). The search flow of the
@@ -17,16 +18,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..core.drive import adrive_flow, drive_flow
+from .counters import Count, ReadCounts, ReadRecent
 from .errors import StoreUnavailable
 from .store import StateStore, Versioned
 
 __all__ = [
     "AsyncStateStore",
     "AsyncStoreAdapter",
+    "Count",
     "Delete",
     "Op",
     "Read",
+    "ReadCounts",
     "ReadMany",
+    "ReadRecent",
     "StoreRequest",
     "Write",
     "aanswer",
@@ -68,7 +73,9 @@ class ReadMany:
     reads: tuple[Read, ...]
 
 
-StoreRequest = Read | Write | Delete | ReadMany
+StoreRequest = Read | Write | Delete | ReadMany | Count | ReadCounts | ReadRecent
+#: the requests a store answers only if it offers counters (``count`` / ``read_counts`` / ``read_recent``)
+_COUNTERS = {Count: "count", ReadCounts: "read_counts", ReadRecent: "read_recent"}
 #: a store operation: yields requests, receives their answers, returns its result
 Op = Generator[StoreRequest, Any, T]
 
@@ -86,6 +93,9 @@ class AsyncStateStore(Protocol):
     async def delete(self, key: str) -> None: ...
 
     async def aclose(self) -> None: ...
+
+    # As the sync store, it may also offer ``read_many`` and the counters (``count``, ``read_counts``,
+    # ``read_recent``: :class:`Count`, :class:`ReadCounts`, :class:`ReadRecent`).
 
 
 class AsyncStoreAdapter:
@@ -107,12 +117,32 @@ class AsyncStoreAdapter:
     async def read_many(self, reads: Sequence[tuple[str, str, int]]) -> tuple[Versioned, ...]:
         return tuple(self.store.read(key, have=have, ttl_s=ttl_s) for key, have, ttl_s in reads)
 
+    async def count(self, request: Count) -> None:
+        self.store.count(request)  # type: ignore[attr-defined]
+
+    async def read_counts(self, request: ReadCounts) -> tuple[dict[str, float], ...]:
+        return self.store.read_counts(request)  # type: ignore[attr-defined,no-any-return]
+
+    async def read_recent(self, request: ReadRecent) -> tuple[str, ...]:
+        return self.store.read_recent(request)  # type: ignore[attr-defined,no-any-return]
+
     async def aclose(self) -> None:
         self.store.close()
 
 
+def _counters(store: object, request: StoreRequest) -> Any:
+    """The store's method for a counters request; a clear error for a store without counters."""
+    name = _COUNTERS[type(request)]
+    method = getattr(store, name, None)
+    if method is None:
+        raise TypeError(f"{type(store).__name__} offers no counters ({name}): the gateway's savings need them")
+    return method
+
+
 def answer(store: StateStore, request: StoreRequest) -> Any:
     """One request against a sync store (raises :class:`StoreUnavailable` as the store does)."""
+    if type(request) in _COUNTERS:
+        return _counters(store, request)(request)
     if isinstance(request, ReadMany):
         many = getattr(store, "read_many", None)  # a store without it answers read by read
         if many is not None:
@@ -123,11 +153,14 @@ def answer(store: StateStore, request: StoreRequest) -> Any:
     if isinstance(request, Write):
         r = request
         return store.write(r.key, r.data, expected=r.expected, ttl_s=r.ttl_s, token=r.token)
+    assert isinstance(request, Delete)
     return store.delete(request.key)
 
 
 async def aanswer(store: AsyncStateStore, request: StoreRequest) -> Any:
     """One request against an async store; a timeout or cancellation of the call itself is re-raised."""
+    if type(request) in _COUNTERS:
+        return await _counters(store, request)(request)
     if isinstance(request, ReadMany):
         many = getattr(store, "read_many", None)
         if many is not None:
@@ -138,6 +171,7 @@ async def aanswer(store: AsyncStateStore, request: StoreRequest) -> Any:
     if isinstance(request, Write):
         r = request
         return await store.write(r.key, r.data, expected=r.expected, ttl_s=r.ttl_s, token=r.token)
+    assert isinstance(request, Delete)
     return await store.delete(request.key)
 
 

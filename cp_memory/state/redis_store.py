@@ -1,7 +1,8 @@
 """The Redis stores, sync (:class:`RedisStateStore`) and async (:class:`AsyncRedisStateStore`, redis.asyncio):
 one hash per key (``t``: token, ``d``: bytes), read and
 written by two Lua scripts, so a read-if-changed and a compare-and-set are one round trip each and atomic
-(``read_many``: several reads pipelined in one round trip).
+(``read_many``: several reads pipelined in one round trip). Counters (``count``: one script over hashes of
+counters and a recency sorted set; ``read_counts``: HGETALL pipelined; ``read_recent``: a sorted-set range).
 
 Every call is bounded: ``socket_timeout`` / ``socket_connect_timeout`` = ``timeout_s``, one retry on a
 connection error (redis-py's own ``Retry``), then :class:`~cp_memory.state.errors.StoreUnavailable`. The two
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..extras import requires
+from .counters import Count, ReadCounts, ReadRecent
 from .errors import StoreUnavailable
 from .versioned import MALFORMED, Versioned, new_token
 
@@ -53,6 +55,58 @@ redis.call('HSET', KEYS[1], 't', ARGV[2], 'd', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 """
+
+# KEYS: the counters' hashes, then the recency set (or none); ARGV: ttl ms, recency score, member, the number of
+# counter keys, then kind/name/delta triples (kind i: HINCRBY, f: HINCRBYFLOAT)
+_COUNT = """
+local n = tonumber(ARGV[4])
+for k = 1, n do
+  local kind = redis.call('TYPE', KEYS[k]).ok
+  if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[k]) end
+  for i = 5, #ARGV, 3 do
+    if ARGV[i] == 'f' then redis.call('HINCRBYFLOAT', KEYS[k], ARGV[i + 1], ARGV[i + 2])
+    else redis.call('HINCRBY', KEYS[k], ARGV[i + 1], ARGV[i + 2]) end
+  end
+  redis.call('PEXPIRE', KEYS[k], ARGV[1])
+end
+if #KEYS > n then
+  local z = KEYS[n + 1]
+  local kind = redis.call('TYPE', z).ok
+  if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', z) end
+  redis.call('ZADD', z, ARGV[2], ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', tonumber(ARGV[2]) - tonumber(ARGV[1]) / 1000)
+  redis.call('PEXPIRE', z, ARGV[1])
+end
+return 1
+"""
+
+
+def _count_call(request: Count) -> tuple[list[str], list[Any]]:
+    keys = [*request.keys, *([request.recent] if request.recent else [])]
+    args: list[Any] = [int(request.ttl_s * 1000), repr(float(request.score)), request.member, len(request.keys)]
+    for name, delta in request.deltas:
+        whole = isinstance(delta, int) and not isinstance(delta, bool)
+        args += ["i" if whole else "f", name, int(delta) if whole else repr(float(delta))]
+    return keys, args
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _counts(rows: Any) -> tuple[dict[str, float], ...]:
+    """HGETALL answers as counters (a field that is not a number: skipped, as something this store did not
+    write)."""
+    out = []
+    for row in rows:
+        values: dict[str, float] = {}
+        for name, value in (row or {}).items():
+            try:
+                values[_text(name)] = float(value)
+            except ValueError:
+                continue
+        out.append(values)
+    return tuple(out)
 
 
 def _options(timeout_s: float) -> dict[str, Any]:
@@ -98,6 +152,7 @@ class RedisStateStore:
         self.client = redis_client(url, timeout_s=timeout_s)
         self._read = self.client.register_script(_READ)
         self._write = self.client.register_script(_WRITE)
+        self._count = self.client.register_script(_COUNT)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -132,6 +187,24 @@ class RedisStateStore:
 
         return tuple(_versioned(got) for got in self._call("read", send))
 
+    def count(self, request: Count) -> None:
+        keys, args = _count_call(request)
+        self._call("count", self._count, keys=keys, args=args)
+
+    def read_counts(self, request: ReadCounts) -> tuple[dict[str, float], ...]:
+        def send() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for key in request.keys:
+                pipe.hgetall(key)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        return _counts(self._call("read counts", send))
+
+    def read_recent(self, request: ReadRecent) -> tuple[str, ...]:
+        r = request
+        got = self._call("read recent", self.client.zrevrangebyscore, r.key, "+inf", r.since, start=0, num=r.limit)
+        return tuple(_text(m) for m in got)
+
     def close(self) -> None:
         try:
             self.client.close()
@@ -144,6 +217,7 @@ class _LoopClient:
         self.client = redis.asyncio.Redis.from_url(url, retry=AsyncRetry(NoBackoff(), 1), **_options(timeout_s))
         self.read = self.client.register_script(_READ)
         self.write = self.client.register_script(_WRITE)
+        self.count = self.client.register_script(_COUNT)
 
 
 class AsyncRedisStateStore:
@@ -195,6 +269,26 @@ class AsyncRedisStateStore:
             raise redis.exceptions.NoScriptError("the read script could not be loaded")
 
         return tuple(_versioned(got) for got in await self._call("read", send))
+
+    async def count(self, request: Count) -> None:
+        keys, args = _count_call(request)
+        await self._call("count", self._client().count, keys=keys, args=args)
+
+    async def read_counts(self, request: ReadCounts) -> tuple[dict[str, float], ...]:
+        c = self._client()
+
+        async def send() -> list[Any]:
+            pipe = c.client.pipeline(transaction=False)
+            for key in request.keys:
+                pipe.hgetall(key)
+            return await pipe.execute()  # type: ignore[no-any-return]
+
+        return _counts(await self._call("read counts", send))
+
+    async def read_recent(self, request: ReadRecent) -> tuple[str, ...]:
+        r, c = request, self._client()
+        got = await self._call("read recent", c.client.zrevrangebyscore, r.key, "+inf", r.since, start=0, num=r.limit)
+        return tuple(_text(m) for m in got)
 
     async def aclose(self) -> None:
         """Close this loop's client (others close with their loops)."""

@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from .counters import Count, ReadCounts, ReadRecent
 from .errors import StoreUnavailable
 from .versioned import MALFORMED, Versioned, new_token
 
@@ -55,7 +56,9 @@ class StateStore(Protocol):
 
     # A store may also offer ``read_many(reads: Sequence[tuple[key, have, ttl_s]]) -> tuple[Versioned, ...]``:
     # several reads in one round trip (MemoryStateStore and the Redis stores do); one without it is read
-    # key by key (:func:`cp_memory.state.ops.answer`).
+    # key by key (:func:`cp_memory.state.ops.answer`). And it may offer counters (what the gateway's savings
+    # ledgers need): ``count(Count)``, ``read_counts(ReadCounts)``, ``read_recent(ReadRecent)``
+    # (:mod:`cp_memory.state.ops`); the in-process and Redis stores do.
 
 
 @dataclass
@@ -65,12 +68,21 @@ class _Entry:
     expires: float
 
 
+@dataclass
+class _Counters:
+    """Counters or a recency set (name -> value), with their key's expiry."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    expires: float = 0.0
+
+
 class MemoryStateStore:
     """The in-process :class:`StateStore`: a dict with the same tokens, compare-and-set and TTLs. Wrappers
     of one process may share one (tests use it as the reference the Redis store must match)."""
 
     def __init__(self) -> None:
         self._items: dict[str, _Entry] = {}
+        self._counters: dict[str, _Counters] = {}  # counters and recency sets (their keys never name a value)
         self._lock = threading.Lock()
 
     def _live(self, key: str) -> _Entry | None:
@@ -104,6 +116,42 @@ class MemoryStateStore:
     def read_many(self, reads: Sequence[tuple[str, str, int]]) -> tuple[Versioned, ...]:
         """Several :meth:`read` calls ``(key, have, ttl_s)`` in one go (one round trip on Redis)."""
         return tuple(self.read(key, have=have, ttl_s=ttl_s) for key, have, ttl_s in reads)
+
+    def _counted(self, key: str, now: float, ttl_s: int | None = None) -> _Counters:
+        found = self._counters.get(key)
+        if found is None or found.expires <= now:
+            found = self._counters[key] = _Counters()
+        if ttl_s is not None:
+            found.expires = now + ttl_s
+        return found
+
+    def count(self, request: Count) -> None:
+        """:class:`~cp_memory.state.ops.Count`: the increments, the TTLs and the recency set, under one lock."""
+        with self._lock:
+            now = time.monotonic()
+            for key in request.keys:
+                values = self._counted(key, now, request.ttl_s).values
+                for name, delta in request.deltas:
+                    values[name] = values.get(name, 0) + delta
+            if request.recent:
+                recent = self._counted(request.recent, now, request.ttl_s).values
+                recent[request.member] = request.score
+                for member in [m for m, score in recent.items() if score < request.score - request.ttl_s]:
+                    del recent[member]
+
+    def _peek_counted(self, key: str) -> dict[str, float]:
+        found = self._counters.get(key)
+        return dict(found.values) if found is not None and found.expires > time.monotonic() else {}
+
+    def read_counts(self, request: ReadCounts) -> tuple[dict[str, float], ...]:
+        with self._lock:
+            return tuple(self._peek_counted(key) for key in request.keys)
+
+    def read_recent(self, request: ReadRecent) -> tuple[str, ...]:
+        with self._lock:
+            members = self._peek_counted(request.key).items()
+            recent = sorted(((s, m) for m, s in members if s >= request.since), reverse=True)
+            return tuple(m for _, m in recent[: request.limit])
 
     def put_raw(self, key: str, data: bytes) -> None:
         """Test helper: plant ``data`` under ``key`` as another writer would (a fresh token, a long TTL)."""

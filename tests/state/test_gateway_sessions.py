@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 pytest.importorskip("starlette", reason="the gateway extra is not installed")
+redis = pytest.importorskip("redis", reason="the redis extra is not installed")
 
 from cp_memory.gateway import GatewayConfig, UpstreamKind  # noqa: E402
 from cp_memory.gateway.flow import Gateway  # noqa: E402
 from cp_memory.gateway.protocols import Api, segments  # noqa: E402
 from cp_memory.gateway.replay import strip_marks  # noqa: E402
-from cp_memory.gateway.shared_sessions import RedisSessionStore  # noqa: E402
+from cp_memory.gateway.shared_sessions import SharedSessionStore  # noqa: E402
 from cp_memory.providers.usage import CacheUsage  # noqa: E402
 from cp_memory.state.keys import StateKeys  # noqa: E402
 from tests.gateway.recordings import anthropic_session, chat_session, responses_session  # noqa: E402
@@ -105,9 +106,9 @@ def test_keys_are_namespaced_and_expire_with_the_session(redis_url: str) -> None
     (gw,) = replicas(1, redis_url)
     plan = gw.plan(Api.CHAT, HEADERS, json.dumps(chat_session(rerender=False)[0]).encode())
     gw.commit(plan)
-    assert isinstance(gw.store, RedisSessionStore) and plan.identity is not None
+    assert isinstance(gw.store, SharedSessionStore) and plan.identity is not None
     key = StateKeys("gateway").gateway_session(plan.identity.tenant, plan.identity.session)
-    client = gw.store.client
+    client = redis.Redis.from_url(redis_url)
     assert key.startswith("cpm:v1:") and plan.identity.session not in key
     assert 0 < client.pttl(key) <= gw.config.session_ttl_s * 1000
     assert all(k.decode().startswith("cpm:v1:") for k in client.keys("*"))
@@ -121,7 +122,7 @@ def test_a_log_of_another_session_is_never_replayed(redis_url: str) -> None:
     other = {"authorization": "Bearer another-tenant"}
     second = gw.plan(Api.CHAT, other, json.dumps(bodies[0]).encode())
     assert first.identity is not None and second.identity is not None
-    keys, client = StateKeys("gateway"), gw.store.client  # type: ignore[attr-defined]
+    keys, client = StateKeys("gateway"), redis.Redis.from_url(redis_url)
     src = keys.gateway_session(first.identity.tenant, first.identity.session)
     dst = keys.gateway_session(second.identity.tenant, second.identity.session)
     client.hset(dst, mapping=client.hgetall(src))  # the first tenant's log, byte for byte, under the other's key
@@ -237,8 +238,6 @@ def test_two_replicas_with_redis_and_mem0_forward_one_gateways_bytes(redis_url: 
     from tests.mem0_fixtures import require_mem0
 
     require_mem0()
-    import redis
-
     from cp_memory.core.chat_memories import CHAT_MEMORY_OPTIONS
     from cp_memory.embedded import default_memory
     from cp_memory.memory import ContextPilotMemory
@@ -300,13 +299,13 @@ def test_a_booking_is_one_round_trip_for_the_session_and_its_tenant(redis_url: s
     gw = replicas(1, redis_url)[0]
     plan = gw.plan(Api.CHAT, HEADERS, json.dumps(chat_session(rerender=False)[0]).encode())
     store = gw.store
-    assert isinstance(store, RedisSessionStore)
+    assert isinstance(store, SharedSessionStore)
     calls = []
-    real = store._book
-    store._book = lambda **kw: calls.append(kw) or real(**kw)  # type: ignore[method-assign]
+    real = store.client.store.count  # type: ignore[attr-defined]
+    store.client.store.count = lambda request: calls.append(request) or real(request)  # type: ignore[attr-defined]
     usage = CacheUsage(provider="openai", model="gpt-4o", input_tokens=1000, cache_read_tokens=600, output_tokens=5)
     gw.record(plan, usage)
-    assert len(calls) == 1 and len(calls[0]["keys"]) == 3  # the session's hash, the tenant's sessions, the tenant
+    assert len(calls) == 1 and len(calls[0].keys) == 2 and calls[0].recent  # the session's and the tenant's
     assert plan.identity is not None
     tenant = store.peek_tenant(plan.identity.tenant)
     session = store.sessions_of(plan.identity.tenant, 5)

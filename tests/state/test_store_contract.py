@@ -49,6 +49,21 @@ def test_several_reads_in_one_go_answer_as_the_reads_one_by_one(store: StateStor
     assert [(v.token, v.data) for v in many] == [(token, b"one"), ("", None), (token, None)]
 
 
+def test_counters_add_up_expire_and_list_the_recently_used(store: StateStore) -> None:
+    from cp_memory.state.ops import Count, ReadCounts, ReadRecent, answer
+
+    for i in range(3):
+        deltas = (("calls", 1), ("cost", 0.25))
+        answer(store, Count(("s", "t"), deltas, TTL, recent="z", member=f"m{i}", score=100.0 + i))
+    answer(store, Count(("t",), (("calls", 2),), TTL, recent="z", member="m0", score=104.0))  # m0 used again
+    s, t, none = answer(store, ReadCounts(("s", "t", "absent")))
+    assert s == {"calls": 3, "cost": 0.75} and t == {"calls": 5, "cost": 0.75} and none == {}
+    assert answer(store, ReadRecent("z", since=0.0, limit=10)) == ("m0", "m2", "m1")  # most recent first
+    assert answer(store, ReadRecent("z", since=101.5, limit=1)) == ("m0",)
+    answer(store, Count(("t",), (("calls", 1),), TTL, recent="z", member="late", score=104.0 + TTL + 1))
+    assert "m1" not in answer(store, ReadRecent("z", since=0.0, limit=10))  # older than the TTL: dropped
+
+
 def test_a_pipelined_read_is_one_round_trip_and_survives_a_flushed_script_cache(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,10 +11,13 @@ the current request's history still shows the same bytes there (:mod:`cp_memory.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...core.index import ContextIndex
 from ...core.lru import LRUMap
@@ -73,6 +76,35 @@ def _new_index() -> ContextIndex:
     return ContextIndex(tail_order="retrieval")
 
 
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} {value!r:.20} is not a non-negative int")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not a str")
+    return value
+
+
+def _where_row(api: Api, key: str, w: Where) -> list[Any]:
+    return [api.value, key, w.segment, list(w.path), w.start, w.end, w.label]
+
+
+def _where_of(row: Any) -> tuple[tuple[Api, str], Where]:
+    """A located text from its row; ``ValueError`` for anything malformed."""
+    if not isinstance(row, list) or len(row) != 7:
+        raise ValueError("a location is not a 7-item row")
+    api, key, segment, path, start, end, label = row
+    if not isinstance(path, list) or not all(isinstance(p, (str, int)) and not isinstance(p, bool) for p in path):
+        raise ValueError("a location's path is not a list of str and int")
+    where = Where(_int(segment, "segment"), tuple(path), _int(start, "start"), _int(end, "end"), _str(label, "label"))
+    if where.end < where.start:
+        raise ValueError("a location ends before it starts")
+    return (Api(_str(api, "api")), _str(key, "key")), where
+
+
 @dataclass
 class ContentState:
     """One session's content records (module doc); thread-safe."""
@@ -94,6 +126,47 @@ class ContentState:
         if index is None:
             return tuple(ids)
         return index.match(list(ids)).order
+
+    def dump(self) -> dict[str, Any]:
+        """The records as JSON values, least recently used first (:meth:`load` rebuilds them)."""
+        with self.lock:
+            return {
+                "blocks": [_where_row(api, key, w) for (api, key), w in self.blocks.items()],
+                "chunks": [_where_row(api, key, w) for (api, key), w in self.chunks.items()],
+                "indexes": [
+                    [api.value, anchor, base64.b64encode(index.snapshot()).decode("ascii")]
+                    for (api, anchor), index in self.indexes.items()
+                ],
+            }
+
+    @classmethod
+    def load(cls, doc: Any) -> ContentState:
+        """The records :meth:`dump` gave; ``ValueError`` for anything malformed (a location is only a hint, checked
+        against the request's own bytes before a pointer names it, but its fields must have their types)."""
+        if not isinstance(doc, dict):
+            raise ValueError("the content records are not an object")
+        state = cls()
+        for name, target in (("blocks", state.blocks), ("chunks", state.chunks)):
+            rows = doc.get(name)
+            if not isinstance(rows, list) or len(rows) > MAX_LOCATIONS:
+                raise ValueError(f"{name} is not a list of at most {MAX_LOCATIONS} locations")
+            for row in rows:
+                key, where = _where_of(row)
+                target.set(key, where)
+        indexes = doc.get("indexes")
+        if not isinstance(indexes, list) or len(indexes) > MAX_ANCHORS:
+            raise ValueError(f"indexes is not a list of at most {MAX_ANCHORS}")
+        for row in indexes:
+            if not isinstance(row, list) or len(row) != 3:
+                raise ValueError("an index is not a 3-item row")
+            api, anchor, data = (_str(v, "an index field") for v in row)
+            try:
+                snapshot = base64.b64decode(data, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"an index snapshot is not base64: {exc}") from exc
+            index = ContextIndex.restore(snapshot, max_requests=MAX_ORDERS_PER_ANCHOR, tail_order="retrieval")
+            state.indexes.set((Api(api), anchor), index)
+        return state
 
     def commit(self, api: Api, pending: PendingContent) -> None:
         """Register what a request that went out sent in full; an earlier location of the same text is kept."""
