@@ -30,10 +30,11 @@ HEADERS = {"authorization": "Bearer sk-client-key"}
 SECRET = "one secret for every replica"
 
 
-def replicas(n: int, url: str | None) -> list[Gateway]:
-    """``n`` gateways; the content rules off: their per-session records stay in each replica (docs/scale.md), so
-    with them on, a replica that did not see a block's first read sends it in full where one gateway points."""
-    settings: dict[str, Any] = {"secret": SECRET, "state_retry_s": 0.0, "content_steps": frozenset()}
+def replicas(n: int, url: str | None, *, content: bool = False) -> list[Gateway]:
+    """``n`` gateways (``content``: with the content rules' default steps, else without them)."""
+    settings: dict[str, Any] = {"secret": SECRET, "state_retry_s": 0.0}
+    if not content:
+        settings["content_steps"] = frozenset()
     if url is not None:
         settings["state_store"] = url
     config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=UpstreamKind.COMPATIBLE, **settings)
@@ -74,6 +75,83 @@ def test_two_replicas_with_redis_replay_as_one_gateway(api: Api, redis_url: str)
     # without the store, each replica replays only what it sent itself: a re-rendering client breaks the prefix
     local, local_replayed = round_robin(replicas(2, None), api, bodies)
     assert not stable_prefixes(api, local) and local_replayed < one_replayed
+
+
+@pytest.mark.parametrize("api", list(SESSIONS))
+def test_two_replicas_with_the_content_rules_point_where_one_gateway_points(api: Api, redis_url: str) -> None:
+    """The content records are in the session's record too: a file read on one replica and read again on the
+    other becomes the same location annotation one gateway sends, byte for byte; replicas without the store
+    send other bytes (each rebuilds the records from the history it is sent, after its own rewrites)."""
+    from tests.gateway.content_sessions import numbered_file, pointers_in, tool_session
+
+    files = {name: numbered_file(f"{name}.conf", 40) for name in "abcd"}
+    bodies = tool_session(api, [files[name] for name in "cbaabdb"])
+    one, _ = round_robin(replicas(1, None, content=True), api, bodies)
+    two, _ = round_robin(replicas(2, redis_url, content=True), api, bodies)
+    assert two == one and pointers_in(json.dumps(one[-1]).encode()) >= 3
+    local, _ = round_robin(replicas(2, None, content=True), api, bodies)
+    assert local != one
+
+
+class _Counted:
+    """A replica's store calls, by kind, and whether each read carried the record's bytes."""
+
+    def __init__(self, gw: Gateway) -> None:
+        assert isinstance(gw.store, SharedSessionStore)
+        self.calls: list[str] = []
+        store = gw.store.client.store
+        read, write, count = store.read, store.write, store.count  # type: ignore[attr-defined]
+
+        def counted_read(key: str, **kw: Any) -> Any:
+            got = read(key, **kw)
+            self.calls.append("read, absent" if got.absent else "read" if got.data is not None else "read, unchanged")
+            return got
+
+        store.read = counted_read  # type: ignore[method-assign]
+        store.write = lambda *a, **kw: self.calls.append("write") or write(*a, **kw)  # type: ignore[method-assign]
+        store.count = lambda r: self.calls.append("count") or count(r)  # type: ignore[attr-defined]
+
+
+def test_a_request_loads_its_session_once_and_stores_it_once(redis_url: str) -> None:
+    """As the app drives it (the mem0 query's read, then the plan; a 2xx commit; the booking): one load, one
+    compare-and-set and one booking a request; a replica whose copy is the stored record gets no bytes back."""
+    (gw,) = replicas(1, redis_url, content=True)
+    counted = _Counted(gw)
+    usage = CacheUsage(provider="openai", model="gpt-4o", input_tokens=1000, cache_read_tokens=600, output_tokens=5)
+    per_request = []
+    for body in chat_session(rerender=True):
+        raw = json.dumps(body).encode()
+        counted.calls.clear()
+        incoming = gw.read(Api.CHAT, HEADERS, raw)
+        gw.memory_query(Api.CHAT, HEADERS, raw, incoming)
+        plan = gw.plan(Api.CHAT, HEADERS, raw, None, incoming)
+        gw.commit(plan)
+        gw.record(plan, usage)
+        per_request.append(list(counted.calls))
+    assert per_request[0] == ["read, absent", "write", "count"]  # a new session: its record written
+    assert all(calls == ["read, unchanged", "write", "count"] for calls in per_request[1:])
+
+
+def test_two_replicas_committing_one_session_at_once_lose_neither_change(redis_url: str) -> None:
+    """Both load the session before either commits: the second compare-and-set loses, reads again and applies
+    its change to what the first wrote (its log is the last one; both content registrations are kept)."""
+    from cp_memory.gateway.content.records import PendingContent, Where
+    from cp_memory.gateway.replay import SentLog
+    from cp_memory.gateway.sessions import SessionChange
+    from cp_memory.gateway.shared_sessions import SharedSessionStore
+
+    config = replicas(1, redis_url)[0].config
+    one, two = SharedSessionStore(config), SharedSessionStore(config)
+    first, second = one.load("t", "s"), two.load("t", "s")
+    log1, log2 = SentLog(("a",), ("d1",)), SentLog(("a", "b"), ("d1", "d2"), frozenset({1}))
+    where = Where(0, ("content",), 0, 1, "#1")
+    one.commit(first, SessionChange(Api.CHAT, log1, PendingContent(blocks=(("k1", where),)), epoch="e1"))
+    two.commit(second, SessionChange(Api.CHAT, log2, PendingContent(blocks=(("k2", where),)), cached=True))
+    seen = SharedSessionStore(config).load("t", "s")
+    assert seen.logs == {Api.CHAT: log2} and second.logs == {Api.CHAT: log2}
+    assert seen.content.block(Api.CHAT, "k1") == where and seen.content.block(Api.CHAT, "k2") == where
+    assert (seen.memories.epoch(), seen.memories.cached()) == ("e1", True)
+    assert second.synced == seen.synced  # the loser's copy is the stored record again
 
 
 def test_savings_of_every_replica_add_up(redis_url: str) -> None:
