@@ -142,6 +142,15 @@ class TimedStore:
         """Several reads pipelined: one round trip, counted as one call."""
         return self._timed("read_many", *args, **kwargs)
 
+    def count(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("count", *args, **kwargs)
+
+    def read_counts(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("read_counts", *args, **kwargs)
+
+    def read_recent(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("read_recent", *args, **kwargs)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -359,6 +368,8 @@ class GatewayRun:
     hit_ratio: float = 0.0
     gateway_ms_p50: float = 0.0
     gateway_ms_p99: float = 0.0
+    store_round_trips_per_request: float = 0.0  # the shared store's calls (each one round trip)
+    store_ms_per_request: float = 0.0
 
 
 def chat_sessions(a: WorkersStateConfig) -> dict[str, list[dict[str, Any]]]:
@@ -400,6 +411,12 @@ def gateway_once(
         settings["state_store"] = store_url
     config = GatewayConfig(upstream="http://127.0.0.1:1", upstream_kind=kind, **settings)
     gws = [Gateway(config, kind) for _ in range(n)]
+    timed = []
+    for gw in gws:
+        client = getattr(gw.store, "client", None)
+        if client is not None:  # a shared store: its calls counted and timed
+            client.store = TimedStore(client.store)
+            timed.append(client.store)
     engine, run, times = BlockPrefixCache(None, block_size=16), GatewayRun(n, "redis" if store_url else "local"), []
     i = 0
     for j in range(max(len(b) for b in sessions.values())):
@@ -421,6 +438,9 @@ def gateway_once(
     run.requests, run.prompt_tokens, run.prefilled_tokens = len(times), stats.prompt_tokens, stats.prefill_tokens
     run.hit_ratio = round(stats.hit_ratio, 4)
     run.gateway_ms_p50, run.gateway_ms_p99 = round(_pct(times, 0.5) * 1e3, 3), round(_pct(times, 0.99) * 1e3, 3)
+    if timed and times:
+        run.store_round_trips_per_request = round(sum(t.calls for t in timed) / len(times), 3)
+        run.store_ms_per_request = round(sum(t.seconds for t in timed) / len(times) * 1e3, 3)
     return run
 
 
@@ -429,13 +449,14 @@ def gateway_markdown(runs: Sequence[GatewayRun], header: str) -> str:
         header,
         "",
         "| replicas | sessions | requests | replayed segments | rewritten segments restored | hit ratio "
-        "| prefilled tokens | gateway p50 / p99 (ms) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| prefilled tokens | gateway p50 / p99 (ms) | store round trips / ms a request |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in runs:
+        store = f"{r.store_round_trips_per_request:.2f} / {r.store_ms_per_request:.2f}" if r.store == "redis" else "-"
         lines.append(
             f"| {r.replicas} | {r.store} | {r.requests} | {r.replayed_segments} | {r.rewritten_segments} | "
-            f"{r.hit_ratio:.1%} | {r.prefilled_tokens:,} | {r.gateway_ms_p50:.2f} / {r.gateway_ms_p99:.2f} |"
+            f"{r.hit_ratio:.1%} | {r.prefilled_tokens:,} | {r.gateway_ms_p50:.2f} / {r.gateway_ms_p99:.2f} | {store} |"
         )
     return "\n".join(lines) + "\n"
 
