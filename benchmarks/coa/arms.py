@@ -129,6 +129,7 @@ class Pool:
             counts = {"batches": f.sync.stats.batches, "tracked": f.sync.stats.tracked}
             counts |= {"evicted": f.sync.stats.evicted, "expired": f.sync.stats.expired, "lost": f.sync.stats.lost}
             counts |= {"untokenized": f.stats.untokenized, "dropped": f.stats.dropped}
+            counts |= {f"evicted {cause}": n for cause, n in f.sync.stats.causes.items()}  # evicted, by cause
             for k, v in counts.items():
                 total[k] = total.get(k, 0) + v
         return total

@@ -35,6 +35,7 @@ A removal of a block the mirror had forgotten still evicts the requests watching
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -51,7 +52,7 @@ from .kv_mirror import DEFAULT_MAX_BLOCKS, ENGINE_BLOCKS_FACTOR, BlockMirror, Pr
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["APPLY_CHUNK", "KVCacheSync", "SyncStats"]
+__all__ = ["APPLY_CHUNK", "EvictionCause", "KVCacheSync", "SyncStats"]
 
 #: events applied under the sync's lock at a time; waiting callers get the lock between two chunks
 APPLY_CHUNK = 2048
@@ -71,6 +72,19 @@ class _Watch:
     anchored: bool = True  # tokens from the prompt's first token (else a section anywhere in the prompt)
 
 
+class EvictionCause(enum.Enum):
+    """Why a tracked request left its index (:attr:`SyncStats.causes`)."""
+
+    #: the engine removed one of its blocks (``BlockRemoved``: evicted to make room, or replaced)
+    REMOVED = "removed"
+    #: its blocks were removed before the events that stored them arrived (a pending request's tombstone)
+    REMOVED_WHILE_PENDING = "removed while pending"
+    #: the engine reported its cache cleared (``AllBlocksCleared``: a reset of someone else's, or a restart)
+    CLEARED = "cleared"
+    #: our own confirmed flush (:meth:`KVCacheSync.flushed`)
+    FLUSHED = "flushed"
+
+
 @dataclass
 class SyncStats:
     """Counters of one :class:`KVCacheSync` (for logs and benchmark records)."""
@@ -79,6 +93,8 @@ class SyncStats:
     events: int = 0  # events applied
     tracked: int = 0
     evicted: int = 0  # requests evicted from their index because the engine dropped their blocks
+    #: ``evicted`` by cause (:class:`EvictionCause` value -> requests)
+    causes: dict[str, int] = field(default_factory=dict)
     expired: int = 0  # pending requests given up (left to the capacity model)
     lost: int = 0  # times the feed was lost
     reasons: list[str] = field(default_factory=list)
@@ -201,7 +217,7 @@ class KVCacheSync:
         ``clear_indexes``: every attached index is emptied too (its untracked requests as well: the engine
         holds nothing any more); their subscribers hear of each request."""
         with self._locked():
-            self._evict_all()
+            self._evict_all(EvictionCause.FLUSHED)
             self.mirror.clear()
             self._expect_clear += 1
             self._set_live(True)
@@ -266,7 +282,7 @@ class KVCacheSync:
             if self._expect_clear:
                 self._expect_clear -= 1  # our flush: already evicted in flushed()
             else:
-                self._evict_all()
+                self._evict_all(EvictionCause.CLEARED)
             self._set_live(True)
             return False
         removed = self.mirror.apply(event)
@@ -274,7 +290,7 @@ class KVCacheSync:
             removed = list(event.block_hashes)  # forgotten by the bounded mirror or not: watchers go
         for h in removed:
             for key in list(self._by_hash.get(h, ())):
-                self._evict(key)
+                self._evict(key, EvictionCause.REMOVED)
         return isinstance(event, BlockStored)
 
     def _set_live(self, live: bool) -> None:
@@ -300,7 +316,7 @@ class KVCacheSync:
             return
         self._pending.pop(key, None)
         if found.presence is Presence.REMOVED:
-            self._evict_request(watch)
+            self._evict_request(watch, EvictionCause.REMOVED_WHILE_PENDING)
         else:
             self.stats.expired += 1
             logger.debug("no KV events for request %r after %d batches", watch.request_id, self.pending_batches)
@@ -324,20 +340,22 @@ class KVCacheSync:
                         del self._by_hash[h]
         return watch
 
-    def _evict(self, key: WatchKey) -> None:
+    def _evict(self, key: WatchKey, cause: EvictionCause) -> None:
         watch = self._forget(key)
         if watch is not None:
-            self._evict_request(watch)
+            self._evict_request(watch, cause)
 
-    def _evict_request(self, watch: _Watch) -> None:
+    def _evict_request(self, watch: _Watch, cause: EvictionCause) -> None:
         index = watch.index()
         if index is not None and index.evict(watch.request_id):
             self.stats.evicted += 1
+            self.stats.causes[cause.value] = self.stats.causes.get(cause.value, 0) + 1
+            logger.debug("request %r evicted from its index: %s", watch.request_id, cause.value)
 
-    def _evict_all(self) -> None:
+    def _evict_all(self, cause: EvictionCause) -> None:
         watches = list(self._watches.values()) + list(self._pending.values())
         self._watches.clear()
         self._pending.clear()
         self._by_hash.clear()
         for watch in watches:
-            self._evict_request(watch)
+            self._evict_request(watch, cause)

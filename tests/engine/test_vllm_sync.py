@@ -14,7 +14,7 @@ import pytest
 from cp_memory.core.index import ContextIndex
 from cp_memory.engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent
 from cp_memory.engine.kv_mirror import BlockMirror, Presence
-from cp_memory.engine.kv_sync import KVCacheSync
+from cp_memory.engine.kv_sync import EvictionCause, KVCacheSync
 
 B = 4  # tokens per block
 
@@ -78,6 +78,7 @@ def test_a_removed_block_evicts_the_request_that_needs_it_and_no_other(setup) ->
     engine.publish(engine.removed(P1, 1))  # a shared block: r2 can no longer hit its prefix either
     assert "r2" not in index
     assert sync.stats.evicted == 2 and sync.tracked == 0
+    assert sync.stats.causes == {EvictionCause.REMOVED.value: 2}
 
 
 def test_only_the_tracked_prefix_counts(setup) -> None:
@@ -113,6 +114,7 @@ def test_blocks_stored_and_removed_before_tracking_evict_after_the_grace(setup) 
     for _ in range(sync.pending_batches):
         engine.publish()
     assert "r1" not in index
+    assert sync.stats.causes == {EvictionCause.REMOVED_WHILE_PENDING.value: 1}
 
 
 def test_unknown_blocks_expire_without_evicting(setup) -> None:
@@ -134,6 +136,7 @@ def test_an_engine_cache_reset_evicts_every_tracked_request(setup) -> None:
     assert "r1" not in index
     assert "untracked" in index  # the sync only answers for requests it was told about
     assert len(sync.mirror) == 0
+    assert sync.stats.causes == {EvictionCause.CLEARED.value: 1}
 
 
 def test_our_flush_is_not_applied_twice(setup) -> None:
@@ -150,6 +153,7 @@ def test_our_flush_is_not_applied_twice(setup) -> None:
     assert "after" in index
     engine.publish(engine.removed(P1, 0))
     assert "after" not in index
+    assert sync.stats.causes == {EvictionCause.FLUSHED.value: 1, EvictionCause.REMOVED.value: 1}  # one cause each
 
 
 def test_the_capacity_model_is_paused_while_the_feed_is_live_and_back_when_it_is_lost() -> None:
