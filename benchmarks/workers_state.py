@@ -113,6 +113,10 @@ def record_answers(a: WorkersStateConfig) -> tuple[dict[str, list[str]], dict[st
 
 
 # ---------------------------------------------------------------------------------------------- workers
+#: the store calls TimedStore times (each one round trip)
+_TIMED = frozenset({"read", "write", "delete", "read_many", "count", "read_counts", "read_recent"})
+
+
 class TimedStore:
     """A state store that adds up the time its calls take (the store's share of a search)."""
 
@@ -129,27 +133,12 @@ class TimedStore:
             self.seconds += time.perf_counter() - t0
             self.calls += 1
 
-    def read(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("read", *args, **kwargs)
-
-    def write(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("write", *args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("delete", *args, **kwargs)
-
-    def read_many(self, *args: Any, **kwargs: Any) -> Any:
-        """Several reads pipelined: one round trip, counted as one call."""
-        return self._timed("read_many", *args, **kwargs)
-
-    def count(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("count", *args, **kwargs)
-
-    def read_counts(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("read_counts", *args, **kwargs)
-
-    def read_recent(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("read_recent", *args, **kwargs)
+    def __getattr__(self, name: str) -> Any:
+        """The store's calls (read, write, delete, read_many, the counters), each timed and counted as one round
+        trip (a pipelined ``read_many`` too)."""
+        if name not in _TIMED:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._timed(name, *args, **kwargs)
 
     def close(self) -> None:
         self.inner.close()

@@ -106,15 +106,15 @@ class StateClient:
         self.health.succeeded()
         return (CONFLICT if written is None else written), False
 
-    def _asked(self, request: StoreRequest) -> Op[Any]:
-        """``request``'s answer; None when the store cannot say (or is left alone after a failure)."""
+    def _asked(self, request: StoreRequest, failed: Any = None) -> Op[Any]:
+        """``request``'s answer; ``failed`` when the store cannot say (or is left alone after a failure)."""
         if not self.health.usable():
-            return None
+            return failed
         try:
             got = yield request
         except StoreUnavailable as exc:
             self.health.failed(exc)
-            return None
+            return failed
         self.health.succeeded()
         return got
 
@@ -124,15 +124,8 @@ class StateClient:
         """Add ``deltas`` to the counters under ``keys`` and mark ``member`` used now in ``recent`` (one round
         trip, :class:`~cp_memory.state.ops.Count`); False when the store cannot answer."""
         request = Count(tuple(keys), tuple(deltas), self.ttl_s, recent, member, time.time())
-        if not self.health.usable():
-            return False
-        try:
-            yield request
-        except StoreUnavailable as exc:
-            self.health.failed(exc)
-            return False
-        self.health.succeeded()
-        return True
+        got = yield from self._asked(request, failed=False)
+        return got is not False
 
     def read_counts(self, keys: Sequence[str]) -> Op[tuple[dict[str, float], ...] | None]:
         """The counters under each key ({} when absent); None when the store cannot say."""
