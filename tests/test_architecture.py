@@ -358,6 +358,7 @@ ERROR_LAYERS = {
     "cp_memory.state": "StateError",
     "cp_memory.memory": "MemoryLayerError",
     "cp_memory.agents": "AgentsError",
+    "cp_memory.gateway": "UpstreamError",
 }
 _BUILTIN_EXCEPTIONS = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 from ..extras import requires
 
 with requires("gateway", "cp_memory.gateway"):
+    import aiohttp  # noqa: F401
     import httpx  # noqa: F401
+    import orjson  # noqa: F401
     import prometheus_client  # noqa: F401
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401

@@ -2,9 +2,10 @@
 ``/metrics``, ``/cp/savings`` and ``/cp/health``.
 
 The app drives :class:`~cp_memory.gateway.flow.Gateway`: read the body (bounded: 413 past the size limit,
-408 past the time limit), plan, forward with httpx, stream the answer back byte for byte while reading its
-usage, record. An upstream error reaches the client with its status and body; an unreachable upstream is a
-502, a silent one a 504; a client that goes away mid-stream closes the upstream stream.
+408 past the time limit), plan, forward (:class:`~cp_memory.gateway.upstream.Upstream`), stream the answer
+back byte for byte while reading its usage, record. An upstream error reaches the client with its status and
+body; an unreachable upstream is a 502, a silent one a 504; a client that goes away mid-stream closes the
+upstream stream.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
+from urllib.parse import quote
 
-import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
@@ -25,13 +26,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .config import GatewayConfig, Mem0Source, UpstreamKind
+from .errors import UpstreamBroken, UpstreamTimeout, UpstreamUnreachable
 from .flow import Gateway, Incoming, Plan
 from .mem0_store import Mem0Link
 from .memories import Memories, MemoryQuery, PlacementMode, answer_text
 from .metrics import CONTENT_TYPE, GatewayMetrics
 from .protocols import Api, api_of
 from .tenancy import identify
-from .upstream import error_body, make_client, request_headers, response_headers
+from .upstream import Answer, Upstream, error_body, request_headers, response_headers
 from .usage_tap import SSETap, body_usage
 
 __all__ = ["KEY_HEADER", "build_app"]
@@ -54,26 +56,26 @@ def _error(status: int, kind: str, message: str) -> JSONResponse:
 
 
 class _App:
-    """The handlers, over one gateway, one httpx client and one metrics registry."""
+    """The handlers, over one gateway, one upstream pool and one metrics registry."""
 
     def __init__(self, config: GatewayConfig, kind: UpstreamKind, memory: Any = None) -> None:
         self.config = config
         self.gateway = Gateway(config, kind)
         self.metrics = GatewayMetrics()
-        self.client: httpx.AsyncClient | None = None
+        self.upstream = Upstream(config)
         self.mem0 = Mem0Link(config, memory) if config.mem0 is not Mem0Source.OFF else None
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.client = make_client(self.config)
+        await self.upstream.open()
         logger.info("gateway: forwarding to %s (%s)", self.config.upstream_base, self.gateway.kind.value)
         if self.mem0 is not None:
             await asyncio.to_thread(self.mem0.open)
         try:
             yield
         finally:
-            await self.client.aclose()
+            await self.upstream.close()
             if self.mem0 is not None:
                 await asyncio.to_thread(self.mem0.close)
 
@@ -195,22 +197,19 @@ class _App:
 
     # ------------------------------------------------------------------ forwarding
     async def _forward(self, request: Request, plan: Plan) -> Response:
-        assert self.client is not None, "the app's lifespan did not run"
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
-        upstream_request = self.client.build_request(
-            request.method, path, headers=request_headers(raw_headers), content=plan.content
-        )
         try:
-            answer = await self.client.send(upstream_request, stream=True)
-        except httpx.TimeoutException as exc:
+            answer = await self.upstream.send(
+                request.method, _target(request), request_headers(raw_headers), plan.content
+            )
+        except UpstreamTimeout as exc:
             self._settle(plan, False)
             self.metrics.requests.labels(plan.api.value, "upstream_timeout").inc()
-            return _error(504, "upstream_timeout", f"the upstream did not answer in time ({type(exc).__name__})")
-        except httpx.HTTPError as exc:
+            return _error(504, "upstream_timeout", f"the upstream did not answer in time ({exc})")
+        except UpstreamUnreachable as exc:
             self._settle(plan, False)
             self.metrics.requests.labels(plan.api.value, "upstream_unreachable").inc()
-            return _error(502, "upstream_unreachable", f"cannot reach the upstream: {type(exc).__name__}")
+            return _error(502, "upstream_unreachable", f"cannot reach the upstream: {exc}")
         self.metrics.upstream_status.labels(plan.api.value, f"{answer.status_code // 100}xx").inc()
         if answer.is_success:
             await self._off_loop(self.gateway.commit, plan)
@@ -220,13 +219,13 @@ class _App:
             return self._stream(plan, answer)
         return await self._whole(plan, answer)
 
-    async def _whole(self, plan: Plan, answer: httpx.Response) -> Response:
+    async def _whole(self, plan: Plan, answer: Answer) -> Response:
         try:
             data = await self._read_capped(answer)
-        except httpx.HTTPError as exc:
+        except UpstreamBroken as exc:
             self._settle(plan, False)
             self.metrics.requests.labels(plan.api.value, "upstream_broken").inc()
-            return _error(502, "upstream_broken", f"the upstream's answer broke off: {type(exc).__name__}")
+            return _error(502, "upstream_broken", f"the upstream's answer broke off: {exc}")
         finally:
             await answer.aclose()
         if answer.is_success:
@@ -243,30 +242,30 @@ class _App:
         self.metrics.requests.labels(plan.api.value, "ok" if answer.is_success else "upstream_error").inc()
         return Response(data, status_code=answer.status_code, headers=headers)
 
-    async def _read_capped(self, answer: httpx.Response) -> bytes | None:
+    async def _read_capped(self, answer: Answer) -> bytes | None:
         chunks: list[bytes] = []
         size = 0
-        async for chunk in answer.aiter_raw():
+        async for chunk in answer.chunks():
             size += len(chunk)
             if size > self.config.max_response_bytes:
                 return None
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _stream(self, plan: Plan, answer: httpx.Response) -> StreamingResponse:
+    def _stream(self, plan: Plan, answer: Answer) -> StreamingResponse:
         tap = SSETap(self.config.max_sse_event_bytes)
         kept = _Kept(self.config.max_sse_event_bytes if plan.memories is not None and answer.is_success else 0)
 
         async def relay() -> AsyncIterator[bytes]:
             outcome = "ok" if answer.is_success else "upstream_error"
             try:
-                async for chunk in answer.aiter_raw():
+                async for chunk in answer.chunks():
                     tap.feed(chunk)
                     kept.feed(chunk)
                     yield chunk
-            except httpx.HTTPError as exc:  # the status is sent already: the stream ends early
+            except UpstreamBroken as exc:  # the status is sent already: the stream ends early
                 outcome = "upstream_broken"
-                logger.warning("gateway: the upstream stream broke off: %s", type(exc).__name__)
+                logger.warning("gateway: the upstream stream broke off: %s", exc)
             except BaseException:
                 outcome = "client_gone"
                 raise
@@ -312,6 +311,14 @@ class _Kept:
 
     def data(self) -> bytes:
         return b"".join(self.chunks)
+
+
+def _target(request: Request) -> str:
+    """The path and query as the client wrote them (percent-encoding kept), for the upstream."""
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else quote(request.url.path)
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return f"{path}?{query}" if query else path
 
 
 def _usage_headers(usage: Any, gateway: int, plan: Plan) -> dict[str, str]:

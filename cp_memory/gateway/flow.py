@@ -11,7 +11,6 @@ Anthropic mark) are the gateway's.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 from ..providers.tokens import Counting, default_counting
 from ..providers.usage import CacheUsage
+from .codec import decode, encode
 from .config import GatewayConfig, UpstreamKind
 from .content import ContentResult, PendingContent, effective_steps, new_part_start, run_content
 from .memories import Memories, MemoryQuery, MemoryStage, PlacementMode, leaf_text
@@ -69,6 +69,8 @@ class Incoming:
     body: dict[str, Any] | None = None
     identity: Identity | None = None
     note: str | None = None
+    #: every number in the body is one the fast encoder writes as the standard library does (:mod:`.codec`)
+    plain: bool = False
     loaded: Loaded | None = field(default=None, compare=False)
 
 
@@ -138,9 +140,10 @@ class Gateway:
         if api is Api.OTHER:
             return Incoming(api, raw)
         try:
-            body = json.loads(raw)
+            decoded = decode(raw)
         except (ValueError, UnicodeDecodeError):
             return Incoming(api, raw, note="not JSON: forwarded as sent")
+        body = decoded.value
         if not isinstance(body, dict):
             return Incoming(api, raw, note="not a JSON object: forwarded as sent")
         try:
@@ -148,7 +151,7 @@ class Gateway:
         except Exception:
             logger.exception("gateway: identifying a %s request failed", api.value)
             identity = None
-        return Incoming(api, raw, body, identity)
+        return Incoming(api, raw, body, identity, plain=decoded.plain)
 
     def plan(
         self,
@@ -191,9 +194,9 @@ class Gateway:
         state, log = loaded.session, loaded.log
         plan.session, plan.epoch = state, loaded.epoch
         segs, n_head = segments(api, body)
-        texts = self.segment_memo.texts(segs)  # once: the memo's keys for the digests and for replay
+        texts = self.segment_memo.texts(segs, incoming.plain)  # once: the memo's keys for the digests and for replay
         client_digests = self.segment_memo.digests(api, segs, texts)  # once: replay and the sent log need them
-        replayed = replay(api, log, segs, client_digests, self.segment_memo, texts)
+        replayed = replay(api, log, segs, client_digests, self.segment_memo, texts, incoming.plain)
         content = self._content(plan, headers, state, segs, replayed, n_head, known=log is not None)
         if content is not None and content.changed:
             shaped = with_segments(api, body, content.segments, n_head)
@@ -225,7 +228,7 @@ class Gateway:
             replayed.substituted or rules.added or changed or placed is not None or stripped is not None
         )
         if plan.changed:
-            plan.content = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            plan.content = encode(out, incoming.plain)
         sent = segments(api, out)[0]
         if placement is PlacementMode.FRESH and placed is not None:  # not replayed: the next request has it without
             sent[placed] = segments(api, before)[0][placed]

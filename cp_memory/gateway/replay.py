@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.lru import LRUMap
+from . import codec
 from .protocols import Api
 
 __all__ = ["ReplayResult", "SegmentMemo", "SentLog", "digest", "normalized", "replay", "strip_marks"]
@@ -165,7 +166,7 @@ def _replayed(api: Api, client: Any, sent: Any) -> tuple[Any, bool, bool]:
 
 
 #: a ``cache_control`` key as it appears in a segment's JSON (never inside a string value: its quotes are escaped)
-_MARK_KEY = '"cache_control"'
+_MARK_KEY = b'"cache_control"'
 
 
 class SegmentMemo:
@@ -191,19 +192,20 @@ class SegmentMemo:
         self.min_chars = min_chars
 
     @staticmethod
-    def _key(api: Api, *parts: str) -> bytes:
+    def _key(api: Api, *parts: bytes) -> bytes:
         h = hashlib.blake2b(api.value.encode(), digest_size=16)
         for part in parts:
-            h.update(b"\x00")
-            h.update(part.encode("ascii"))  # json.dumps escapes every non-ASCII character
+            h.update(len(part).to_bytes(8, "little"))
+            h.update(part)
         return h.digest()
 
     @staticmethod
-    def texts(segments: Sequence[Any]) -> tuple[str, ...]:
-        """Every segment's JSON, keys in their order: the memo's keys (encoded once a request, for both uses)."""
-        return tuple(json.dumps(seg, separators=(",", ":")) for seg in segments)
+    def texts(segments: Sequence[Any], plain: bool = False) -> tuple[bytes, ...]:
+        """Every segment's JSON (:func:`~cp_memory.gateway.codec.key`, keys in their order; ``plain``: the
+        body's, :class:`~cp_memory.gateway.codec.Decoded`): the memo's keys, encoded once a request for both uses."""
+        return tuple(codec.key(seg, plain) for seg in segments)
 
-    def digests(self, api: Api, segments: Sequence[Any], texts: Sequence[str] | None = None) -> tuple[str, ...]:
+    def digests(self, api: Api, segments: Sequence[Any], texts: Sequence[bytes] | None = None) -> tuple[str, ...]:
         """:func:`digest` of every segment (``texts``: their :meth:`texts`, when the caller has them)."""
         out = []
         for seg, text in zip(segments, texts if texts is not None else self.texts(segments)):
@@ -218,10 +220,14 @@ class SegmentMemo:
             out.append(found)
         return tuple(out)
 
-    def replayed(self, api: Api, client: Any, sent: Any, client_text: str | None = None) -> tuple[Any, bool, bool]:
-        """:func:`_replayed`, remembered (``client_text``: the client segment's :meth:`texts` entry, when known)."""
-        a = client_text if client_text is not None else json.dumps(client, separators=(",", ":"))
-        b = json.dumps(sent, separators=(",", ":"))
+    def replayed(
+        self, api: Api, client: Any, sent: Any, client_text: bytes | None = None, plain: bool = False
+    ) -> tuple[Any, bool, bool]:
+        """:func:`_replayed`, remembered (``client_text``: the client segment's :meth:`texts` entry, when known,
+        encoded as ``plain`` says). A logged segment is the client's own of an earlier request, bar the marks (which
+        the merge takes from ``client``) and the gateway's strings, so the body's ``plain`` holds for it too."""
+        a = client_text if client_text is not None else codec.key(client, plain)
+        b = codec.key(sent, plain)
         if a == b and _MARK_KEY not in a:  # the same bytes and no mark to carry over: the merge gives the client's
             return client, False, True
         if len(a) + len(b) < 2 * self.min_chars:
@@ -241,12 +247,13 @@ def replay(
     segments: list[Any],
     digests: Sequence[str] | None = None,
     memo: SegmentMemo | None = None,
-    texts: Sequence[str] | None = None,
+    texts: Sequence[bytes] | None = None,
+    plain: bool = False,
 ) -> ReplayResult:
     """The segments to send: the log's version of every leading segment that matches it in meaning.
     ``digests``: the segments' :func:`digest` values when the caller has them already; ``memo``: where the
     per-segment work of earlier requests is remembered (the same result, computed once); ``texts``: the
-    segments' :meth:`SegmentMemo.texts`, when the caller has them."""
+    segments' :meth:`SegmentMemo.texts`, when the caller has them (``plain``: encoded as the body allows)."""
     if log is None:
         return ReplayResult(list(segments), 0, 0, None)
     out: list[Any] = []
@@ -255,7 +262,8 @@ def replay(
         if i >= len(log.digests) or (digests[i] if digests is not None else digest(api, seg)) != log.digests[i]:
             return ReplayResult(out + list(segments[i:]), i, rewritten, first, substituted)
         if memo is not None:
-            sent, changed, same = memo.replayed(api, seg, log.segments[i], texts[i] if texts is not None else None)
+            text = texts[i] if texts is not None else None
+            sent, changed, same = memo.replayed(api, seg, log.segments[i], text, plain)
         else:
             sent, changed, same = _replayed(api, seg, log.segments[i])
         substituted += changed

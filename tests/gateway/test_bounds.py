@@ -175,6 +175,15 @@ def test_other_paths_and_queries_and_headers_pass_through_untouched(upstream: An
     assert seen.body == body and upstream.requests[0].method == "GET" and upstream.requests[0].path == "/v1/models"
 
 
+def test_a_base_path_percent_encoding_and_the_answers_headers_cross_as_written(upstream: Any) -> None:
+    upstream.responder = lambda req: (200, {"content-type": "application/json", "x-request-id": "r1"}, b"{}")
+    with running_gateway(upstream.url + "/base/") as gw:
+        answer = httpx.get(gw.url + "/v1/files/a%20b%2Fc?name=x%2Fy&q=1+2", headers={"x-api-key": "k"})
+    assert answer.status_code == 200 and answer.headers["x-request-id"] == "r1" and answer.content == b"{}"
+    assert upstream.requests[-1].path == "/base/v1/files/a%20b%2Fc?name=x%2Fy&q=1+2"
+    assert upstream.requests[-1].headers.get("x-api-key") == "k"
+
+
 def test_two_tenants_with_identical_openings_see_only_their_own_savings(upstream: Any) -> None:
     with running_gateway(upstream.url) as gw:
         a = httpx.post(gw.url + "/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer sk-alice"})

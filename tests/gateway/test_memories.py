@@ -236,8 +236,8 @@ def test_the_query_and_the_plan_read_the_request_once(monkeypatch: Any) -> None:
     raw = json.dumps({"model": "m", "messages": [SYSTEM, {"role": "user", "content": "Where do I live?"}]}).encode()
     alone = gateway.plan(Api.CHAT, headers, raw).content
     parsed: list[bytes] = []
-    real = flow.json.loads
-    monkeypatch.setattr(flow.json, "loads", lambda data, *a, **k: parsed.append(data) or real(data, *a, **k))
+    real = flow.decode
+    monkeypatch.setattr(flow, "decode", lambda data: parsed.append(data) or real(data))
     incoming = gateway.read(Api.CHAT, headers, raw)
     assert incoming.identity is not None
     state = gateway.store.session(incoming.identity.tenant, incoming.identity.session)
