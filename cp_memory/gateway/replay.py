@@ -186,7 +186,7 @@ class SegmentMemo:
     The memo is a pure function's cache: sharing it across sessions and tenants shares no data between them.
     """
 
-    def __init__(self, entries: int = 2048, min_chars: int = 512) -> None:
+    def __init__(self, entries: int = 8192, min_chars: int = 64) -> None:
         self._digests: LRUMap[bytes, str] = LRUMap(entries)
         self._replays: LRUMap[bytes, tuple[str, bool, bool]] = LRUMap(entries)
         self.min_chars = min_chars

@@ -9,11 +9,12 @@ Response headers cross unchanged except hop-by-hop ones and ``content-length``/`
 client wrote them, after the configured base URL), hands back an :class:`Answer` whose body is read as it
 arrives, and turns the HTTP library's failures into three errors of the gateway's own
 (:mod:`cp_memory.gateway.errors`: a timeout or an unreachable upstream before an answer, a broken one while
-reading it). aiohttp rather
-than httpx: the same request costs the proxy ~0.2 ms of CPU instead of ~0.7 ms (its parser is C), which is a
-quarter of the gateway's whole cost per request (docs/gateway.md, "The gateway's own cost per request").
-Bounds: ``connect_timeout_s`` to connect, ``read_timeout_s`` of silence while waiting for or reading an answer,
-``max_concurrency`` connections at once.
+reading it). aiohttp rather than httpx: the same request costs the proxy ~0.2 ms of CPU instead of ~0.7 ms
+(its parser is C), a third of what the gateway spent per request before (docs/gateway.md, "The gateway's own
+cost per request"). A proxy named by ``HTTP_PROXY`` / ``HTTPS_PROXY`` (and ``NO_PROXY``) at start is used as
+httpx used it; TLS is verified against ``SSL_CERT_FILE`` or certifi's bundle. Bounds: ``connect_timeout_s``
+to connect, ``read_timeout_s`` of silence while waiting for or reading an answer, ``max_concurrency``
+connections at once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -89,6 +91,15 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=cafile)
 
 
+def _env_proxy(base: str) -> str | None:
+    """``HTTP_PROXY`` / ``HTTPS_PROXY`` for the upstream's scheme unless ``NO_PROXY`` names its host, read once
+    at start (aiohttp's ``trust_env`` would read them, and ``~/.netrc``, in a worker thread on every request)."""
+    url = URL(base)
+    if not url.host or urllib.request.proxy_bypass(url.host):
+        return None
+    return urllib.request.getproxies().get(url.scheme)
+
+
 def _merged(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """The answer's headers, names in lower case; a header repeated is one value, comma-separated."""
     out: dict[str, str] = {}
@@ -110,6 +121,7 @@ class Upstream:
             sock_read=config.read_timeout_s,
         )
         self._limit = config.max_concurrency
+        self._proxy = _env_proxy(self.base)
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
@@ -119,7 +131,6 @@ class Upstream:
             timeout=self._timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),  # a proxy keeps no cookies: each client's go through as sent
-            trust_env=True,  # HTTP(S)_PROXY, NO_PROXY and .netrc, as the client library before read them
         )
 
     async def close(self) -> None:
@@ -140,6 +151,7 @@ class Upstream:
                 headers=headers,
                 allow_redirects=False,
                 skip_auto_headers=("Content-Type",),
+                proxy=self._proxy,
             )
         except asyncio.TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
             raise UpstreamTimeout(type(exc).__name__) from exc

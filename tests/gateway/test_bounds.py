@@ -240,3 +240,13 @@ def test_a_large_body_is_planned_off_the_event_loop_and_forwarded_whole(upstream
         answer = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=60)
         assert answer.status_code == 200 and answer.headers["x-cp-cache-read-tokens"] == "4"
     assert upstream.requests[-1].body == body
+
+
+def test_the_upstream_proxy_comes_from_the_environment_once_and_no_proxy_is_honoured(monkeypatch: Any) -> None:
+    from cp_memory.gateway.upstream import _env_proxy
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.corp,127.0.0.1")
+    assert _env_proxy("https://api.openai.com") == "http://proxy.corp:3128"
+    assert _env_proxy("https://llm.internal.corp/v1") is None and _env_proxy("http://127.0.0.1:8000") is None
+    assert _env_proxy("http://engine:8000") is None  # no HTTP_PROXY: straight through
