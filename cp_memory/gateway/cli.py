@@ -127,8 +127,6 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:  # httpx logs every upstream call at INFO: a line a
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # request, ~4 % of the gateway's CPU; /metrics counts them
     try:
         config = config_from(args)
     except ValidationError as exc:

@@ -245,6 +245,9 @@ def test_a_large_body_is_planned_off_the_event_loop_and_forwarded_whole(upstream
 def test_the_upstream_proxy_comes_from_the_environment_once_and_no_proxy_is_honoured(monkeypatch: Any) -> None:
     from cp_memory.gateway.upstream import _env_proxy
 
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):  # the machine's own settings out of the way
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
     monkeypatch.setenv("NO_PROXY", "internal.corp,127.0.0.1")
     assert _env_proxy("https://api.openai.com") == "http://proxy.corp:3128"
